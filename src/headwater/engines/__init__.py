@@ -1,0 +1,1 @@
+"""engines layer (see docs/architecture.md)."""

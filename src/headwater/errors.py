@@ -1,0 +1,43 @@
+"""One exception hierarchy for Headwater.
+
+Input errors also subclass the matching builtin so callers can catch either:
+``except ValueError`` works as well as ``except hw.GraphDefinitionError``.
+Messages follow one template: what, where, got, expected, how to fix.
+"""
+
+from __future__ import annotations
+
+
+class HeadwaterError(Exception):
+    """Base class of every error Headwater raises on purpose."""
+
+
+class GraphDefinitionError(HeadwaterError, ValueError):
+    """The stream graph, a node or one of its parameters is invalid."""
+
+
+class SchemaError(HeadwaterError, TypeError):
+    """Data or an expression does not match the schema it must follow."""
+
+
+class UnknownFunctionError(GraphDefinitionError):
+    """A metric calls a function Headwater does not know."""
+
+
+class CatalogError(HeadwaterError, KeyError):
+    """A name is missing from, or already taken in, the catalog."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class StreamGraphStateError(HeadwaterError, RuntimeError):
+    """The graph is not in a state that allows the requested operation."""
+
+
+class ExecutionError(HeadwaterError, RuntimeError):
+    """A running stream task failed."""
+
+
+class CaughtUpTimeout(HeadwaterError, TimeoutError):
+    """The graph did not process all appended data before the deadline."""

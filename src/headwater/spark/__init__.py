@@ -1,0 +1,1 @@
+"""spark layer (see docs/architecture.md)."""

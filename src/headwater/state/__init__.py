@@ -1,0 +1,1 @@
+"""state layer (see docs/architecture.md)."""

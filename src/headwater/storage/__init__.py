@@ -1,0 +1,1 @@
+"""storage layer (see docs/architecture.md)."""
