@@ -1,0 +1,152 @@
+"""Column types and schemas.
+
+A schema is an ordered mapping of column name to a Headwater type name. Type names
+are the user-facing vocabulary (``"timestamp"``, ``"double"``, ...); each maps to
+one Arrow type, which is what tables store and what Spark sees.
+
+>>> s = Schema.parse({"time": "timestamp", "price": "double"})
+>>> s.names
+('time', 'price')
+>>> s["price"]
+'double'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from headwater.errors import SchemaError
+
+# Canonical type name -> Arrow type. Timestamps are naive (no zone) microseconds:
+# they round-trip pandas' naive datetimes and map to Spark's TIMESTAMP_NTZ.
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "bool": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "timestamp": pa.timestamp("us"),
+    "date": pa.date32(),
+}
+
+ALIASES: dict[str, str] = {
+    "boolean": "bool",
+    "integer": "int",
+    "int32": "int",
+    "int64": "long",
+    "bigint": "long",
+    "float32": "float",
+    "float64": "double",
+    "str": "string",
+    "symbol": "string",
+    "varchar": "string",
+    "datetime": "timestamp",
+    "timestamp_ntz": "timestamp",
+}
+
+NUMERIC = frozenset({"int", "long", "float", "double"})
+INTEGRAL = frozenset({"int", "long"})
+TEMPORAL = frozenset({"timestamp", "date"})
+
+
+def canonical_type(name: str, *, where: str = "schema") -> str:
+    """Return the canonical type name for ``name`` or raise a SchemaError listing valid names."""
+    key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in ARROW_TYPES:
+        valid = ", ".join(sorted(ARROW_TYPES))
+        raise SchemaError(f"{where}: unknown column type {name!r}; expected one of {valid}")
+    return key
+
+
+def type_from_arrow(dtype: pa.DataType, *, where: str = "data") -> str:
+    """Map an Arrow type to the canonical Headwater type name."""
+    if pa.types.is_timestamp(dtype):
+        return "timestamp"
+    if pa.types.is_large_string(dtype) or pa.types.is_string(dtype) or pa.types.is_dictionary(dtype):
+        return "string"
+    for name, arrow in ARROW_TYPES.items():
+        if dtype == arrow:
+            return name
+    if pa.types.is_integer(dtype):
+        return "long"
+    if pa.types.is_floating(dtype):
+        return "double"
+    raise SchemaError(f"{where}: column type {dtype} is not supported; expected one of {sorted(ARROW_TYPES)}")
+
+
+@dataclass(frozen=True)
+class Schema:
+    """An ordered, immutable list of (column name, type name) pairs."""
+
+    columns: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for name, _ in self.columns:
+            if name in seen:
+                raise SchemaError(f"schema: duplicate column name {name!r}")
+            seen.add(name)
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, str] | Schema, *, where: str = "schema") -> Schema:
+        """Build a schema from ``{"name": "type"}`` (or return ``spec`` if it is one)."""
+        if isinstance(spec, Schema):
+            return spec
+        if not isinstance(spec, Mapping) or not spec:
+            raise SchemaError(
+                f"{where}: expected a non-empty dict of column name to type, got {spec!r}; "
+                'e.g. {"time": "timestamp", "price": "double"}'
+            )
+        cols = []
+        for name, typ in spec.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise SchemaError(f"{where}: column name {name!r} must be an identifier")
+            cols.append((name, canonical_type(typ, where=f"{where} column {name!r}")))
+        return cls(tuple(cols))
+
+    @classmethod
+    def from_arrow(cls, schema: pa.Schema, *, where: str = "data") -> Schema:
+        return cls(tuple((f.name, type_from_arrow(f.type, where=f"{where} column {f.name!r}")) for f in schema))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.columns)
+
+    def __getitem__(self, name: str) -> str:
+        for n, t in self.columns:
+            if n == name:
+                return t
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return any(n == name for n, _ in self.columns)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.columns)
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    def lookup(self, name: str) -> str | None:
+        """Return the real column name matching ``name`` case-insensitively (Orca rule), or None."""
+        if name in self:
+            return name
+        lowered = name.lower()
+        for n, _ in self.columns:
+            if n.lower() == lowered:
+                return n
+        return None
+
+    def to_arrow(self) -> pa.Schema:
+        return pa.schema([pa.field(n, ARROW_TYPES[t]) for n, t in self.columns])
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self.columns)
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(f"{n} {t}" for n, t in self.columns) + ")"
