@@ -1,0 +1,110 @@
+"""What every engine provides, and the per-task key table.
+
+An engine spec is an immutable, validated description (parameters, metrics). Given
+its input schema it reports its output schema and builds a :class:`Processor`: the
+pure-Python/NumPy object that turns one stream task's micro-batch into output rows
+while carrying explicit, picklable state. The Spark layer only moves batches and
+state; streaming == batch is therefore testable without Spark.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from headwater.errors import GraphDefinitionError
+from headwater.expr import Alias, Expr
+from headwater.functions import default_name
+from headwater.types import Schema
+
+SEQ = "_hw_seq"  # total order of rows within a stream (append order); reserved name
+
+
+class Processor(abc.ABC):
+    """Runs one engine over the micro-batches of one stream task."""
+
+    @abc.abstractmethod
+    def new_state(self) -> Any:
+        """State before the first row."""
+
+    @abc.abstractmethod
+    def process(self, state: Any, table: pa.Table) -> tuple[Any, pa.Table]:
+        """Consume ``table`` (input columns + ``_hw_seq``, in stream order); return new state and output.
+
+        The output has the engine's output columns plus ``_hw_seq``, the order key of
+        each output row (the sequence number of the input row that produced it).
+        """
+
+
+@dataclass(frozen=True)
+class EngineSpec(abc.ABC):
+    """Base of engine descriptions; subclasses are frozen dataclasses that validate themselves."""
+
+    kind: ClassVar[str] = "ENGINE"
+
+    @abc.abstractmethod
+    def output_schema(self, input_schema: Schema) -> Schema: ...
+
+    @abc.abstractmethod
+    def processor(self, input_schema: Schema) -> Processor: ...
+
+    @abc.abstractmethod
+    def properties(self) -> dict[str, Any]:
+        """JSON-ready parameters, shown by explain() and stored with the graph."""
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return ()
+
+
+def metric_outputs(metrics: Sequence[Expr], *, where: str) -> list[tuple[str, Expr]]:
+    """Flatten metrics into (output name, expression) pairs, checking names are unique."""
+    out: list[tuple[str, Expr]] = []
+    for m in metrics:
+        if isinstance(m, Alias):
+            out.extend(zip(m.names, m.outputs(), strict=True))
+        else:
+            out.append((default_name(m, where=where), m))
+    names = [n for n, _ in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise GraphDefinitionError(f"{where}: output column name(s) {dupes} appear more than once; rename with 'as'")
+    return out
+
+
+class KeyTable:
+    """Maps key values to dense slots 0..n-1 in first-seen order; slots index kernel state arrays."""
+
+    def __init__(self, keys: Sequence[Any] = ()) -> None:
+        self.keys: list[Any] = list(keys)
+        self._index = pd.Index(self.keys, dtype=object)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def slots(self, key_columns: Sequence[np.ndarray]) -> np.ndarray:
+        """Slot of each row's key, adding unseen keys at the end."""
+        if len(key_columns) == 1:
+            values = pd.Index(key_columns[0], dtype=object)
+        else:
+            values = pd.Index(list(zip(*key_columns, strict=True)), dtype=object, tupleize_cols=False)
+        found = self._index.get_indexer(values)
+        missing = found < 0
+        if missing.any():
+            new = pd.unique(values[missing])
+            self.keys.extend(new.tolist())
+            self._index = pd.Index(self.keys, dtype=object, tupleize_cols=False)
+            found[missing] = self._index.get_indexer(values[missing])
+        return found.astype(np.int64)
+
+    def values(self, slots: np.ndarray, column: int, n_columns: int) -> np.ndarray:
+        """The key column ``column`` of each slot in ``slots``."""
+        keys = np.empty(len(self.keys), dtype=object)
+        keys[:] = [k[column] if n_columns > 1 else k for k in self.keys]
+        return keys[slots]

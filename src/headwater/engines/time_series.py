@@ -1,0 +1,260 @@
+"""The time-series engine: per-key tumbling or sliding event-time windows (Orca's timeSeriesEngine).
+
+A window of key k is emitted when the first row of k at or past its end (plus
+``accepted_delay``) arrives — per key, not by a global watermark, which is why this
+engine runs on Headwater's own incremental window kernel rather than Spark's window
+aggregation (a global watermark would close a quiet key's window because another key
+moved on, and drop rows of a lagging key). Metrics are aggregates (``first``,
+``max``, ``sum``...) of row expressions, optionally combined by row-wise expressions
+(``max(price) - min(price) as range``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from headwater.durations import format_duration, to_micros
+from headwater.engines.base import SEQ, EngineSpec, KeyTable, Processor, metric_outputs
+from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
+from headwater.errors import GraphDefinitionError
+from headwater.expr import Call, Col, Expr, Lit
+from headwater.functions import FUNCTIONS, infer_type
+from headwater.types import NUMERIC, TEMPORAL, Schema
+
+TSE_KINDS = frozenset({"scalar", "aggregate"})
+FILL_MODES = ("none", "null", "ffill")
+
+# Orca's alignment of the first window for millisecond-precision time columns (C.1).
+_ALIGN_MS = [(2, 2), (5, 5), (10, 10), (20, 20), (25, 25), (50, 50), (100, 100), (200, 200), (250, 250),
+             (500, 500), (1000, 1000), (2000, 2000), (3000, 3000), (5000, 5000), (10000, 10000),
+             (15000, 15000), (20000, 20000), (30000, 30000)]
+_ALIGN_MS_ROUND = [(60000, 60000), (120000, 120000), (300000, 300000), (600000, 600000), (900000, 900000),
+                   (1200000, 1200000), (1800000, 1800000)]
+
+
+def alignment_micros(step_us: int, *, round_time: bool) -> int:
+    """Orca's alignment size for a step, in microseconds (millisecond-precision table)."""
+    if step_us % 1000:
+        return step_us
+    step_ms = step_us // 1000
+    for upper, size in _ALIGN_MS:
+        if step_ms <= upper:
+            return size * 1000
+    if not round_time:
+        return 60_000_000
+    for upper, size in _ALIGN_MS_ROUND:
+        if step_ms <= upper:
+            return size * 1000
+    return 3_600_000_000
+
+
+@dataclass(frozen=True)
+class TimeSeriesEngine(EngineSpec):
+    """Parameters of ``time_series_engine`` (validated against the input schema on creation)."""
+
+    kind: ClassVar[str] = "TIME_SERIES_ENGINE"
+    name: str
+    input_schema: Schema
+    window: timedelta
+    step: timedelta
+    metrics: tuple[Expr, ...]
+    time_column: str
+    key_column: tuple[str, ...] = ()
+    accepted_delay: timedelta = timedelta(0)
+    closed: str = "left"
+    use_window_start_time: bool = False
+    fill: str | float = "none"
+    round_time: bool = True
+    _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"time_series_engine {self.name!r}"
+        if to_micros(self.window) % to_micros(self.step):
+            raise GraphDefinitionError(
+                f"{where}: window {format_duration(self.window)} must be a multiple of step "
+                f"{format_duration(self.step)}; e.g. window='60s', step='30s'"
+            )
+        if self.closed not in ("left", "right"):
+            raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {self.closed!r}")
+        if isinstance(self.fill, str) and self.fill not in FILL_MODES:
+            raise GraphDefinitionError(
+                f"{where}: fill must be one of {', '.join(FILL_MODES)} or a number, got {self.fill!r}"
+            )
+        time_col = self.input_schema.lookup(self.time_column)
+        if time_col is None:
+            raise GraphDefinitionError(
+                f"{where}: time_column {self.time_column!r} is not an input column "
+                f"(input columns: {', '.join(self.input_schema.names)})"
+            )
+        if self.input_schema[time_col] not in TEMPORAL:
+            raise GraphDefinitionError(
+                f"{where}: time_column {time_col!r} has type {self.input_schema[time_col]}; expected timestamp or date"
+            )
+        object.__setattr__(self, "time_column", time_col)
+        keys = []
+        for k in self.key_column:
+            real = self.input_schema.lookup(k)
+            if real is None:
+                raise GraphDefinitionError(
+                    f"{where}: key_column {k!r} is not an input column (input columns: {', '.join(self.input_schema.names)})"
+                )
+            keys.append(real)
+        object.__setattr__(self, "key_column", tuple(keys))
+        if not self.metrics:
+            raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['sum(volume) as volume']")
+        outputs = metric_outputs(self.metrics, where=where)
+        taken = {time_col, *keys}
+        for name, expr in outputs:
+            w = f"{where} metric {name!r}"
+            if name in taken:
+                raise GraphDefinitionError(f"{w}: the name repeats the time or key column; rename it with 'as'")
+            typ = infer_type(expr, self.input_schema, where=w, kinds=TSE_KINDS)
+            _check_inside_aggregates(expr, where=w)
+            for agg in _aggregates(expr):
+                arg_type = infer_type(agg.args[0], self.input_schema, where=w, kinds=TSE_KINDS)
+                if arg_type not in NUMERIC and arg_type != "bool":
+                    raise GraphDefinitionError(f"{w}: {agg} aggregates a {arg_type} column; only numeric columns are supported")
+            if typ == "string":
+                raise GraphDefinitionError(f"{w}: string results are not supported in a time_series_engine metric")
+        object.__setattr__(self, "_outputs", tuple(outputs))
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return self.key_column
+
+    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+        schema = self.input_schema
+        cols = [(self.time_column, schema[self.time_column])] + [(k, schema[k]) for k in self.key_column]
+        where = f"time_series_engine {self.name!r}"
+        cols += [(n, infer_type(e, schema, where=where, kinds=TSE_KINDS)) for n, e in self._outputs]
+        return Schema(tuple(cols))
+
+    def properties(self) -> dict[str, Any]:
+        return {
+            "windowSize": format_duration(self.window),
+            "step": format_duration(self.step),
+            "metrics": [str(m) for m in self.metrics],
+            "timeColumn": self.time_column,
+            "keyColumn": list(self.key_column),
+            "acceptedDelay": format_duration(self.accepted_delay) if self.accepted_delay else "0s",
+            "closed": self.closed,
+            "useWindowStartTime": self.use_window_start_time,
+            "fill": self.fill,
+        }
+
+    def processor(self, input_schema: Schema | None = None) -> TimeSeriesProcessor:
+        return TimeSeriesProcessor(self)
+
+
+def _aggregates(expr: Expr) -> list[Call]:
+    return [n for n in expr.walk() if isinstance(n, Call) and FUNCTIONS[n.func].kind == "aggregate"]
+
+
+def _check_inside_aggregates(expr: Expr, *, where: str) -> None:
+    if isinstance(expr, Col):
+        raise GraphDefinitionError(
+            f"{where}: column {expr.name!r} is used outside an aggregate; a window engine outputs one row per "
+            f"window, e.g. 'last({expr.name}) as {expr.name}'"
+        )
+    if isinstance(expr, Call) and FUNCTIONS[expr.func].kind != "aggregate":
+        for a in expr.args:
+            _check_inside_aggregates(a, where=where)
+
+
+def _replace_aggregates(expr: Expr, index: dict[str, int]) -> Expr:
+    if isinstance(expr, Call):
+        if expr.key() in index:
+            return Col(f"__agg{index[expr.key()]}")
+        return Call(expr.func, tuple(_replace_aggregates(a, index) for a in expr.args), expr.params)
+    return expr
+
+
+def _resolve(expr: Expr, schema: Schema) -> Expr:
+    if isinstance(expr, Col):
+        return Col(schema.lookup(expr.name) or expr.name)
+    if isinstance(expr, Call):
+        return Call(expr.func, tuple(_resolve(a, schema) for a in expr.args), expr.params)
+    return expr
+
+
+class TimeSeriesProcessor(Processor):
+    def __init__(self, spec: TimeSeriesEngine) -> None:
+        from headwater.state.windows import WindowAggregator, WindowSpec
+
+        self.spec = spec
+        schema = spec.input_schema
+        self.aggs: list[Call] = []
+        index: dict[str, int] = {}
+        self.post: list[tuple[str, Expr]] = []
+        for name, expr in spec._outputs:
+            expr = _resolve(expr, schema)
+            for agg in _aggregates(expr):
+                if agg.key() not in index:
+                    index[agg.key()] = len(self.aggs)
+                    self.aggs.append(agg)
+            self.post.append((name, _replace_aggregates(expr, index)))
+        step = to_micros(spec.step)
+        fill: str | float = spec.fill if isinstance(spec.fill, str) else float(spec.fill)
+        window_spec = WindowSpec(
+            window=to_micros(spec.window),
+            step=step,
+            closed=spec.closed,
+            accepted_delay=to_micros(spec.accepted_delay),
+            use_window_start_time=spec.use_window_start_time,
+            fill=fill,
+            align=alignment_micros(step, round_time=spec.round_time),
+        )
+        self.aggregator = WindowAggregator(window_spec, [a.func for a in self.aggs])
+        self.out_schema = spec.output_schema()
+        self.needed = sorted({c for a in self.aggs for c in a.args[0].columns()})
+
+    def new_state(self) -> dict[str, Any]:
+        return {"keys": [], "windows": self.aggregator.init_state()}
+
+    def _arrow_schema(self) -> pa.Schema:
+        return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
+
+    def empty_output(self) -> pa.Table:
+        return self._arrow_schema().empty_table()
+
+    def process(self, state: dict[str, Any], table: pa.Table) -> tuple[dict[str, Any], pa.Table]:
+        spec = self.spec
+        table = table.filter(table[spec.time_column].is_valid())
+        n = table.num_rows
+        if n == 0:
+            return state, self.empty_output()
+        schema = spec.input_schema
+        keys = KeyTable(state["keys"])
+        key_arrays = [to_numpy(table[k], schema[k]) for k in spec.key_column]
+        slots = keys.slots(key_arrays) if key_arrays else np.zeros(n, dtype=np.int64)
+        time_type = schema[spec.time_column]
+        times = to_numpy(table[spec.time_column], time_type).astype(np.int64)
+        if time_type == "date":
+            times = times * 86_400_000_000
+        columns = {c: to_numpy(table[c], schema[c]) for c in self.needed}
+        args = [np.asarray(evaluate_rowwise(a.args[0], columns, n), dtype=np.float64) for a in self.aggs]
+        windows_state, out = self.aggregator.run(state["windows"], slots, max(len(keys), 1), times, args)
+        new_state = {"keys": keys.keys, "windows": windows_state}
+        m = len(out.slots)
+        if m == 0:
+            return new_state, self.empty_output()
+        out_times = np.asarray(out.times, dtype=np.int64)
+        if time_type == "date":
+            out_times = out_times // 86_400_000_000
+        arrays: list[pa.Array] = [to_arrow(out_times.astype(np.float64), time_type)]
+        for i, k in enumerate(spec.key_column):
+            arrays.append(pa.array(keys.values(out.slots, i, len(spec.key_column)), type=schema.to_arrow().field(k).type))
+        agg_columns = {f"__agg{i}": np.asarray(v, dtype=np.float64) for i, v in enumerate(out.values)}
+        for (_, expr), (_, typ) in zip(self.post, self.out_schema.columns[1 + len(spec.key_column):], strict=True):
+            values = evaluate_rowwise(expr, agg_columns, m) if not isinstance(expr, Lit) else None
+            if values is None:
+                values = np.full(m, np.nan if expr.value is None else float(expr.value))  # type: ignore[union-attr]
+            arrays.append(to_arrow(values, typ))
+        seq = table[SEQ].to_numpy()
+        arrays.append(pa.array(seq[np.asarray(out.trigger_rows, dtype=np.int64)], type=pa.int64()))
+        return new_state, pa.table(arrays, schema=self._arrow_schema())

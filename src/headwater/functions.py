@@ -1,0 +1,372 @@
+"""Functions usable in metrics, filters and maps, and the registry that describes them.
+
+Every function has one :class:`FunctionSpec`: its kind (``scalar`` row-wise,
+``aggregate`` for window engines, ``state`` for the reactive state engine), which
+arguments are columns and which are constant parameters, and its result type. The
+Python constructors below and the SQL-like string parser both bind arguments through
+the same spec, so ``mmax("high", 9)`` and ``"mmax(high, 9)"`` give the same tree.
+
+>>> from headwater.functions import ewm_mean, mmax
+>>> str(ewm_mean("close", span=20, adjust=False))
+'ewm_mean(close, span=20, adjust=false)'
+>>> str(mmax("high", 9))
+'mmax(high, window=9)'
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from headwater.errors import GraphDefinitionError, SchemaError, UnknownFunctionError
+from headwater.expr import (
+    Alias,
+    Call,
+    Col,
+    Expr,
+    Item,
+    Lit,
+    MultiExpr,
+    as_expr,
+    col,
+    lit,
+)
+from headwater.types import INTEGRAL, NUMERIC, Schema
+
+__all__ = ["col", "lit", "state"]  # extended below with every generated constructor
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """A constant parameter of a function (a window length, a span, a flag)."""
+
+    name: str
+    default: Any = REQUIRED
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    kind: str  # "scalar" | "aggregate" | "state"
+    columns: tuple[str, ...]
+    params: tuple[Param, ...] = ()
+    result: str = "same"  # "same" | "double" | "long" | "bool" | "numeric" | "sum" | "branch"
+    n_outputs: int = 1
+    doc: str = ""
+
+    def signature(self) -> str:
+        parts = list(self.columns) + [
+            p.name if p.default is REQUIRED else f"{p.name}={p.default!r}" for p in self.params
+        ]
+        return f"{self.name}({', '.join(parts)})"
+
+
+FUNCTIONS: dict[str, FunctionSpec] = {}
+
+
+def _register(spec: FunctionSpec) -> FunctionSpec:
+    FUNCTIONS[spec.name] = spec
+    return spec
+
+
+def _p(*names: str, **defaults: Any) -> tuple[Param, ...]:
+    return tuple(Param(n) for n in names) + tuple(Param(k, v) for k, v in defaults.items())
+
+
+# -- scalar (row-wise) functions and operators -----------------------------------------------------
+for _op in ("add", "sub", "mul", "mod", "floordiv"):
+    _register(FunctionSpec(_op, "scalar", ("x", "y"), result="numeric"))
+_register(FunctionSpec("div", "scalar", ("x", "y"), result="double"))
+_register(FunctionSpec("pow", "scalar", ("x", "y"), result="double"))
+for _op in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or"):
+    _register(FunctionSpec(_op, "scalar", ("x", "y"), result="bool"))
+_register(FunctionSpec("not", "scalar", ("x",), result="bool"))
+_register(FunctionSpec("neg", "scalar", ("x",), result="same"))
+_register(FunctionSpec("abs", "scalar", ("x",), result="same", doc="absolute value"))
+_register(FunctionSpec("round", "scalar", ("x",), _p(digits=0), result="double", doc="round half away from zero"))
+for _f in ("sqrt", "log", "exp", "floor", "ceil"):
+    _register(FunctionSpec(_f, "scalar", ("x",), result="double"))
+_register(FunctionSpec("signum", "scalar", ("x",), result="long"))
+_register(FunctionSpec("iif", "scalar", ("cond", "true_value", "false_value"), result="branch"))
+_register(FunctionSpec("is_null", "scalar", ("x",), result="bool"))
+_register(FunctionSpec("not_null", "scalar", ("x",), result="bool"))
+
+# -- aggregates of window engines (DolphinDB names) -------------------------------------------------
+for _f, _res in (
+    ("first", "same"),
+    ("last", "same"),
+    ("max", "same"),
+    ("min", "same"),
+    ("sum", "sum"),
+    ("count", "long"),
+    ("avg", "double"),
+    ("std", "double"),
+    ("var", "double"),
+):
+    _register(FunctionSpec(_f, "aggregate", ("x",), result=_res))
+
+# -- state functions of the reactive state engine ---------------------------------------------------
+_EWM = _p(com=None, span=None, half_life=None, alpha=None, min_periods=0, adjust=True, ignore_na=False)
+_register(FunctionSpec("ewm_mean", "state", ("x",), _EWM, result="double", doc="pandas-compatible EWM mean"))
+_register(FunctionSpec("ema", "state", ("x",), _p("window"), result="double", doc="TA-style EMA"))
+_register(FunctionSpec("wilder", "state", ("x",), _p("window"), result="double"))
+_register(FunctionSpec("gema", "state", ("x",), _p("window", "alpha"), result="double"))
+for _f, _res in (
+    ("mmax", "same"),
+    ("mmin", "same"),
+    ("msum", "sum"),
+    ("mavg", "double"),
+    ("mstd", "double"),
+    ("mvar", "double"),
+    ("mfirst", "same"),
+    ("mlast", "same"),
+):
+    _register(FunctionSpec(_f, "state", ("x",), _p("window", min_periods=None), result=_res))
+_register(FunctionSpec("mcount", "state", ("x",), _p("window", min_periods=1), result="long"))
+_register(FunctionSpec("prev", "state", ("x",), result="same"))
+_register(FunctionSpec("move", "state", ("x",), _p("steps"), result="same"))
+_register(FunctionSpec("deltas", "state", ("x",), _p(n=1), result="numeric"))
+_register(FunctionSpec("ratios", "state", ("x",), result="double"))
+_register(FunctionSpec("percent_change", "state", ("x",), _p(n=1), result="double"))
+_register(FunctionSpec("ffill", "state", ("x",), result="same"))
+for _f, _res in (
+    ("cumsum", "sum"),
+    ("cumavg", "double"),
+    ("cummax", "same"),
+    ("cummin", "same"),
+    ("cumcount", "long"),
+    ("cumprod", "numeric"),
+):
+    _register(FunctionSpec(_f, "state", ("x",), result=_res))
+
+
+# -- binding ----------------------------------------------------------------------------------------
+def _camel_to_snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def lookup(name: str, *, where: str = "metric") -> FunctionSpec:
+    """Find a function by its name (snake_case; DolphinDB camelCase is accepted too)."""
+    spec = FUNCTIONS.get(name) or FUNCTIONS.get(_camel_to_snake(name)) or FUNCTIONS.get(name.lower())
+    if spec is None:
+        hint = difflib.get_close_matches(_camel_to_snake(name), list(FUNCTIONS) + list(STATE_FUNCTIONS), n=3)
+        suggestion = f"; did you mean {', '.join(hint)}?" if hint else ""
+        raise UnknownFunctionError(
+            f"{where}: unknown function {name!r}{suggestion} "
+            f"(see docs/functions.md for the {len(FUNCTIONS)} functions Headwater provides)"
+        )
+    return spec
+
+
+def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Call:
+    """Bind positional and keyword arguments to ``spec`` and build the call node."""
+    where = f"{spec.signature()}"
+    if len(args) > len(spec.columns) + len(spec.params):
+        raise GraphDefinitionError(f"{where}: takes at most {len(spec.columns) + len(spec.params)} arguments, got {len(args)}")
+    col_values: dict[str, Any] = {}
+    param_values: dict[str, Any] = {}
+    names = list(spec.columns) + [p.name for p in spec.params]
+    for name, value in zip(names, args, strict=False):
+        (col_values if name in spec.columns else param_values)[name] = value
+    for key, value in kwargs.items():
+        if key not in names:
+            raise GraphDefinitionError(f"{where}: unexpected argument {key}={value!r}; accepted: {', '.join(names)}")
+        if key in col_values or key in param_values:
+            raise GraphDefinitionError(f"{where}: argument {key!r} given twice")
+        (col_values if key in spec.columns else param_values)[key] = value
+    missing = [c for c in spec.columns if c not in col_values]
+    missing += [p.name for p in spec.params if p.default is REQUIRED and p.name not in param_values]
+    if missing:
+        raise GraphDefinitionError(f"{where}: missing argument(s) {', '.join(missing)}")
+    params: list[tuple[str, Any]] = []
+    for p in spec.params:
+        if p.name not in param_values:
+            continue
+        value = param_values[p.name]
+        if isinstance(value, Lit):
+            value = value.value
+        if isinstance(value, Expr | MultiExpr):
+            raise GraphDefinitionError(
+                f"{where}: parameter {p.name} must be a constant, got the expression {value}"
+            )
+        if p.default is not REQUIRED and value == p.default and type(value) is type(p.default):
+            continue  # defaults are not spelled out: keeps canonical text (and de-duplication) stable
+        params.append((p.name, value))
+    call = Call(spec.name, tuple(as_expr(col_values[c]) for c in spec.columns), tuple(params))
+    if spec.kind == "state":
+        _validate_state_params(call)
+    return call
+
+
+def _validate_state_params(call: Call) -> None:
+    """Build the kernel once so bad parameters fail on the user's line, not in Spark."""
+    from headwater.state.ops import make_state_op  # numba import is deferred until needed
+
+    try:
+        make_state_op(call.func, dict(call.params))
+    except (ValueError, TypeError) as exc:
+        raise GraphDefinitionError(f"{call}: {exc}") from None
+
+
+def _make_constructor(spec: FunctionSpec) -> Callable[..., Call]:
+    def construct(*args: Any, **kwargs: Any) -> Call:
+        return bind(spec, args, kwargs)
+
+    params = [inspect.Parameter(c, inspect.Parameter.POSITIONAL_OR_KEYWORD) for c in spec.columns]
+    params += [
+        inspect.Parameter(
+            p.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD if p.default is REQUIRED else inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if p.default is REQUIRED else p.default,
+        )
+        for p in spec.params
+    ]
+    construct.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    construct.__name__ = construct.__qualname__ = spec.name
+    construct.__doc__ = f"{spec.kind} function {spec.signature()}" + (f": {spec.doc}." if spec.doc else ".")
+    return construct
+
+
+_PUBLIC_SKIP = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "eq", "ne", "lt", "le", "gt", "ge",
+                "and", "or", "not"}
+for _spec in list(FUNCTIONS.values()):
+    if _spec.name not in _PUBLIC_SKIP:
+        globals()[_spec.name] = _make_constructor(_spec)
+        __all__.append(_spec.name)
+
+
+# -- @state user functions --------------------------------------------------------------------------
+STATE_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+
+
+def state(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Declare a user state function, traced over expressions (Orca's ``@state``).
+
+    The body runs once per call site with expression objects in place of columns,
+    so it may use arithmetic, ``round``, built-in state functions and other
+    ``@state`` functions. Returning a tuple makes a multi-output metric.
+
+    >>> from headwater.functions import ewm_mean, state
+    >>> @state
+    ... def ewma(s, n):
+    ...     return ewm_mean(s, span=n, adjust=False)
+    >>> str(ewma("close", 20))
+    'ewm_mean(close, span=20, adjust=false)'
+    """
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def traced(*args: Any, **kwargs: Any) -> Expr | MultiExpr:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise GraphDefinitionError(f"@state function {fn.__name__}: {exc}") from None
+        bound.apply_defaults()
+        converted = {k: (Col(v) if isinstance(v, str) else v) for k, v in bound.arguments.items()}
+        result = fn(**converted)
+        if isinstance(result, MultiExpr):
+            return result
+        if isinstance(result, tuple | list):
+            shown = ", ".join(str(a) for a in bound.args)
+            return MultiExpr(tuple(as_expr(r) for r in result), label=f"{fn.__name__}({shown})")
+        if not isinstance(result, Expr | int | float):
+            raise GraphDefinitionError(
+                f"@state function {fn.__name__} returned {result!r}; expected an expression or a tuple of them"
+            )
+        return as_expr(result)
+
+    traced.__headwater_state__ = True  # type: ignore[attr-defined]
+    STATE_FUNCTIONS[fn.__name__] = traced
+    return traced
+
+
+# -- type inference ---------------------------------------------------------------------------------
+def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str]) -> str:
+    """Return the result type of ``expr`` over ``schema``, validating it on the way.
+
+    ``kinds`` lists the function kinds allowed here (e.g. ``{"scalar", "state"}`` in a
+    reactive state engine). Errors name ``where`` (the graph node), the offending
+    value and what would be accepted.
+    """
+    if isinstance(expr, Col):
+        real = schema.lookup(expr.name)
+        if real is None:
+            hint = difflib.get_close_matches(expr.name, schema.names, n=1)
+            more = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise SchemaError(f"{where}: unknown column {expr.name!r}{more} (input columns: {', '.join(schema.names)})")
+        return schema[real]
+    if isinstance(expr, Lit):
+        v = expr.value
+        if isinstance(v, bool):
+            return "bool"
+        if isinstance(v, int):
+            return "long"
+        if isinstance(v, float):
+            return "double"
+        if isinstance(v, str):
+            return "string"
+        return "double"  # null literal
+    if isinstance(expr, Item):
+        infer_type(expr.expr, schema, where=where, kinds=kinds)
+        return "double"
+    if isinstance(expr, Alias):
+        raise GraphDefinitionError(f"{where}: 'as' can only name a whole metric, not part of {expr}")
+    if not isinstance(expr, Call):
+        raise GraphDefinitionError(f"{where}: unsupported expression {expr!r}")
+    spec = lookup(expr.func, where=where)
+    if spec.kind not in kinds:
+        allowed = " or ".join(sorted(kinds))
+        raise GraphDefinitionError(
+            f"{where}: {spec.kind} function {spec.name}() cannot be used here (only {allowed} functions); "
+            f"in {expr}"
+        )
+    inner_kinds = kinds - {"aggregate"} if spec.kind == "aggregate" else kinds
+    arg_types = [infer_type(a, schema, where=where, kinds=inner_kinds) for a in expr.args]
+    if spec.kind == "aggregate":
+        for a in expr.args:
+            for node in a.walk():
+                if isinstance(node, Call) and node.func in FUNCTIONS and FUNCTIONS[node.func].kind == "aggregate":
+                    raise GraphDefinitionError(f"{where}: nested aggregate {node} inside {expr} is not allowed")
+    numeric_args = spec.name not in {"eq", "ne", "and", "or", "not", "iif", "is_null", "not_null", "first", "last",
+                                     "max", "min", "count", "mfirst", "mlast", "prev", "move", "ffill", "lt", "le",
+                                     "gt", "ge", "mcount", "cumcount"}
+    if numeric_args:
+        for a, t in zip(expr.args, arg_types, strict=True):
+            if t not in NUMERIC and t != "bool":
+                raise SchemaError(f"{where}: {spec.name}() needs a numeric argument, got {a} of type {t} in {expr}")
+    return _result_type(spec, arg_types)
+
+
+def _result_type(spec: FunctionSpec, arg_types: list[str]) -> str:
+    if spec.result == "same":
+        return arg_types[0]
+    if spec.result == "numeric":
+        return "long" if all(t in INTEGRAL or t == "bool" for t in arg_types) else "double"
+    if spec.result == "sum":
+        return "long" if arg_types[0] in INTEGRAL or arg_types[0] == "bool" else "double"
+    if spec.result == "branch":
+        a, b = arg_types[1], arg_types[2]
+        if a == b:
+            return a
+        return "double" if a in NUMERIC and b in NUMERIC else a
+    return spec.result
+
+
+def default_name(expr: Expr, *, where: str) -> str:
+    """Orca's generated output name: bare columns keep theirs, ``sum(price)`` becomes ``sum_price``."""
+    if isinstance(expr, Col):
+        return expr.name
+    if isinstance(expr, Call) and expr.args and all(isinstance(a, Col | Lit) for a in expr.args):
+        cols = [a.name for a in expr.args if isinstance(a, Col)]
+        if cols:
+            return "_".join([expr.func, *cols])
+    raise GraphDefinitionError(
+        f"{where}: metric {expr} needs a name; add one with .alias('name') or 'as name' in a string metric"
+    )

@@ -1,0 +1,154 @@
+"""Parse SQL-like metric strings into expression trees.
+
+The grammar is Python's expression grammar (parsed with :mod:`ast`, so precedence
+and literals behave as users expect) plus a trailing ``as name[, name...]``.
+DolphinDB spellings are accepted too: ``<>`` for ``!=``, ``&&``/``||``, and
+backtick names (``as `dif`dea``).
+
+>>> from headwater.parse import parse_metric
+>>> str(parse_metric("first(price) as open"))
+'first(price) as open'
+>>> str(parse_metric("(high - low) / close * 100 as range_pct"))
+'(high - low) / close * 100 as range_pct'
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from headwater.errors import GraphDefinitionError
+from headwater.expr import Alias, Call, Col, Expr, Item, Lit, MultiExpr
+from headwater.functions import STATE_FUNCTIONS, bind, lookup
+
+_AS = re.compile(r"^(?P<expr>.+?)\s+as\s+(?P<names>`?[A-Za-z_][\w`, ]*)\s*$", re.IGNORECASE | re.DOTALL)
+
+_BINOPS: dict[type, str] = {
+    ast.Add: "add",
+    ast.Sub: "sub",
+    ast.Mult: "mul",
+    ast.Div: "div",
+    ast.FloorDiv: "floordiv",
+    ast.Mod: "mod",
+    ast.Pow: "pow",
+    ast.BitAnd: "and",
+    ast.BitOr: "or",
+}
+_CMPOPS: dict[type, str] = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+_CONSTANTS = {"true": True, "false": False, "null": None, "NULL": None}
+
+
+def parse_metric(text: str, *, where: str = "metric") -> Expr:
+    """Parse ``"expr [as name, ...]"`` into an expression (an :class:`Alias` when named)."""
+    if not isinstance(text, str) or not text.strip():
+        raise GraphDefinitionError(f"{where}: empty metric {text!r}; e.g. 'sum(volume) as volume'")
+    body, names = text.strip(), None
+    match = _AS.match(body)
+    if match:
+        body = match.group("expr")
+        names = [n for n in re.split(r"[`,\s]+", match.group("names")) if n]
+    value = parse_expr(body, where=where)
+    if names is None:
+        if isinstance(value, MultiExpr):
+            raise GraphDefinitionError(
+                f"{where}: {text!r} has {len(value)} outputs; name them, e.g. '{body} as "
+                + ", ".join(f"out{i}" for i in range(len(value)))
+                + "'"
+            )
+        return value
+    return value.alias(*names)
+
+
+def parse_expr(text: str, *, where: str = "expression") -> Any:
+    """Parse an expression string (no ``as``) into an :class:`Expr` (or a :class:`MultiExpr`)."""
+    source = text.replace("<>", "!=").replace("&&", " and ").replace("||", " or ")
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        pointer = " " * max((exc.offset or 1) - 1, 0) + "^"
+        raise GraphDefinitionError(f"{where}: cannot parse {text!r}\n    {source.strip()}\n    {pointer}") from None
+    return _convert(tree.body, text, where)
+
+
+def _convert(node: ast.AST, text: str, where: str) -> Any:
+    def conv(n: ast.AST) -> Any:
+        return _convert(n, text, where)
+
+    if isinstance(node, ast.Name):
+        if node.id in _CONSTANTS:
+            return Lit(_CONSTANTS[node.id])
+        return Col(node.id)
+    if isinstance(node, ast.Constant):
+        if node.value is None or isinstance(node.value, bool | int | float | str):
+            return Lit(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return Call(_BINOPS[type(node.op)], (conv(node.left), conv(node.right)))
+    if isinstance(node, ast.UnaryOp):
+        operand = conv(node.operand)
+        if isinstance(node.op, ast.USub):
+            if isinstance(operand, Lit) and isinstance(operand.value, int | float):
+                return Lit(-operand.value)
+            return Call("neg", (operand,))
+        if isinstance(node.op, ast.UAdd):
+            return operand
+        if isinstance(node.op, ast.Not | ast.Invert):
+            return Call("not", (operand,))
+    if isinstance(node, ast.BoolOp):
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        values = [conv(v) for v in node.values]
+        out = values[0]
+        for v in values[1:]:
+            out = Call(op, (out, v))
+        return out
+    if isinstance(node, ast.Compare):
+        left = conv(node.left)
+        out = None
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            if type(op) not in _CMPOPS:
+                break
+            right = conv(right_node)
+            term = Call(_CMPOPS[type(op)], (left, right))
+            out = term if out is None else Call("and", (out, term))
+            left = right
+        else:
+            return out
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return Item(conv(node.value), int(node.slice.value))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        name = node.func.id
+        args = [_const_or_expr(conv(a)) for a in node.args]
+        kwargs = {k.arg: _const_or_expr(conv(k.value)) for k in node.keywords if k.arg}
+        if name in STATE_FUNCTIONS:
+            return STATE_FUNCTIONS[name](*[a.name if isinstance(a, Col) else a for a in args], **kwargs)
+        spec = lookup(name, where=f"{where} {text!r}")
+        return bind(spec, args, kwargs)
+    segment = ast.get_source_segment(text, node) or ast.dump(node)
+    raise GraphDefinitionError(f"{where}: unsupported syntax {segment!r} in {text!r}")
+
+
+def _const_or_expr(value: Any) -> Any:
+    """Literals become Python constants so they can bind to constant parameters."""
+    if isinstance(value, Lit) and not isinstance(value.value, str):
+        return value.value
+    return value
+
+
+def to_metric(value: Any, *, where: str) -> Expr:
+    """Accept an expression object, a column name or a metric string; return an expression."""
+    if isinstance(value, MultiExpr):
+        raise GraphDefinitionError(
+            f"{where}: metric {value} has {len(value)} outputs; name them with .alias(...), "
+            f"e.g. {value}.alias({', '.join(repr(f'out{i}') for i in range(len(value)))})"
+        )
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, str):
+        return parse_metric(value, where=where)
+    raise GraphDefinitionError(
+        f"{where}: metric {value!r} (a {type(value).__name__}) is not an expression; "
+        "pass a string such as 'sum(volume) as volume' or an expression object"
+    )
+
+
+__all__ = ["Alias", "parse_expr", "parse_metric", "to_metric"]

@@ -1,0 +1,181 @@
+"""The logical stream graph: frozen nodes and edges exactly as the user declared them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from headwater.engines.base import EngineSpec
+from headwater.errors import GraphDefinitionError
+from headwater.expr import Expr
+from headwater.types import Schema
+
+TABLE_KINDS = ("plain", "keyed", "latest_keyed")
+TABLE_ROLES = ("source", "source_by_name", "buffer", "sink")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """``parallelize(key, count)``: ``count`` stream tasks, rows hashed by ``key``."""
+
+    key: str
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.key}×{self.count}"
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    name: str
+    schema: Schema
+
+    @property
+    def type(self) -> str:
+        raise NotImplementedError
+
+    def properties(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
+class TableNode(Node):
+    fqn: str
+    role: str
+    table_kind: str = "plain"
+    key_columns: tuple[str, ...] = ()
+    time_column: str | None = None
+    private: bool = False
+
+    @property
+    def type(self) -> str:
+        return "TABLE"
+
+    def properties(self) -> dict[str, Any]:
+        props: dict[str, Any] = {"fqn": self.fqn, "role": self.role, "kind": self.table_kind,
+                                 "visibility": "private" if self.private else "public"}
+        if self.key_columns:
+            props["keyColumn"] = list(self.key_columns)
+        if self.time_column:
+            props["timeColumn"] = self.time_column
+        return props
+
+
+@dataclass(frozen=True)
+class ComputeNode(Node):
+    """A node that runs inside stream tasks: an engine or a map."""
+
+    parallelism: Parallelism | None = None
+
+
+@dataclass(frozen=True)
+class EngineNode(ComputeNode):
+    spec: EngineSpec | None = None
+    fqn: str = ""
+
+    @property
+    def type(self) -> str:
+        assert self.spec is not None
+        return self.spec.kind
+
+    def properties(self) -> dict[str, Any]:
+        assert self.spec is not None
+        return {"fqn": self.fqn, **self.spec.properties()}
+
+
+@dataclass(frozen=True)
+class MapNode(ComputeNode):
+    """A stateless transform on an edge: expressions (run in the JVM) or a Python function over a batch."""
+
+    exprs: tuple[tuple[str, Expr], ...] = ()
+    fn: Callable[..., Any] | None = field(default=None, compare=False)
+    fn_name: str = ""
+    filter: Expr | None = None
+
+    @property
+    def type(self) -> str:
+        return "MAP"
+
+    def properties(self) -> dict[str, Any]:
+        if self.fn is not None:
+            return {"function": self.fn_name}
+        props: dict[str, Any] = {"select": [f"{e} as {n}" if str(e) != n else n for n, e in self.exprs]}
+        if self.filter is not None:
+            props["where"] = str(self.filter)
+        return props
+
+
+@dataclass
+class LogicalGraph:
+    """Nodes and edges; grows while the user chains calls, frozen into a plan on submit."""
+
+    fqn: str
+    nodes: dict[int, Node] = field(default_factory=dict)
+    edges: list[tuple[int, int]] = field(default_factory=list)
+
+    def next_id(self) -> int:
+        return len(self.nodes)
+
+    def add(self, node: Node, *, inputs: tuple[int, ...] = ()) -> Node:
+        taken = {n.name: n for n in self.nodes.values()}
+        if node.name in taken:
+            other = taken[node.name]
+            raise GraphDefinitionError(
+                f"stream graph {self.fqn}: name {node.name!r} is already used by node {other.id} ({other.type}); "
+                "names identify tables and engine state, pick another one"
+            )
+        self.nodes[node.id] = node
+        for i in inputs:
+            self.connect(i, node.id)
+        return node
+
+    def connect(self, src: int, dst: int) -> None:
+        if self.reaches(dst, src) or src == dst:
+            raise GraphDefinitionError(
+                f"stream graph {self.fqn}: edge {self.nodes[src].name!r} -> {self.nodes[dst].name!r} would close a cycle; "
+                "a stream graph must be acyclic"
+            )
+        self.edges.append((src, dst))
+
+    def replace(self, node: Node) -> None:
+        self.nodes[node.id] = node
+
+    def inputs(self, node_id: int) -> list[int]:
+        return [s for s, d in self.edges if d == node_id]
+
+    def outputs(self, node_id: int) -> list[int]:
+        return [d for s, d in self.edges if s == node_id]
+
+    def reaches(self, src: int, dst: int) -> bool:
+        stack, seen = [src], set()
+        while stack:
+            n = stack.pop()
+            if n == dst:
+                return True
+            if n in seen:
+                continue
+            seen.add(n)
+            stack.extend(self.outputs(n))
+        return False
+
+    def topological_order(self) -> list[int]:
+        """Kahn's algorithm; a cycle is reported with the nodes on it."""
+        indegree = {n: 0 for n in self.nodes}
+        for _, d in self.edges:
+            indegree[d] += 1
+        ready = sorted(n for n, deg in indegree.items() if deg == 0)
+        order: list[int] = []
+        while ready:
+            n = ready.pop(0)
+            order.append(n)
+            for d in self.outputs(n):
+                indegree[d] -= 1
+                if indegree[d] == 0:
+                    ready.append(d)
+            ready.sort()
+        if len(order) != len(self.nodes):
+            stuck = [self.nodes[n].name for n in self.nodes if n not in order]
+            raise GraphDefinitionError(f"stream graph {self.fqn}: cycle through {', '.join(stuck)}; a stream graph must be acyclic")
+        return order
