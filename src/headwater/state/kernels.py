@@ -1,0 +1,368 @@
+"""Numba kernels behind :mod:`headwater.state.ops`.
+
+Every kernel walks one micro-batch row by row in arrival order, reads and
+updates the per-key state arrays *in place* at ``slots[i]`` and returns one
+float64 output per row. NaN is NULL everywhere. The Python wrappers in
+``ops.py`` own validation, state growth and copying; kernels trust their input.
+
+Because each row only sees the state left by the rows before it, any split of
+the rows into batches gives bit-identical results to one batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Operation codes shared with ops.py (one kernel serves a family of functions).
+MSUM, MAVG, MCOUNT = 0, 1, 2
+SHIFT_MOVE, SHIFT_DELTA, SHIFT_RATIO, SHIFT_PCT = 0, 1, 2, 3
+CUM_SUM, CUM_AVG, CUM_MAX, CUM_MIN, CUM_COUNT, CUM_PROD = 0, 1, 2, 3, 4, 5
+
+
+@njit(cache=True)
+def ewm_mean(slots, x, com, adjust, ignore_na, minp, weighted, old_wt, nobs):  # pragma: no cover - numba
+    """pandas ``Series.ewm(com=...).mean()`` per key; state: weighted, old_wt, nobs."""
+    n = x.shape[0]
+    out = np.empty(n)
+    # Same arithmetic as pandas' window/aggregations.pyx so results match to the last bit.
+    alpha = 1.0 / (1.0 + com)
+    old_wt_factor = 1.0 - alpha
+    new_wt = 1.0 if adjust else alpha
+    for i in range(n):
+        k = slots[i]
+        cur = x[i]
+        is_obs = cur == cur
+        if is_obs:
+            nobs[k] += 1
+        w = weighted[k]
+        if w == w:
+            if is_obs or not ignore_na:
+                ow = old_wt[k] * old_wt_factor
+                if is_obs and w != cur:
+                    w = (ow * w + new_wt * cur) / (ow + new_wt)
+                    ow = ow + new_wt if adjust else 1.0
+                old_wt[k] = ow
+        elif is_obs:
+            w = cur
+        weighted[k] = w
+        out[i] = w if nobs[k] >= minp else np.nan
+    return out
+
+
+@njit(cache=True)
+def ta_ema(slots, x, window, alpha, warmup, ema, count, total):  # pragma: no cover - numba
+    """TA-lib style EMA per key; NULL rows output NULL and leave the state alone."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        if v != v:
+            out[i] = np.nan
+            continue
+        c = count[k] + 1
+        count[k] = c
+        if warmup:
+            if c == 1:
+                e = v
+            else:
+                a = 2.0 / c if c <= window else alpha
+                e = a * v + (1.0 - a) * ema[k]
+            ema[k] = e
+            out[i] = e
+        elif c < window:
+            total[k] += v
+            out[i] = np.nan
+        elif c == window:
+            e = (total[k] + v) / window
+            ema[k] = e
+            out[i] = e
+        else:
+            e = alpha * v + (1.0 - alpha) * ema[k]
+            ema[k] = e
+            out[i] = e
+    return out
+
+
+@njit(cache=True, inline="always")
+def _kahan_add(k, v, total, comp):  # pragma: no cover - numba
+    y = v - comp[k]
+    t = total[k] + y
+    comp[k] = (t - total[k]) - y
+    total[k] = t
+
+
+@njit(cache=True)
+def moving_sum(
+    op, slots, x, window, minp, full_only, ring, n_rows, nobs, total, comp, n_pinf, n_ninf
+):  # pragma: no cover - numba
+    """msum / mavg / mcount over the last ``window`` rows of each key (Kahan-compensated)."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        r = n_rows[k]
+        pos = r % window
+        if r >= window:
+            old = ring[k, pos]
+            if old == old:
+                nobs[k] -= 1
+                if old == np.inf:
+                    n_pinf[k] -= 1
+                elif old == -np.inf:
+                    n_ninf[k] -= 1
+                else:
+                    _kahan_add(k, -old, total, comp)
+        ring[k, pos] = v
+        if v == v:
+            nobs[k] += 1
+            if v == np.inf:
+                n_pinf[k] += 1
+            elif v == -np.inf:
+                n_ninf[k] += 1
+            else:
+                _kahan_add(k, v, total, comp)
+        n_rows[k] = r + 1
+        cnt = nobs[k]
+        if cnt - n_pinf[k] - n_ninf[k] == 0:
+            # no finite value left: drop accumulated rounding error
+            total[k] = 0.0
+            comp[k] = 0.0
+        if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
+            out[i] = np.nan
+        elif op == MCOUNT:
+            out[i] = cnt
+        else:
+            if n_pinf[k] > 0 and n_ninf[k] > 0:
+                s = np.nan
+            elif n_pinf[k] > 0:
+                s = np.inf
+            elif n_ninf[k] > 0:
+                s = -np.inf
+            else:
+                s = total[k]
+            out[i] = s if op == MSUM else s / cnt
+    return out
+
+
+@njit(cache=True)
+def moving_var(
+    slots,
+    x,
+    window,
+    minp,
+    full_only,
+    ddof,
+    take_sqrt,
+    ring,
+    n_rows,
+    nobs,
+    n_inf,
+    mean,
+    ssqdm,
+    run_val,
+    run_len,
+):  # pragma: no cover - numba
+    """mvar / mstd (ddof=1) and mvarp / mstdp (ddof=0) by Welford add/remove per key."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        r = n_rows[k]
+        pos = r % window
+        if r >= window:
+            old = ring[k, pos]
+            if old == old:
+                nobs[k] -= 1
+                if np.isinf(old):
+                    n_inf[k] -= 1
+                else:
+                    m = nobs[k] - n_inf[k]
+                    if m == 0:
+                        mean[k] = 0.0
+                        ssqdm[k] = 0.0
+                    else:
+                        delta = old - mean[k]
+                        mean[k] -= delta / m
+                        ssqdm[k] -= delta * (old - mean[k])
+        ring[k, pos] = v
+        if v == v:
+            nobs[k] += 1
+            if np.isinf(v):
+                n_inf[k] += 1
+            else:
+                m = nobs[k] - n_inf[k]
+                delta = v - mean[k]
+                mean[k] += delta / m
+                ssqdm[k] += delta * (v - mean[k])
+                # Track runs of equal values so a constant window reports exactly 0.
+                if v == run_val[k]:
+                    run_len[k] += 1
+                else:
+                    run_val[k] = v
+                    run_len[k] = 1
+        n_rows[k] = r + 1
+        cnt = nobs[k]
+        if cnt == 0 or cnt < minp or cnt <= ddof or (full_only and r + 1 < window) or n_inf[k] > 0:
+            out[i] = np.nan
+        else:
+            var = 0.0 if run_len[k] >= cnt else max(ssqdm[k], 0.0) / (cnt - ddof)
+            out[i] = np.sqrt(var) if take_sqrt else var
+    return out
+
+
+@njit(cache=True)
+def moving_extreme(
+    slots, x, window, minp, full_only, is_max, ring, n_rows, nobs, dq_pos, dq_head, dq_len
+):  # pragma: no cover - numba
+    """mmax / mmin with a per-key monotonic deque: amortised O(1) per row for any window."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        r = n_rows[k]
+        pos = r % window
+        if r >= window:
+            old = ring[k, pos]
+            if old == old:
+                nobs[k] -= 1
+        # Positions are distinct and increasing, so at most one falls out per row.
+        if dq_len[k] > 0 and dq_pos[k, dq_head[k]] <= r - window:
+            dq_head[k] = (dq_head[k] + 1) % window
+            dq_len[k] -= 1
+        ring[k, pos] = v
+        if v == v:
+            nobs[k] += 1
+            while dq_len[k] > 0:
+                back = (dq_head[k] + dq_len[k] - 1) % window
+                bv = ring[k, dq_pos[k, back] % window]
+                if (bv <= v) if is_max else (bv >= v):
+                    dq_len[k] -= 1
+                else:
+                    break
+            dq_pos[k, (dq_head[k] + dq_len[k]) % window] = r
+            dq_len[k] += 1
+        n_rows[k] = r + 1
+        cnt = nobs[k]
+        if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
+            out[i] = np.nan
+        else:
+            out[i] = ring[k, dq_pos[k, dq_head[k]] % window]
+    return out
+
+
+@njit(cache=True)
+def moving_pick(
+    slots, x, window, minp, full_only, pick_first, ring, n_rows, nobs
+):  # pragma: no cover - numba
+    """mfirst / mlast: the oldest / newest row of the window, NULL included."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        r = n_rows[k]
+        pos = r % window
+        if r >= window:
+            old = ring[k, pos]
+            if old == old:
+                nobs[k] -= 1
+        ring[k, pos] = v
+        if v == v:
+            nobs[k] += 1
+        n_rows[k] = r + 1
+        if nobs[k] < minp or (full_only and r + 1 < window):
+            out[i] = np.nan
+        elif pick_first:
+            out[i] = ring[k, (r + 1) % window] if r + 1 >= window else ring[k, 0]
+        else:
+            out[i] = v
+    return out
+
+
+@njit(cache=True)
+def shift(op, slots, x, lag, ring, n_rows):  # pragma: no cover - numba
+    """move / deltas / ratios / percent_change against the row ``lag`` rows back."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        r = n_rows[k]
+        pos = r % lag
+        before = ring[k, pos]  # NaN until the key has seen `lag` rows
+        ring[k, pos] = v
+        n_rows[k] = r + 1
+        if op == SHIFT_MOVE:
+            out[i] = before
+        elif op == SHIFT_DELTA:
+            out[i] = v - before
+        elif before == 0.0:
+            out[i] = np.nan  # DolphinDB: division by zero is NULL
+        elif op == SHIFT_RATIO:
+            out[i] = v / before
+        else:
+            out[i] = v / before - 1.0
+    return out
+
+
+@njit(cache=True)
+def ffill(slots, x, limit, last, gap):  # pragma: no cover - numba
+    """Forward fill with at most ``limit`` consecutive fills (limit < 0: unlimited)."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        if v == v:
+            last[k] = v
+            gap[k] = 0
+            out[i] = v
+        else:
+            g = gap[k] + 1
+            if limit >= 0 and g > limit:
+                out[i] = np.nan
+            else:
+                gap[k] = g
+                out[i] = last[k]
+    return out
+
+
+@njit(cache=True)
+def cumulative(op, slots, x, acc, count):  # pragma: no cover - numba
+    """cumsum / cumavg / cummax / cummin / cumcount / cumprod; NULL rows carry the last result."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        c = count[k]
+        if v == v:
+            if c == 0:
+                a = v
+            elif op == CUM_MAX:
+                a = max(acc[k], v)
+            elif op == CUM_MIN:
+                a = min(acc[k], v)
+            elif op == CUM_PROD:
+                a = acc[k] * v
+            elif op == CUM_COUNT:
+                a = 0.0
+            else:  # CUM_SUM, CUM_AVG
+                a = acc[k] + v
+            acc[k] = a
+            c += 1
+            count[k] = c
+        if op == CUM_COUNT:
+            out[i] = c
+        elif c == 0:
+            out[i] = np.nan
+        elif op == CUM_AVG:
+            out[i] = acc[k] / c
+        else:
+            out[i] = acc[k]
+    return out
