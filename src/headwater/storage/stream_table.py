@@ -1,0 +1,765 @@
+"""Stream tables stored as Delta Lake tables through delta-rs (no JVM).
+
+A stream table is an append-only Delta table. Every append is one commit that
+adds one Parquet file whose rows keep the order they were given in, so a table
+version is a stream offset and ``(version, row index)`` is a total order of all
+rows ever appended. Keyed tables de-duplicate globally:
+
+- ``plain``: every row is appended.
+- ``keyed``: the first row ever appended for a key wins; later rows with that
+  key are dropped (within one append, the first occurrence wins).
+- ``latest_keyed``: a row is appended only if its ``time_column`` is greater
+  than the newest time already stored for its key; within one append only the
+  newest row per key is kept (the first of equal newest times). Rows whose time
+  is null are never appended.
+
+>>> import tempfile, pyarrow as pa
+>>> from headwater.types import Schema
+>>> root = tempfile.mkdtemp()
+>>> t = StreamTable.create(f"{root}/quotes", Schema.parse({"sym": "string", "px": "double"}),
+...                        kind="keyed", key_columns=["sym"])
+>>> t.append(pa.table({"sym": ["a", "b", "a"], "px": [1.0, 2.0, 3.0]}))
+1
+>>> t.append(pa.table({"sym": ["a", "c"], "px": [4.0, 5.0]}))
+2
+>>> t.read_version(2).to_pydict()
+{'sym': ['c'], 'px': [5.0]}
+>>> StreamTable.open(f"{root}/quotes").key_columns
+('sym',)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError, SchemaError
+from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, canonical_type
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from deltalake import DeltaTable
+
+KINDS = ("plain", "keyed", "latest_keyed")
+
+# Delta table configuration keys. The delta.* ones make the table append-only
+# (a stream offset must never lose rows) and keep every commit file, because a
+# stopped query resumes from the commit after its checkpointed version.
+_CONF_FORMAT = "headwater.formatVersion"
+_CONF_KIND = "headwater.kind"
+_CONF_KEYS = "headwater.keyColumns"
+_CONF_TIME = "headwater.timeColumn"
+_CONF_SCHEMA = "headwater.schema"
+_FORMAT_VERSION = "1"
+
+_MAX_COMMIT_ATTEMPTS = 50
+
+_INTS = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())
+_SMALL_INTS = (pa.int8(), pa.int16(), pa.uint8(), pa.uint16())
+
+
+def _cast_allowed(got: pa.DataType, expected: str) -> bool:
+    """Return True if a column of Arrow type ``got`` may be cast to Headwater type ``expected``.
+
+    Only widening casts are allowed by type; the cast itself still runs in safe mode,
+    so values that would change (an int64 above 2**53 into double, nanoseconds into
+    microseconds) are refused there.
+    """
+    target = ARROW_TYPES[expected]
+    if got == target or pa.types.is_null(got):
+        return True
+    if expected == "long":
+        return got in _INTS
+    if expected == "int":
+        return got in _SMALL_INTS or got == pa.int32()
+    if expected == "double":
+        return got in _INTS or pa.types.is_floating(got)
+    if expected == "float":
+        return got in _SMALL_INTS or got == pa.float16()
+    if expected == "string":
+        return (
+            pa.types.is_large_string(got)
+            or pa.types.is_string_view(got)
+            or (
+                pa.types.is_dictionary(got)
+                and (pa.types.is_string(got.value_type) or pa.types.is_large_string(got.value_type))
+            )
+        )
+    if expected == "timestamp":
+        return pa.types.is_timestamp(got) and got.tz is None
+    if expected == "date":
+        return pa.types.is_date(got)
+    return False
+
+
+def _type_hint(got: pa.DataType, expected: str) -> str:
+    if expected == "timestamp" and pa.types.is_timestamp(got) and got.tz is not None:
+        return (
+            "timestamps are naive (no time zone): convert first, "
+            "e.g. series.dt.tz_convert('UTC').dt.tz_localize(None)"
+        )
+    return f"cast the column to {ARROW_TYPES[expected]} before appending"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file added by a commit."""
+
+    path: str  # absolute local path
+    size: int
+    num_rows: int | None  # from the commit's stats; None when the writer recorded none
+
+    def rows(self) -> int:
+        """Return the row count, reading the Parquet footer if the log has no stats."""
+        if self.num_rows is not None:
+            return self.num_rows
+        return pq.ParquetFile(self.path).metadata.num_rows
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The data files a commit added, in log order.
+
+    ``rewrites`` is True when the commit also removed files or re-added existing
+    rows (``dataChange: false``, as ``optimize`` does); such a commit adds no new
+    rows to the stream.
+    """
+
+    version: int
+    files: tuple[DataFile, ...]
+    rewrites: bool = False
+
+    def num_rows(self) -> int:
+        return sum(f.rows() for f in self.files)
+
+    def num_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def _log_dir(path: str | Path) -> str:
+    return os.path.join(os.fspath(path), "_delta_log")
+
+
+def _commit_file(path: str | Path, version: int) -> str:
+    return os.path.join(_log_dir(path), f"{version:020d}.json")
+
+
+def latest_version(path: str | Path, known: int = 0) -> int:
+    """Return the newest committed version of the table at ``path``, probing from ``known``.
+
+    Commit files appear atomically, so checking for the next one is enough; this is
+    a few ``stat`` calls when ``known`` is recent.
+    """
+    v = known
+    while os.path.exists(_commit_file(path, v + 1)):
+        v += 1
+    return v
+
+
+def _data_file_path(table_path: str, add_path: str) -> str:
+    if "://" in add_path:
+        parsed = urlparse(add_path)
+        if parsed.scheme != "file":
+            raise ExecutionError(
+                f"stream table {table_path}: data file {add_path!r} is not on a local "
+                "filesystem; only local paths are supported"
+            )
+        return unquote(parsed.path)
+    return os.path.join(table_path, unquote(add_path))
+
+
+def read_commit(path: str | Path, version: int) -> Commit:
+    """Parse ``_delta_log/<version>.json`` and return the data files it added, in order."""
+    table_path = os.fspath(path)
+    try:
+        with open(_commit_file(table_path, version), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise CatalogError(
+            f"stream table {table_path}: version {version} is not in the table's log "
+            f"(latest is {latest_version(table_path) if os.path.isdir(_log_dir(table_path)) else 'none'}); "
+            "it was never committed or its log file was removed"
+        ) from None
+    files: list[DataFile] = []
+    rewrites = False
+    for line in lines:
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        if "remove" in action:
+            rewrites = True
+        add = action.get("add")
+        if add is None:
+            continue
+        if not add.get("dataChange", True):
+            rewrites = True
+            continue
+        num_rows = None
+        if add.get("stats"):
+            num_rows = json.loads(add["stats"]).get("numRecords")
+        files.append(DataFile(_data_file_path(table_path, add["path"]), int(add.get("size", 0)), num_rows))
+    return Commit(version, tuple(files), rewrites)
+
+
+def iter_file_batches(
+    file: DataFile, schema: pa.Schema, *, batch_size: int = 131_072
+) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of one data file in stored order as batches conforming to ``schema``.
+
+    ``schema`` may be a subset of the table's columns (those are the only ones read).
+    """
+    try:
+        pf = pq.ParquetFile(file.path)
+    except FileNotFoundError:
+        raise ExecutionError(
+            f"stream table data file {file.path} is missing; it was probably removed by vacuum "
+            "after a compaction. Readers behind that point cannot replay it"
+        ) from None
+    for batch in pf.iter_batches(batch_size=batch_size, columns=schema.names, use_threads=False):
+        if batch.schema != schema:
+            batch = pa.RecordBatch.from_arrays(
+                [batch.column(n).cast(schema.field(n).type) for n in schema.names], schema=schema
+            )
+        yield batch
+
+
+def read_files(files: Sequence[DataFile], schema: pa.Schema) -> pa.Table:
+    """Read ``files`` in order into one table with ``schema``."""
+    batches = [b for f in files for b in iter_file_batches(f, schema)]
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+# ---------------------------------------------------------------------------
+# Per-path shared state: one writer lock per table in this process, the cached
+# latest version, and the de-duplication index of keyed tables.
+
+
+@dataclass
+class _Index:
+    version: int
+    # keyed: key -> None (a set); latest_keyed: key -> newest stored time
+    entries: dict[tuple[Any, ...], Any]
+
+
+@dataclass
+class _TableState:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    known_version: int = 0
+    delta: DeltaTable | None = None
+    index: _Index | None = None
+
+
+_STATES: dict[str, _TableState] = {}
+_STATES_LOCK = threading.Lock()
+
+
+def _state_key(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def _state(path: Path) -> _TableState:
+    key = _state_key(path)
+    with _STATES_LOCK:
+        st = _STATES.get(key)
+        if st is None:
+            st = _STATES[key] = _TableState()
+        return st
+
+
+def _forget_state(path: Path) -> None:
+    with _STATES_LOCK:
+        _STATES.pop(_state_key(path), None)
+
+
+def _key_tuples(table: pa.Table, key_columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Hashable keys, one per row, with nulls as None whatever the column type."""
+    cols = []
+    for name in key_columns:
+        col = table.column(name)
+        if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
+            col = col.cast(pa.int64())
+        cols.append(col.to_pylist())
+    return list(zip(*cols, strict=True))
+
+
+def _comparable_time(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_timestamp(col.type) or pa.types.is_date32(col.type):
+        return col.cast(pa.int64())
+    return col
+
+
+class StreamTable:
+    """A public or private stream table stored as a Delta table.
+
+    Example:
+        >>> import tempfile, pyarrow as pa
+        >>> from headwater.types import Schema
+        >>> t = StreamTable.create(tempfile.mkdtemp() + "/ticks",
+        ...                        Schema.parse({"time": "timestamp", "px": "double"}))
+        >>> t.append(pa.table({"time": pa.array([0], pa.timestamp("us")), "px": [1.5]}))
+        1
+        >>> t.version(), t.to_arrow().num_rows
+        (1, 1)
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        schema: Schema,
+        *,
+        kind: str,
+        key_columns: tuple[str, ...],
+        time_column: str | None,
+        name: str,
+    ) -> None:
+        # Use create() or open(); the constructor trusts its arguments.
+        self.path = path
+        self.schema = schema
+        self.kind = kind
+        self.key_columns = key_columns
+        self.time_column = time_column
+        self.name = name
+        self._arrow_schema = schema.to_arrow()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        schema: Schema,
+        *,
+        kind: str = "plain",
+        key_columns: Sequence[str] = (),
+        time_column: str | None = None,
+        name: str | None = None,
+    ) -> StreamTable:
+        """Create an empty stream table at ``path`` (version 0) and return it.
+
+        Args:
+            path: Directory of the new table; it must not exist.
+            schema: Column names and types.
+            kind: ``"plain"``, ``"keyed"`` or ``"latest_keyed"``.
+            key_columns: Key of a keyed or latest-keyed table.
+            time_column: Column whose newest value wins in a latest-keyed table;
+                optional (informational) for the other kinds.
+            name: Name used in error messages; defaults to the directory name.
+        """
+        from deltalake import DeltaTable
+
+        path = Path(path).absolute()
+        name = name or path.name
+        schema = Schema.parse(schema, where=f"stream table {name!r}")
+        key_columns = (key_columns,) if isinstance(key_columns, str) else tuple(key_columns)
+        cls._check_definition(name, schema, kind, key_columns, time_column)
+        if path.exists():
+            raise CatalogError(
+                f"stream table {name!r}: path {path} already exists; open it with "
+                "StreamTable.open(path) or choose another path"
+            )
+        configuration = {
+            "delta.appendOnly": "true",
+            "delta.enableExpiredLogCleanup": "false",
+            _CONF_FORMAT: _FORMAT_VERSION,
+            _CONF_KIND: kind,
+            _CONF_KEYS: json.dumps(list(key_columns)),
+            _CONF_SCHEMA: json.dumps([list(c) for c in schema.columns]),
+        }
+        if time_column is not None:
+            configuration[_CONF_TIME] = time_column
+        _forget_state(path)
+        try:
+            DeltaTable.create(
+                str(path),
+                schema.to_arrow(),
+                mode="error",
+                name=name,
+                configuration=configuration,
+                raise_if_key_not_exists=False,
+            )
+        except Exception as exc:
+            if "exist" in str(exc).lower():
+                raise CatalogError(f"stream table {name!r}: path {path} already exists") from exc
+            raise
+        return cls(path, schema, kind=kind, key_columns=key_columns, time_column=time_column, name=name)
+
+    @staticmethod
+    def _check_definition(
+        name: str, schema: Schema, kind: str, key_columns: tuple[str, ...], time_column: str | None
+    ) -> None:
+        where = f"stream table {name!r}"
+        if kind not in KINDS:
+            raise GraphDefinitionError(f"{where}: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+        for col in (*key_columns, *([time_column] if time_column else [])):
+            if col not in schema:
+                raise SchemaError(
+                    f"{where}: column {col!r} is not in the schema {schema}; "
+                    f"expected one of {', '.join(schema.names)}"
+                )
+        if len(set(key_columns)) != len(key_columns):
+            raise GraphDefinitionError(f"{where}: key_columns {list(key_columns)} repeat a column")
+        if kind == "plain" and key_columns:
+            raise GraphDefinitionError(
+                f"{where}: a plain table has no key, got key_columns={list(key_columns)}; "
+                "use kind='keyed' or kind='latest_keyed' to de-duplicate by key"
+            )
+        if kind != "plain" and not key_columns:
+            raise GraphDefinitionError(f"{where}: kind={kind!r} needs key_columns, e.g. key_columns=['sym']")
+        if kind == "latest_keyed":
+            if time_column is None:
+                raise GraphDefinitionError(
+                    f"{where}: kind='latest_keyed' needs time_column (the newest value per key wins)"
+                )
+            if schema[time_column] not in NUMERIC | TEMPORAL:
+                raise SchemaError(
+                    f"{where}: time_column {time_column!r} has type {schema[time_column]}; expected a "
+                    "timestamp, date or numeric column"
+                )
+            if time_column in key_columns:
+                raise GraphDefinitionError(f"{where}: time_column {time_column!r} cannot be a key column")
+
+    @classmethod
+    def open(cls, path: str | Path) -> StreamTable:
+        """Open the stream table at ``path``; raise CatalogError if there is none."""
+        from deltalake import DeltaTable
+
+        path = Path(path).absolute()
+        if not path.is_dir() or not DeltaTable.is_deltatable(str(path)):
+            raise CatalogError(
+                f"stream table {path.name!r}: no stream table at {path}; create it with "
+                "StreamTable.create(path, schema)"
+            )
+        dt = DeltaTable(str(path))
+        meta = dt.metadata()
+        conf = meta.configuration
+        name = meta.name or path.name
+        if _CONF_SCHEMA in conf:
+            schema = Schema(tuple((n, canonical_type(t)) for n, t in json.loads(conf[_CONF_SCHEMA])))
+        else:  # a Delta table written by another tool: read it as a plain table
+            schema = Schema.from_arrow(pa.schema(dt.schema().to_arrow()), where=f"stream table {name!r}")
+        table = cls(
+            path,
+            schema,
+            kind=conf.get(_CONF_KIND, "plain"),
+            key_columns=tuple(json.loads(conf.get(_CONF_KEYS, "[]"))),
+            time_column=conf.get(_CONF_TIME),
+            name=name,
+        )
+        st = _state(path)
+        st.known_version = max(st.known_version, dt.version())
+        return table
+
+    def delete(self) -> None:
+        """Remove the table directory and everything in it."""
+        st = _state(self.path)
+        with st.lock:
+            shutil.rmtree(self.path, ignore_errors=True)
+            _forget_state(self.path)
+
+    def __repr__(self) -> str:
+        keys = f", key_columns={list(self.key_columns)}" if self.key_columns else ""
+        tcol = f", time_column={self.time_column!r}" if self.time_column else ""
+        return f"StreamTable({self.name!r}, {self.schema}, kind={self.kind!r}{keys}{tcol}, path={str(self.path)!r})"
+
+    # -- reading -------------------------------------------------------------
+
+    def version(self) -> int:
+        """Return the latest committed version (0 right after creation); cheap to poll."""
+        st = _state(self.path)
+        if not os.path.exists(_commit_file(self.path, st.known_version)):
+            if not os.path.isdir(_log_dir(self.path)):
+                raise CatalogError(f"stream table {self.name!r}: no stream table at {self.path} (deleted?)")
+            st.known_version = 0
+        v = latest_version(self.path, st.known_version)
+        st.known_version = v
+        return v
+
+    def commit(self, version: int) -> Commit:
+        """Return the data files that commit ``version`` added, in append order."""
+        return read_commit(self.path, version)
+
+    def read_version(self, version: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """Return the rows added by exactly commit ``version``, in the order they were appended."""
+        schema = (
+            self._arrow_schema
+            if columns is None
+            else pa.schema([self._arrow_schema.field(c) for c in columns])
+        )
+        return read_files(self.commit(version).files, schema)
+
+    def to_arrow(self) -> pa.Table:
+        """Return the current snapshot (row order across commits is not guaranteed)."""
+        from deltalake import DeltaTable
+
+        return (
+            DeltaTable(str(self.path))
+            .to_pyarrow_table()
+            .select(list(self.schema.names))
+            .cast(self._arrow_schema)
+        )
+
+    # -- writing -------------------------------------------------------------
+
+    def append(
+        self,
+        data: pa.Table | pa.RecordBatch | pd.DataFrame,
+        *,
+        txn: tuple[str, int] | None = None,
+    ) -> int | None:
+        """Append ``data`` as one commit and return the new version.
+
+        Args:
+            data: Rows to append; columns are matched by name (case-insensitively),
+                safe widening casts are applied, order follows the table.
+            txn: ``(app_id, batch_id)`` making the append idempotent: nothing is
+                written when the table already recorded ``batch_id`` or a later one
+                for ``app_id``.
+
+        Returns:
+            The new version, or None when nothing was committed (``txn`` already
+            applied, or no rows left after de-duplication and no ``txn`` to record).
+        """
+        rows = self._conform(data)
+        if txn is not None:
+            app_id, batch_id = txn
+            if (
+                not isinstance(app_id, str)
+                or not app_id
+                or isinstance(batch_id, bool)
+                or not isinstance(batch_id, int | np.integer)
+                or batch_id < 0
+            ):
+                raise GraphDefinitionError(
+                    f"stream table {self.name!r}: txn must be (app_id: non-empty str, batch_id: int >= 0), "
+                    f"got {txn!r}"
+                )
+            txn = (app_id, int(batch_id))
+        st = _state(self.path)
+        with st.lock:
+            for _ in range(_MAX_COMMIT_ATTEMPTS):
+                version = self._try_append(st, rows, txn)
+                if version != -1:
+                    return version
+            raise ExecutionError(
+                f"stream table {self.name!r}: could not commit after {_MAX_COMMIT_ATTEMPTS} attempts; "
+                "other writers keep committing to the same table"
+            )
+
+    def _delta(self, st: _TableState) -> DeltaTable:
+        from deltalake import DeltaTable
+
+        if st.delta is None:
+            if not os.path.isdir(_log_dir(self.path)):
+                raise CatalogError(f"stream table {self.name!r}: no stream table at {self.path} (deleted?)")
+            st.delta = DeltaTable(str(self.path))
+        else:
+            st.delta.update_incremental()
+        return st.delta
+
+    def _try_append(self, st: _TableState, rows: pa.Table, txn: tuple[str, int] | None) -> int | None:
+        """One optimistic attempt; return -1 if another writer committed first."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import AddAction
+
+        dt = self._delta(st)
+        base = dt.version()
+        if txn is not None:
+            done = dt.transaction_version(txn[0])
+            if done is not None and done >= txn[1]:
+                return None
+        if self.kind != "plain":
+            rows = self._dedup(st, base, rows)
+        if rows.num_rows == 0 and txn is None:
+            return None
+        actions = []
+        file_path = None
+        if rows.num_rows:
+            file_name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+            file_path = os.path.join(self.path, file_name)
+            pq.write_table(rows, file_path, compression="snappy")
+            size = os.path.getsize(file_path)
+            actions.append(
+                AddAction(
+                    file_name,
+                    size,
+                    {},
+                    int(time.time() * 1000),
+                    True,
+                    json.dumps({"numRecords": rows.num_rows}),
+                )
+            )
+        # No retries inside delta-rs: the commit must land on base + 1, or the
+        # de-duplication above was computed against a stale table.
+        props = CommitProperties(
+            max_commit_retries=0,
+            app_transactions=[Transaction(txn[0], txn[1])] if txn is not None else None,
+        )
+        try:
+            dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)
+        except CommitFailedError:
+            if file_path is not None:
+                os.remove(file_path)
+            return -1
+        except BaseException:
+            if file_path is not None and os.path.exists(file_path):
+                os.remove(file_path)
+            raise
+        version = base + 1
+        st.known_version = max(st.known_version, version)
+        if st.index is not None and st.index.version == base:
+            self._index_add(st.index, rows)
+            st.index.version = version
+        return version
+
+    # -- validation ----------------------------------------------------------
+
+    def _conform(self, data: Any) -> pa.Table:
+        where = f"stream table {self.name!r}"
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        elif not isinstance(data, pa.Table):
+            try:
+                import pandas as pd
+            except ImportError:  # pragma: no cover - pandas is a dependency
+                pd = None
+            if pd is not None and isinstance(data, pd.DataFrame):
+                data = pa.Table.from_pandas(data, preserve_index=False)
+            else:
+                raise SchemaError(
+                    f"{where}: append expects a pyarrow.Table, RecordBatch or pandas DataFrame, "
+                    f"got {type(data).__name__}"
+                )
+        by_table_name: dict[str, str] = {}
+        extra = []
+        for col in data.column_names:
+            real = self.schema.lookup(col)
+            if real is None:
+                extra.append(col)
+            elif real in by_table_name:
+                raise SchemaError(
+                    f"{where}: data has columns {by_table_name[real]!r} and {col!r} that both "
+                    f"match table column {real!r}; keep one"
+                )
+            else:
+                by_table_name[real] = col
+        missing = [n for n in self.schema.names if n not in by_table_name]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing column(s) {', '.join(map(repr, missing))}")
+            if extra:
+                parts.append(f"unknown column(s) {', '.join(map(repr, extra))}")
+            raise SchemaError(
+                f"{where}: data has {' and '.join(parts)}; got columns "
+                f"({', '.join(data.column_names)}), expected {self.schema}"
+            )
+        arrays = []
+        for name, typ in self.schema:
+            col = data.column(by_table_name[name])
+            target = ARROW_TYPES[typ]
+            if not _cast_allowed(col.type, typ):
+                raise SchemaError(
+                    f"{where}: column {name!r} has type {col.type}, expected {typ} ({target}); "
+                    f"{_type_hint(col.type, typ)}"
+                )
+            if col.type != target:
+                try:
+                    col = pc.cast(col, target, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaError(
+                        f"{where}: column {name!r} of type {col.type} does not fit {typ} "
+                        f"({target}) without changing values: {exc}; "
+                        f"{_type_hint(col.type, typ)}"
+                    ) from None
+            arrays.append(col)
+        return pa.Table.from_arrays(arrays, schema=self._arrow_schema)
+
+    # -- de-duplication ------------------------------------------------------
+
+    def _index_columns(self) -> list[str]:
+        cols = list(self.key_columns)
+        if self.kind == "latest_keyed":
+            assert self.time_column is not None
+            cols.append(self.time_column)
+        return cols
+
+    def _index_add(self, index: _Index, rows: pa.Table) -> None:
+        keys = _key_tuples(rows, self.key_columns)
+        if self.kind == "keyed":
+            index.entries.update(dict.fromkeys(keys))
+            return
+        assert self.time_column is not None
+        times = _comparable_time(rows.column(self.time_column)).to_pylist()
+        entries = index.entries
+        for k, t in zip(keys, times, strict=True):
+            if t is None:
+                continue
+            old = entries.get(k)
+            if old is None or t > old:
+                entries[k] = t
+
+    def _synced_index(self, st: _TableState, version: int) -> _Index:
+        """Return the key index as of ``version``, building or catching it up as needed."""
+        if st.index is None or st.index.version > version:
+            from deltalake import DeltaTable
+
+            snapshot = DeltaTable(str(self.path), version=version).to_pyarrow_table(
+                columns=self._index_columns()
+            )
+            st.index = _Index(version, {})
+            self._index_add(st.index, snapshot)
+        for v in range(st.index.version + 1, version + 1):
+            self._index_add(st.index, self.read_version(v, self._index_columns()))
+            st.index.version = v
+        return st.index
+
+    def _dedup(self, st: _TableState, version: int, rows: pa.Table) -> pa.Table:
+        if rows.num_rows == 0:
+            return rows
+        import pandas as pd
+
+        index = self._synced_index(st, version)
+        key_frame = pa.table(
+            {f"k{i}": _comparable_time(rows.column(c)) for i, c in enumerate(self.key_columns)}
+        ).to_pandas()
+        key_names = list(key_frame.columns)
+        if self.kind == "keyed":
+            candidates = np.flatnonzero(~key_frame.duplicated(subset=key_names, keep="first").to_numpy())
+        else:
+            assert self.time_column is not None
+            times = _comparable_time(rows.column(self.time_column))
+            key_frame["_t"] = times.to_pandas()
+            key_frame["_i"] = np.arange(rows.num_rows)
+            key_frame = key_frame[pd.notna(key_frame["_t"]).to_numpy()]
+            newest = key_frame.sort_values(["_t", "_i"], ascending=[False, True], kind="stable")
+            newest = newest.drop_duplicates(subset=key_names, keep="first")
+            candidates = np.sort(newest["_i"].to_numpy())
+        cand_rows = rows.take(pa.array(candidates, pa.int64()))
+        keys = _key_tuples(cand_rows, self.key_columns)
+        if self.kind == "keyed":
+            keep = [i for i, k in enumerate(keys) if k not in index.entries]
+        else:
+            cand_times = _comparable_time(cand_rows.column(self.time_column)).to_pylist()
+            keep = []
+            for i, (k, t) in enumerate(zip(keys, cand_times, strict=True)):
+                old = index.entries.get(k)
+                if old is None or t > old:
+                    keep.append(i)
+        if len(keep) == cand_rows.num_rows:
+            return cand_rows
+        return cand_rows.take(pa.array(keep, pa.int64()))
