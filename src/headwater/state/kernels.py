@@ -95,7 +95,7 @@ def _kahan_add(k, v, total, comp):  # pragma: no cover - numba
 
 @njit(cache=True)
 def moving_sum(
-    op, slots, x, window, minp, full_only, ring, n_rows, nobs, total, comp, n_pinf, n_ninf
+    op, slots, x, window, minp, full_only, ring, n_rows, wpos, nobs, total, comp, n_pinf, n_ninf
 ):  # pragma: no cover - numba
     """msum / mavg / mcount over the last ``window`` rows of each key (Kahan-compensated)."""
     n = x.shape[0]
@@ -104,7 +104,7 @@ def moving_sum(
         k = slots[i]
         v = x[i]
         r = n_rows[k]
-        pos = r % window
+        pos = wpos[k]
         if r >= window:
             old = ring[k, pos]
             if old == old:
@@ -125,6 +125,7 @@ def moving_sum(
             else:
                 _kahan_add(k, v, total, comp)
         n_rows[k] = r + 1
+        wpos[k] = pos + 1 if pos + 1 < window else 0
         cnt = nobs[k]
         if cnt - n_pinf[k] - n_ninf[k] == 0:
             # no finite value left: drop accumulated rounding error
@@ -158,6 +159,7 @@ def moving_var(
     take_sqrt,
     ring,
     n_rows,
+    wpos,
     nobs,
     n_inf,
     mean,
@@ -172,7 +174,7 @@ def moving_var(
         k = slots[i]
         v = x[i]
         r = n_rows[k]
-        pos = r % window
+        pos = wpos[k]
         if r >= window:
             old = ring[k, pos]
             if old == old:
@@ -205,6 +207,7 @@ def moving_var(
                     run_val[k] = v
                     run_len[k] = 1
         n_rows[k] = r + 1
+        wpos[k] = pos + 1 if pos + 1 < window else 0
         cnt = nobs[k]
         if cnt == 0 or cnt < minp or cnt <= ddof or (full_only and r + 1 < window) or n_inf[k] > 0:
             out[i] = np.nan
@@ -216,48 +219,71 @@ def moving_var(
 
 @njit(cache=True)
 def moving_extreme(
-    slots, x, window, minp, full_only, is_max, ring, n_rows, nobs, dq_pos, dq_head, dq_len
+    slots, x, window, minp, full_only, is_max, use_deque, ring, n_rows, wpos, nobs, dq_idx, dq_head, dq_len
 ):  # pragma: no cover - numba
-    """mmax / mmin with a per-key monotonic deque: amortised O(1) per row for any window."""
+    """mmax / mmin over the ring.
+
+    Small windows scan the ring per row (branch-free and cache-friendly); large
+    ones keep a per-key monotonic deque of ring indices (amortised O(1) per row).
+    """
     n = x.shape[0]
     out = np.empty(n)
     for i in range(n):
         k = slots[i]
         v = x[i]
         r = n_rows[k]
-        pos = r % window
+        p = wpos[k]
+        head = dq_head[k]
+        length = dq_len[k]
         if r >= window:
-            old = ring[k, pos]
+            old = ring[k, p]
             if old == old:
                 nobs[k] -= 1
-        # Positions are distinct and increasing, so at most one falls out per row.
-        if dq_len[k] > 0 and dq_pos[k, dq_head[k]] <= r - window:
-            dq_head[k] = (dq_head[k] + 1) % window
-            dq_len[k] -= 1
-        ring[k, pos] = v
+            # The slot being overwritten holds the oldest row; if it is in the deque it is the front.
+            if use_deque and length > 0 and dq_idx[k, head] == p:
+                head = head + 1 if head + 1 < window else 0
+                length -= 1
+        ring[k, p] = v
         if v == v:
             nobs[k] += 1
-            while dq_len[k] > 0:
-                back = (dq_head[k] + dq_len[k] - 1) % window
-                bv = ring[k, dq_pos[k, back] % window]
-                if (bv <= v) if is_max else (bv >= v):
-                    dq_len[k] -= 1
-                else:
-                    break
-            dq_pos[k, (dq_head[k] + dq_len[k]) % window] = r
-            dq_len[k] += 1
+            if use_deque:
+                while length > 0:
+                    back = head + length - 1
+                    if back >= window:
+                        back -= window
+                    bv = ring[k, dq_idx[k, back]]
+                    if (bv <= v) if is_max else (bv >= v):
+                        length -= 1
+                    else:
+                        break
+                tail = head + length
+                if tail >= window:
+                    tail -= window
+                dq_idx[k, tail] = p
+                length += 1
+        dq_head[k] = head
+        dq_len[k] = length
         n_rows[k] = r + 1
+        wpos[k] = p + 1 if p + 1 < window else 0
         cnt = nobs[k]
         if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
             out[i] = np.nan
+        elif use_deque:
+            out[i] = ring[k, dq_idx[k, head]]
         else:
-            out[i] = ring[k, dq_pos[k, dq_head[k]] % window]
+            # NaN compares false, so NULLs are skipped without a branch of their own
+            m = -np.inf if is_max else np.inf
+            for j in range(min(r + 1, window)):
+                e = ring[k, j]
+                if (e > m) if is_max else (e < m):
+                    m = e
+            out[i] = m
     return out
 
 
 @njit(cache=True)
 def moving_pick(
-    slots, x, window, minp, full_only, pick_first, ring, n_rows, nobs
+    slots, x, window, minp, full_only, pick_first, ring, n_rows, wpos, nobs
 ):  # pragma: no cover - numba
     """mfirst / mlast: the oldest / newest row of the window, NULL included."""
     n = x.shape[0]
@@ -266,7 +292,7 @@ def moving_pick(
         k = slots[i]
         v = x[i]
         r = n_rows[k]
-        pos = r % window
+        pos = wpos[k]
         if r >= window:
             old = ring[k, pos]
             if old == old:
@@ -275,28 +301,28 @@ def moving_pick(
         if v == v:
             nobs[k] += 1
         n_rows[k] = r + 1
+        wpos[k] = pos + 1 if pos + 1 < window else 0
         if nobs[k] < minp or (full_only and r + 1 < window):
             out[i] = np.nan
         elif pick_first:
-            out[i] = ring[k, (r + 1) % window] if r + 1 >= window else ring[k, 0]
+            out[i] = ring[k, wpos[k]] if r + 1 >= window else ring[k, 0]
         else:
             out[i] = v
     return out
 
 
 @njit(cache=True)
-def shift(op, slots, x, lag, ring, n_rows):  # pragma: no cover - numba
+def shift(op, slots, x, lag, ring, wpos):  # pragma: no cover - numba
     """move / deltas / ratios / percent_change against the row ``lag`` rows back."""
     n = x.shape[0]
     out = np.empty(n)
     for i in range(n):
         k = slots[i]
         v = x[i]
-        r = n_rows[k]
-        pos = r % lag
+        pos = wpos[k]
         before = ring[k, pos]  # NaN until the key has seen `lag` rows
         ring[k, pos] = v
-        n_rows[k] = r + 1
+        wpos[k] = pos + 1 if pos + 1 < lag else 0
         if op == SHIFT_MOVE:
             out[i] = before
         elif op == SHIFT_DELTA:

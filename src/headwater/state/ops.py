@@ -374,7 +374,7 @@ class _MovingOp(_KernelOp):
         return self.min_periods, False
 
     def _ring_layout(self) -> dict[str, _Field]:
-        return {"ring": _f64(shape=(self.window,)), "n_rows": _i64(), "nobs": _i64()}
+        return {"ring": _f64(shape=(self.window,)), "n_rows": _i64(), "wpos": _i64(), "nobs": _i64()}
 
 
 @dataclass(frozen=True)
@@ -406,7 +406,7 @@ class MovingSum(_MovingOp):
         minp, full_only = self._minp()
         return kernels.moving_sum(  # type: ignore[no-any-return]
             self._OPS[self.name], slots, x, self.window, minp, full_only,
-            st["ring"], st["n_rows"], st["nobs"], st["total"], st["comp"], st["n_pinf"], st["n_ninf"],
+            st["ring"], st["n_rows"], st["wpos"], st["nobs"], st["total"], st["comp"], st["n_pinf"], st["n_ninf"],
         )  # fmt: skip
 
 
@@ -439,14 +439,14 @@ class MovingVar(_MovingOp):
         ddof = 0 if self.name.endswith("p") else 1
         return kernels.moving_var(  # type: ignore[no-any-return]
             slots, x, self.window, minp, full_only, ddof, self.name.startswith("mstd"),
-            st["ring"], st["n_rows"], st["nobs"], st["n_inf"], st["mean"], st["ssqdm"],
+            st["ring"], st["n_rows"], st["wpos"], st["nobs"], st["n_inf"], st["mean"], st["ssqdm"],
             st["run_val"], st["run_len"],
         )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class MovingExtreme(_MovingOp):
-    """``mmax`` and ``mmin`` via a per-key monotonic deque (amortised O(1) per row, any window).
+    """``mmax`` and ``mmin``: O(window) scan per row up to ``scan_limit``, else a monotonic deque.
 
     Example:
         >>> import numpy as np
@@ -458,15 +458,24 @@ class MovingExtreme(_MovingOp):
     """
 
     _NAMES: ClassVar[tuple[str, ...]] = ("mmax", "mmin")
+    # Measured crossover: scanning 64 values costs about one deque update with its mispredicted pops.
+    scan_limit: ClassVar[int] = 64
+
+    def _use_deque(self) -> bool:
+        return self.window > self.scan_limit
 
     def _layout(self) -> dict[str, _Field]:
-        return {**self._ring_layout(), "dq_pos": _i64((self.window,)), "dq_head": _i64(), "dq_len": _i64()}
+        deque_width = self.window if self._use_deque() else 0
+        return {
+            **self._ring_layout(), "dq_idx": _Field((deque_width,), np.int32, 0),
+            "dq_head": _i64(), "dq_len": _i64(),
+        }  # fmt: skip
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         minp, full_only = self._minp()
         return kernels.moving_extreme(  # type: ignore[no-any-return]
-            slots, x, self.window, minp, full_only, self.name == "mmax",
-            st["ring"], st["n_rows"], st["nobs"], st["dq_pos"], st["dq_head"], st["dq_len"],
+            slots, x, self.window, minp, full_only, self.name == "mmax", self._use_deque(),
+            st["ring"], st["n_rows"], st["wpos"], st["nobs"], st["dq_idx"], st["dq_head"], st["dq_len"],
         )  # fmt: skip
 
 
@@ -499,6 +508,7 @@ class MovingPick(_MovingOp):
             self.name == "mfirst",
             st["ring"],
             st["n_rows"],
+            st["wpos"],
             st["nobs"],
         )
 
@@ -545,11 +555,11 @@ class Shift(_KernelOp):
             raise _bad(self.name, "lag", lag, "1", f"{self.name} always compares with the previous row")
 
     def _layout(self) -> dict[str, _Field]:
-        return {"ring": _f64(shape=(self.lag,)), "n_rows": _i64()}
+        return {"ring": _f64(shape=(self.lag,)), "wpos": _i64()}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         return kernels.shift(  # type: ignore[no-any-return]
-            self._OPS[self.name], slots, x, self.lag, st["ring"], st["n_rows"]
+            self._OPS[self.name], slots, x, self.lag, st["ring"], st["wpos"]
         )
 
 
