@@ -1,0 +1,379 @@
+"""``StreamGraph`` and ``DStream``: the chainable, declarative stream graph API (Orca's DStream).
+
+Handles are immutable: every ``DStream`` method returns a new handle, and only the
+``StreamGraph`` accumulates nodes. Each node validates itself when it is declared, so
+a bad metric fails on the user's own line, long before Spark starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from headwater.catalog import FQN, check_identifier, resolve
+from headwater.durations import parse_duration
+from headwater.engines.reactive_state import ReactiveStateEngine
+from headwater.engines.time_series import TimeSeriesEngine
+from headwater.errors import GraphDefinitionError, SchemaError
+from headwater.expr import Alias, Expr
+from headwater.functions import default_name, infer_type
+from headwater.parse import parse_expr, to_metric
+from headwater.plan.logical import (
+    ComputeNode,
+    EngineNode,
+    LogicalGraph,
+    MapNode,
+    Node,
+    Parallelism,
+    TableNode,
+)
+from headwater.plan.physical import PhysicalGraph, plan
+from headwater.plan.render import dumps, explain_logical, explain_physical, to_dot, to_json
+from headwater.types import Schema
+
+if TYPE_CHECKING:
+    from headwater.api.session import Session
+
+
+def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+class StreamGraph:
+    """A stream graph being declared; ``submit()`` plans it and starts it on Spark.
+
+    >>> import headwater as hw
+    >>> session = hw.connect(start_spark=False)
+    >>> session.use_catalog("doc")
+    >>> g = session.stream_graph("doc_graph")
+    >>> bars = g.source("ticks", schema={"time": "timestamp", "sym": "string", "px": "double"}).time_series_engine(
+    ...     window="60s", step="60s", time_column="time", key_column="sym", metrics=["last(px) as close"])
+    >>> bars.output_schema()
+    Schema(columns=(('time', 'timestamp'), ('sym', 'string'), ('close', 'double')))
+    """
+
+    def __init__(self, session: Session, fqn: FQN) -> None:
+        self._session = session
+        self.fqn = fqn
+        self._graph = LogicalGraph(str(fqn))
+        self._engine_counter = 0
+        self._physical: PhysicalGraph | None = None
+
+    # -- naming ----------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The graph's fully qualified name."""
+        return str(self.fqn)
+
+    def _table_fqn(self, name: str) -> FQN:
+        return resolve(name, "stream_table", current_catalog=self.fqn.catalog)
+
+    def _next_engine_name(self) -> str:
+        self._engine_counter += 1
+        return f"engine_{self._graph.next_id()}"
+
+    # -- sources -----------------------------------------------------------------------------------
+    def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: str, keys: tuple[str, ...],
+                time_column: str | None) -> DStream:
+        fqn = self._table_fqn(name)
+        parsed = Schema.parse(schema, where=f"source {name!r}")
+        for k in (*keys, *([time_column] if time_column else [])):
+            if k not in parsed:
+                raise GraphDefinitionError(f"source {name!r}: column {k!r} is not in its schema {parsed}")
+        existing = self._find_table(fqn)
+        if existing is not None:
+            return DStream(self, existing.id)
+        node = TableNode(self._graph.next_id(), fqn.name, parsed, fqn=str(fqn), role="source", table_kind=kind,
+                         key_columns=keys, time_column=time_column)
+        self._graph.add(node)
+        return DStream(self, node.id)
+
+    def source(self, name: str, schema: Mapping[str, str] | Schema) -> DStream:
+        """Declare a public stream table as the graph's input: ``g.source("trade", schema={...})``."""
+        return self._source(name, schema, "plain", (), None)
+
+    def keyed_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema) -> DStream:
+        """A source whose table keeps the first row of every key (later rows with that key are dropped)."""
+        return self._source(name, schema, "keyed", _as_tuple(key_column), None)
+
+    def latest_keyed_source(self, name: str, key_column: str | Sequence[str], time_column: str,
+                            schema: Mapping[str, str] | Schema) -> DStream:
+        """A source whose table accepts a row only if it is newer than the stored row of its key."""
+        return self._source(name, schema, "latest_keyed", _as_tuple(key_column), time_column)
+
+    def source_by_name(self, name: str) -> DStream:
+        """Read an existing public stream table (another graph's sink, a standalone table, or this graph's)."""
+        fqn = self._table_fqn(name)
+        existing = self._find_table(fqn)
+        if existing is not None:
+            return DStream(self, existing.id)
+        info = self._session._master.table_info(fqn)
+        node = TableNode(self._graph.next_id(), fqn.name, info.schema, fqn=str(fqn), role="source_by_name",
+                         table_kind=info.kind, key_columns=info.key_columns, time_column=info.time_column)
+        self._graph.add(node)
+        return DStream(self, node.id)
+
+    def _find_table(self, fqn: FQN) -> TableNode | None:
+        for n in self._graph.nodes.values():
+            if isinstance(n, TableNode) and n.fqn == str(fqn):
+                return n
+        return None
+
+    # -- planning and rendering ----------------------------------------------------------------------
+    @property
+    def logical_graph(self) -> LogicalGraph:
+        return self._graph
+
+    def plan(self) -> PhysicalGraph:
+        """The physical graph ``submit()`` would run (private tables, subgraphs, stream tasks)."""
+        if not self._graph.nodes:
+            raise GraphDefinitionError(f"stream graph {self.fqn}: it is empty; start with g.source(...)")
+        return plan(self._graph)
+
+    def explain(self) -> str:
+        """The logical and the physical graph as text."""
+        return explain_logical(self._graph) + "\n" + explain_physical(self.plan())
+
+    def to_graphviz(self) -> str:
+        """Graphviz DOT of the graph, clustered by subgraph (render with ``dot -Tsvg``)."""
+        return to_dot(self._graph, self.plan())
+
+    def to_json(self) -> str:
+        """Versioned JSON of the logical and physical graph."""
+        return dumps(to_json(self._graph, self.plan()))
+
+    def submit(self) -> StreamGraph:
+        """Plan the graph, create its tables and start it; returns once it is running."""
+        self._physical = self.plan()
+        self._session._master.submit(self._graph, self._physical)
+        return self
+
+    def __repr__(self) -> str:
+        return f"<StreamGraph {self.fqn} nodes={len(self._graph.nodes)}>"
+
+
+@dataclass(frozen=True)
+class DStream:
+    """An immutable handle on one node of a stream graph; methods declare downstream nodes."""
+
+    graph: StreamGraph
+    node_id: int
+    parallelism: Parallelism | None = None
+
+    # -- helpers ---------------------------------------------------------------------------------
+    @property
+    def node(self) -> Node:
+        return self.graph._graph.nodes[self.node_id]
+
+    def output_schema(self) -> Schema:
+        """Inferred schema of this stream (Orca's getOutputSchema)."""
+        return self.node.schema
+
+    def _add(self, node: Node) -> DStream:
+        self.graph._graph.add(node, inputs=(self.node_id,))
+        par = node.parallelism if isinstance(node, ComputeNode) else None
+        return DStream(self.graph, node.id, par)
+
+    # -- modifiers ---------------------------------------------------------------------------------
+    def parallelize(self, column: str, count: int) -> DStream:
+        """Run the following engines as ``count`` stream tasks, rows hashed by ``column`` (NULL keys dropped)."""
+        real = self.node.schema.lookup(column)
+        if real is None:
+            raise GraphDefinitionError(
+                f"parallelize on {self.node.name!r}: unknown column {column!r} (columns: {', '.join(self.node.schema.names)})"
+            )
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1024:
+            raise GraphDefinitionError(f"parallelize on {self.node.name!r}: count must be an int in 1..1024, got {count!r}")
+        return replace(self, parallelism=Parallelism(real, count))
+
+    def sync(self) -> DStream:
+        """Merge parallel branches back into one stream (pairs with ``parallelize``)."""
+        return replace(self, parallelism=None)
+
+    def set_engine_name(self, name: str) -> DStream:
+        """Name the engine declared by the previous call (names identify engine state)."""
+        node = self.node
+        if not isinstance(node, EngineNode):
+            raise GraphDefinitionError(f"set_engine_name({name!r}): the previous node {node.name!r} is not an engine")
+        fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
+        taken = [n for n in self.graph._graph.nodes.values() if n.name == fqn.name and n.id != node.id]
+        if taken:
+            raise GraphDefinitionError(f"set_engine_name({name!r}): name already used by node {taken[0].id} in {self.graph.fqn}")
+        assert node.spec is not None
+        self.graph._graph.replace(replace(node, name=fqn.name, fqn=str(fqn), spec=replace(node.spec, name=fqn.name)))
+        return self
+
+    # -- engines -----------------------------------------------------------------------------------
+    def _engine(self, make: Callable[[str], Any]) -> DStream:
+        name = self.graph._next_engine_name()
+        spec = make(name)
+        fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
+        node = EngineNode(self.graph._graph.next_id(), name, spec.output_schema(), parallelism=self.parallelism,
+                          spec=spec, fqn=str(fqn))
+        return self._add(node)
+
+    def time_series_engine(
+        self,
+        *,
+        window: str | timedelta,
+        step: str | timedelta,
+        metrics: Sequence[Expr | str],
+        time_column: str,
+        key_column: str | Sequence[str] | None = None,
+        accepted_delay: str | timedelta = timedelta(0),
+        closed: str = "left",
+        use_window_start_time: bool = False,
+        fill: str | float = "none",
+    ) -> DStream:
+        """Aggregate tumbling/sliding event-time windows per key (Orca's timeSeriesEngine).
+
+        A key's window is emitted when a later row of that key closes it; output time is
+        the window end (``use_window_start_time=True`` for the start).
+        """
+
+        def make(name: str) -> TimeSeriesEngine:
+            where = f"time_series_engine {name!r}"
+            return TimeSeriesEngine(
+                name=name,
+                input_schema=self.node.schema,
+                window=parse_duration(window, where=f"{where} window"),
+                step=parse_duration(step, where=f"{where} step"),
+                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                time_column=time_column,
+                key_column=_as_tuple(key_column),
+                accepted_delay=parse_duration(accepted_delay, where=f"{where} accepted_delay", allow_zero=True),
+                closed=closed,
+                use_window_start_time=use_window_start_time,
+                fill=fill,
+            )
+
+        return self._engine(make)
+
+    def reactive_state_engine(
+        self,
+        *,
+        metrics: Sequence[Expr | str],
+        key_column: str | Sequence[str] | None = None,
+        filter: Expr | str | None = None,
+        keep_order: bool = True,
+    ) -> DStream:
+        """Compute one output row per input row from the row and its key's state (Orca's reactiveStateEngine)."""
+
+        def make(name: str) -> ReactiveStateEngine:
+            where = f"reactive_state_engine {name!r}"
+            flt = None if filter is None else (filter if isinstance(filter, Expr) else parse_expr(filter, where=f"{where} filter"))
+            return ReactiveStateEngine(
+                name=name,
+                input_schema=self.node.schema,
+                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                key_column=_as_tuple(key_column),
+                filter=flt,
+                keep_order=keep_order,
+            )
+
+        return self._engine(make)
+
+    # -- edges -------------------------------------------------------------------------------------
+    def map(self, func: Callable[[pd.DataFrame], pd.DataFrame] | Sequence[Expr | str] | None = None, *,
+            where: Expr | str | None = None) -> DStream:
+        """A stateless transform: expressions (run inside Spark's JVM) or a function over a pandas batch.
+
+        ``map(["time", "price * volume as notional"], where="volume > 0")`` selects and filters;
+        ``map(fn)`` calls ``fn(batch: pd.DataFrame) -> pd.DataFrame`` (it must be pure); its
+        output schema is inferred by calling it on an empty batch.
+        """
+        schema = self.node.schema
+        name = f"map_{self.graph._graph.next_id()}"
+        label = f"map {name!r}"
+        flt = None if where is None else (where if isinstance(where, Expr) else parse_expr(where, where=f"{label} where"))
+        if flt is not None:
+            infer_type(flt, schema, where=f"{label} where", kinds=frozenset({"scalar"}))
+        if callable(func):
+            out_schema = _infer_function_schema(func, schema, label)
+            node: MapNode = MapNode(self.graph._graph.next_id(), name, out_schema, parallelism=self.parallelism,
+                                    fn=func, fn_name=getattr(func, "__qualname__", repr(func)), filter=flt)
+            return self._add(node)
+        exprs: list[tuple[str, Expr]] = []
+        for m in _as_list(func if func is not None else list(schema.names), label):
+            metric = to_metric(m, where=label)
+            pairs = zip(metric.names, metric.outputs(), strict=True) if isinstance(metric, Alias) else \
+                [(default_name(metric, where=label), metric)]
+            exprs.extend(pairs)
+        cols = [(n, infer_type(e, schema, where=f"{label} column {n!r}", kinds=frozenset({"scalar"}))) for n, e in exprs]
+        node = MapNode(self.graph._graph.next_id(), name, Schema(tuple(cols)), parallelism=self.parallelism,
+                       exprs=tuple(exprs), filter=flt)
+        return self._add(node)
+
+    def fork(self, count: int) -> list[DStream]:
+        """Broadcast this stream to ``count`` branches, each receiving every row."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 2:
+            raise GraphDefinitionError(f"fork on {self.node.name!r}: count must be an int >= 2, got {count!r}")
+        return [self] * count
+
+    # -- tables ------------------------------------------------------------------------------------
+    def _table(self, name: str, role: str, kind: str, keys: tuple[str, ...], time_column: str | None) -> DStream:
+        fqn = self.graph._table_fqn(name)
+        schema = self.node.schema
+        for k in (*keys, *([time_column] if time_column else [])):
+            if k not in schema:
+                raise GraphDefinitionError(f"{role} {name!r}: column {k!r} is not in the stream's schema {schema}")
+        existing = self.graph._find_table(fqn)
+        if existing is not None:  # writing into a table this graph already declared (may close a cycle)
+            if existing.schema != schema:
+                raise SchemaError(f"{role} {name!r}: schema {schema} differs from the table's {existing.schema}")
+            self.graph._graph.connect(self.node_id, existing.id)
+            return DStream(self.graph, existing.id)
+        check_identifier(fqn.name, what="stream table")
+        node = TableNode(self.graph._graph.next_id(), fqn.name, schema, fqn=str(fqn), role=role, table_kind=kind,
+                         key_columns=keys, time_column=time_column)
+        return self._add(node)
+
+    def buffer(self, name: str) -> DStream:
+        """Store the stream in a public table, queryable with SQL; the chain continues from it."""
+        return self._table(name, "buffer", "plain", (), None)
+
+    def keyed_buffer(self, name: str, key_column: str | Sequence[str]) -> DStream:
+        return self._table(name, "buffer", "keyed", _as_tuple(key_column), None)
+
+    def latest_keyed_buffer(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
+        return self._table(name, "buffer", "latest_keyed", _as_tuple(key_column), time_column)
+
+    def sink(self, name: str) -> DStream:
+        """Write the stream to a public table (the end of a chain)."""
+        return self._table(name, "sink", "plain", (), None)
+
+    def keyed_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
+        return self._table(name, "sink", "keyed", _as_tuple(key_column), None)
+
+    def latest_keyed_sink(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
+        return self._table(name, "sink", "latest_keyed", _as_tuple(key_column), time_column)
+
+
+def _as_list(metrics: Any, where: str) -> list[Any]:
+    if isinstance(metrics, str | Expr):
+        return [metrics]
+    if not isinstance(metrics, Sequence):
+        raise GraphDefinitionError(f"{where}: metrics must be a list of strings or expressions, got {metrics!r}")
+    return list(metrics)
+
+
+def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str) -> Schema:
+    empty = schema.to_arrow().empty_table().to_pandas()
+    try:
+        result = func(empty)
+    except Exception as exc:  # the user's function: report its failure with context
+        raise GraphDefinitionError(
+            f"{where}: calling {getattr(func, '__qualname__', func)} on an empty batch to infer its output schema "
+            f"failed with {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(result, pd.DataFrame):
+        raise GraphDefinitionError(f"{where}: the function must return a pandas DataFrame, got {type(result).__name__}")
+    import pyarrow as pa
+
+    return Schema.from_arrow(pa.Schema.from_pandas(result, preserve_index=False), where=where)

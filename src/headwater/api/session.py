@@ -1,0 +1,142 @@
+"""``Session``: the user's entry point (``hw.connect()``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from headwater.api.graph import StreamGraph
+from headwater.catalog import check_identifier, resolve
+from headwater.durations import parse_duration
+from headwater.errors import SchemaError
+from headwater.runtime.master import Master
+from headwater.types import Schema
+
+
+class SqlResult:
+    """The result of :meth:`Session.sql`: convert with ``to_pandas()`` or ``to_arrow()``."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table
+
+    def to_arrow(self) -> pa.Table:
+        return self._table
+
+    def to_pandas(self) -> pd.DataFrame:
+        return self._table.to_pandas()
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __repr__(self) -> str:
+        return f"<SqlResult rows={self._table.num_rows} columns={self._table.column_names}>"
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("HEADWATER_HOME", Path.home() / ".headwater"))
+
+
+def connect(data_dir: str | Path | None = None, *, start_spark: bool = True, spark_master: str = "local[*]",
+            trigger_interval: str = "200ms") -> Session:
+    """Start an embedded Headwater (master + worker + local Spark) on ``data_dir``.
+
+    Graphs that were running when the previous session on the same directory stopped
+    are resumed from their checkpoints. ``start_spark=False`` gives a session that can
+    declare and explain graphs without a JVM (Spark then starts on first need).
+
+    >>> import headwater as hw, tempfile
+    >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
+    >>> s.use_catalog("demo")
+    """
+    return Session(Path(data_dir) if data_dir is not None else default_data_dir(), start_spark=start_spark,
+                   spark_master=spark_master, trigger_interval=trigger_interval)
+
+
+class Session:
+    """A connection to Headwater: catalog, graphs, tables, SQL."""
+
+    def __init__(self, data_dir: Path, *, start_spark: bool, spark_master: str, trigger_interval: str) -> None:
+        self.data_dir = data_dir
+        self._catalog: str | None = None
+        interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
+        self._master = Master(data_dir, spark_master=spark_master, trigger_interval=interval)
+        if start_spark:
+            self._master.recover()
+
+    # -- catalog ------------------------------------------------------------------------------------
+    def use_catalog(self, name: str) -> None:
+        """Select the catalog that completes bare names (``use catalog demo``)."""
+        self._catalog = check_identifier(name, what="catalog")
+
+    @property
+    def current_catalog(self) -> str | None:
+        return self._catalog
+
+    def stream_graph(self, name: str) -> StreamGraph:
+        """Start declaring a stream graph named ``name`` (bare or ``catalog.stream_graph.name``)."""
+        fqn = resolve(name, "stream_graph", current_catalog=self._catalog)
+        self._master.check_graph_name_free(fqn)
+        return StreamGraph(self, fqn)
+
+    # -- data -----------------------------------------------------------------------------------------
+    def append(self, table: str, data: pd.DataFrame | pa.Table) -> int | None:
+        """Append rows to a public stream table; returns the table version written."""
+        fqn = resolve(table, "stream_table", current_catalog=self._catalog)
+        if isinstance(data, pd.DataFrame):
+            data = pa.Table.from_pandas(data, preserve_index=False)
+        if not isinstance(data, pa.Table):
+            raise SchemaError(f"append to {fqn}: expected a pandas DataFrame or a pyarrow Table, got {type(data).__name__}")
+        return self._master.append(fqn, data)
+
+    def create_stream_table(self, name: str, schema: dict[str, str] | Schema, *, kind: str = "plain",
+                            key_column: str | list[str] | None = None, time_column: str | None = None) -> None:
+        """Create a standalone public stream table (Orca's createOrcaStreamTable family)."""
+        fqn = resolve(name, "stream_table", current_catalog=self._catalog)
+        keys = (key_column,) if isinstance(key_column, str) else tuple(key_column or ())
+        self._master.create_public_table(fqn, Schema.parse(schema, where=f"stream table {fqn}"), kind, keys, time_column)
+
+    def drop_stream_table(self, name: str) -> None:
+        """Drop a public stream table no graph references any more."""
+        self._master.drop_public_table(resolve(name, "stream_table", current_catalog=self._catalog))
+
+    def sql(self, query: str) -> SqlResult:
+        """Run Spark SQL over public stream tables (``select * from demo.stream_table.t``)."""
+        return SqlResult(self._master.sql(query, current_catalog=self._catalog))
+
+    # -- graphs ---------------------------------------------------------------------------------------
+    def wait_until_caught_up(self, name: str, timeout: float = 120.0) -> None:
+        """Block until the graph has processed everything appended so far (or raise CaughtUpTimeout)."""
+        self._master.wait_until_caught_up(resolve(name, "stream_graph", current_catalog=self._catalog), timeout)
+
+    def drop_stream_graph(self, name: str, *, include_tables: bool = False) -> None:
+        """Stop and destroy a graph: its queries, checkpoints, state and private tables.
+
+        With ``include_tables=True`` its public tables go too, unless another graph still uses them.
+        """
+        self._master.drop_graph(resolve(name, "stream_graph", current_catalog=self._catalog), include_tables)
+
+    def stream_graph_meta(self, name: str | None = None) -> pd.DataFrame:
+        """One row per graph: id, fqn, status, semantics, tasks, create_time, reason."""
+        fqn = None if name is None else resolve(name, "stream_graph", current_catalog=self._catalog)
+        return pd.DataFrame(self._master.graph_meta(fqn),
+                            columns=["id", "fqn", "status", "semantics", "tasks", "create_time", "reason"])
+
+    def stream_table_meta(self, name: str | None = None) -> pd.DataFrame:
+        """One row per stream table: fqn, kind, visibility, path, graph_refs."""
+        fqn = None if name is None else resolve(name, "stream_table", current_catalog=self._catalog)
+        return pd.DataFrame(self._master.table_meta(fqn),
+                            columns=["fqn", "kind", "visibility", "path", "graph_refs"])
+
+    def close(self) -> None:
+        """Stop running queries (graphs stay ``running`` in the catalog and resume on the next connect)."""
+        self._master.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

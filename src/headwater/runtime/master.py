@@ -1,0 +1,264 @@
+"""The Stream Master: catalog, graph state machine and metadata, in process for the embedded mode.
+
+Graph states: ``building -> running -> destroying -> destroyed``; a failed query moves
+its graph to ``failed`` with the reason. Every transition is persisted, so a new
+master on the same data directory resumes the graphs that were running.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from headwater.catalog import FQN
+from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError, SchemaError
+from headwater.plan.logical import LogicalGraph, TableNode
+from headwater.plan.physical import PhysicalGraph, plan
+from headwater.plan.render import dumps, to_json
+from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord, load_definition
+from headwater.storage.stream_table import StreamTable
+from headwater.types import Schema
+
+SEMANTICS = "exactly-once"  # every table write is an idempotent per-batch commit, keyed or not
+
+
+@dataclass
+class GraphPaths:
+    root: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def private_table(self, name: str) -> Path:
+        return self.root / "private" / name
+
+
+class Master:
+    def __init__(self, data_dir: Path, *, spark_master: str, trigger_interval: timedelta) -> None:
+        from headwater.runtime.worker import Worker  # the worker is the only part that touches Spark
+
+        self.data_dir = Path(data_dir)
+        self.store = MetadataStore.in_directory(self.data_dir)
+        self.worker = Worker(self.data_dir, spark_master=spark_master, trigger_interval=trigger_interval)
+        self._tables: dict[str, StreamTable] = {}
+
+    # -- paths ------------------------------------------------------------------------------------------
+    def _graph_paths(self, fqn: str) -> GraphPaths:
+        catalog, _, name = fqn.split(".")
+        return GraphPaths(self.data_dir / "graphs" / catalog / name)
+
+    def _public_table_path(self, fqn: str) -> Path:
+        catalog, _, name = fqn.split(".")
+        return self.data_dir / "tables" / catalog / name
+
+    def _table(self, rec: TableRecord) -> StreamTable:
+        if rec.fqn not in self._tables:
+            self._tables[rec.fqn] = StreamTable.open(rec.path)
+        return self._tables[rec.fqn]
+
+    # -- tables -----------------------------------------------------------------------------------------
+    def table_info(self, fqn: FQN) -> TableRecord:
+        rec = self.store.get_table(str(fqn))
+        if rec is None or rec.private:
+            known = [t.fqn for t in self.store.list_tables() if not t.private]
+            raise CatalogError(f"stream table {fqn} does not exist; known public tables: {', '.join(known) or 'none'}")
+        return rec
+
+    def create_public_table(self, fqn: FQN, schema: Schema, kind: str, keys: tuple[str, ...], time_column: str | None) -> None:
+        if self.store.get_table(str(fqn)) is not None:
+            raise CatalogError(f"stream table {fqn} already exists")
+        self._create_table(str(fqn), self._public_table_path(str(fqn)), schema, kind, keys, time_column, None)
+
+    def _create_table(self, fqn: str, path: Path, schema: Schema, kind: str, keys: tuple[str, ...],
+                      time_column: str | None, owner: str | None) -> TableRecord:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():  # a leftover of an interrupted drop: nothing in the catalog points at it
+            shutil.rmtree(path)
+        StreamTable.create(path, schema, kind=kind, key_columns=keys, time_column=time_column)
+        rec = TableRecord(fqn, str(path), kind, schema, keys, time_column, owner)
+        self.store.put_table(rec)
+        return rec
+
+    def drop_public_table(self, fqn: FQN) -> None:
+        rec = self.table_info(fqn)
+        refs = self.store.refs_of_table(rec.fqn)
+        if refs:
+            raise CatalogError(f"stream table {fqn} is used by graph(s) {', '.join(refs)}; drop them first")
+        self._delete_table(rec)
+
+    def _delete_table(self, rec: TableRecord) -> None:
+        self._tables.pop(rec.fqn, None)
+        self.store.delete_table(rec.fqn)
+        shutil.rmtree(rec.path, ignore_errors=True)
+
+    def append(self, fqn: FQN, data: pa.Table) -> int | None:
+        rec = self.table_info(fqn)
+        return self._table(rec).append(data)
+
+    def table_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
+        rows = []
+        for t in self.store.list_tables():
+            if fqn is not None and t.fqn != str(fqn):
+                continue
+            rows.append({"fqn": t.fqn, "kind": t.kind, "visibility": "private" if t.private else "public",
+                         "path": t.path, "graph_refs": self.store.refs_of_table(t.fqn)})
+        return rows
+
+    # -- graphs -----------------------------------------------------------------------------------------
+    def check_graph_name_free(self, fqn: FQN) -> None:
+        """Declaring is always allowed; ``submit`` decides between resume and conflict."""
+
+    def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
+        fqn = logical.fqn
+        graph_json = dumps(to_json(logical, physical))
+        existing = self.store.active_graph(fqn)
+        if existing is not None:
+            if existing.graph_json != graph_json:
+                raise CatalogError(
+                    f"stream graph {fqn} already exists (status {existing.status}) with a different definition; "
+                    f"its state would be orphaned — drop it first with drop_stream_graph({fqn.split('.')[-1]!r}) "
+                    "or choose another name"
+                )
+            if existing.status in ("running", "building") and self.worker.is_running(fqn):
+                return
+            self._start(existing, logical, physical)
+            return
+        public = self._check_tables(physical)
+        graph_id = self.store.create_graph(fqn, logical, graph_json, SEMANTICS)
+        rec = self.store.list_graphs(fqn)[-1]
+        assert rec.id == graph_id
+        paths = self._graph_paths(fqn)
+        if paths.root.exists():
+            shutil.rmtree(paths.root)  # leftovers of a destroyed graph of the same name
+        for node in physical.tables():
+            if node.private:
+                self._create_table(node.fqn, paths.private_table(node.name), node.schema, node.table_kind,
+                                   node.key_columns, node.time_column, fqn)
+            elif node.fqn not in public:
+                self._create_table(node.fqn, self._public_table_path(node.fqn), node.schema, node.table_kind,
+                                   node.key_columns, node.time_column, None)
+        self.store.add_refs(fqn, [t.fqn for t in physical.tables() if not t.private])
+        self._start(rec, logical, physical)
+
+    def _check_tables(self, physical: PhysicalGraph) -> set[str]:
+        """Validate public tables before anything is created; return those that already exist."""
+        existing: set[str] = set()
+        for node in physical.tables():
+            if node.private:
+                continue
+            rec = self.store.get_table(node.fqn)
+            if rec is None:
+                if node.role == "source_by_name":
+                    raise CatalogError(f"stream table {node.fqn} (source_by_name) does not exist any more")
+                continue
+            if rec.private:
+                raise CatalogError(f"stream table name {node.fqn} is taken by a private table of graph {rec.owner_graph}")
+            if rec.schema != node.schema or rec.kind != node.table_kind:
+                raise SchemaError(
+                    f"stream table {node.fqn} already exists as {rec.kind} {rec.schema}; the graph declares "
+                    f"{node.table_kind} {node.schema}. Use the same definition, another name, or drop the table"
+                )
+            existing.add(node.fqn)
+        return existing
+
+    def _table_paths(self, physical: PhysicalGraph) -> dict[int, str]:
+        paths = {}
+        for node in physical.tables():
+            rec = self.store.get_table(node.fqn)
+            if rec is None:
+                raise CatalogError(f"stream table {node.fqn} is missing from the catalog")
+            paths[node.id] = rec.path
+        return paths
+
+    def _start(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph) -> None:
+        self.store.set_status(rec.id, "building")
+        try:
+            self.worker.start_graph(rec.fqn, physical, self._table_paths(physical), self._graph_paths(rec.fqn).checkpoints,
+                                    run_id=str(rec.id))
+        except Exception as exc:
+            self.store.set_status(rec.id, "failed", f"{type(exc).__name__}: {exc}")
+            raise ExecutionError(f"stream graph {rec.fqn} failed to start: {exc}") from exc
+        self.store.set_status(rec.id, "running")
+
+    def recover(self) -> list[str]:
+        """Resume every graph that was running when the previous master stopped."""
+        resumed = []
+        for rec in self.store.list_graphs():
+            if rec.status in ("running", "building", "error"):
+                logical: LogicalGraph = load_definition(rec)
+                self._start(rec, logical, plan(logical))
+                resumed.append(rec.fqn)
+        return resumed
+
+    def _active(self, fqn: FQN) -> GraphRecord:
+        rec = self.store.active_graph(str(fqn))
+        if rec is None:
+            known = sorted({g.fqn for g in self.store.list_graphs() if g.status != "destroyed"})
+            raise CatalogError(f"stream graph {fqn} does not exist; known graphs: {', '.join(known) or 'none'}")
+        return rec
+
+    def wait_until_caught_up(self, fqn: FQN, timeout: float) -> None:
+        rec = self._active(fqn)
+        try:
+            self.worker.wait_until_caught_up(rec.fqn, timeout)
+        except ExecutionError as exc:
+            self.store.set_status(rec.id, "failed", str(exc))
+            raise
+
+    def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
+        rec = self._active(fqn)
+        logical: LogicalGraph = load_definition(rec)
+        public = [n.fqn for n in logical.nodes.values() if isinstance(n, TableNode)]
+        if include_tables:
+            for t in public:
+                others = [g for g in self.store.refs_of_table(t) if g != rec.fqn]
+                if others:
+                    raise GraphDefinitionError(
+                        f"drop_stream_graph({fqn.name!r}, include_tables=True): table {t} is also used by {', '.join(others)}; "
+                        "drop that graph first or keep the tables with include_tables=False"
+                    )
+        self.store.set_status(rec.id, "destroying")
+        self.worker.stop_graph(rec.fqn)
+        for t in self.store.list_tables():
+            if t.owner_graph == rec.fqn:
+                self._delete_table(t)
+        self.store.drop_refs(rec.fqn)
+        if include_tables:
+            for t in public:
+                trec = self.store.get_table(t)
+                if trec is not None and not self.store.refs_of_table(t):
+                    self._delete_table(trec)
+        shutil.rmtree(self._graph_paths(rec.fqn).root, ignore_errors=True)
+        self.store.set_status(rec.id, "destroyed")
+
+    def graph_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
+        rows = []
+        for rec in self.store.list_graphs(None if fqn is None else str(fqn)):
+            tasks = []
+            if rec.status not in ("destroyed",):
+                logical: LogicalGraph = load_definition(rec)
+                tasks = self.worker.task_status(rec.fqn, plan(logical))
+            rows.append({"id": rec.id, "fqn": rec.fqn, "status": rec.status, "semantics": rec.semantics,
+                         "tasks": tasks, "create_time": _ts(rec.create_time), "reason": rec.reason})
+        return rows
+
+    # -- SQL --------------------------------------------------------------------------------------------
+    def sql(self, query: str, *, current_catalog: str | None) -> pa.Table:
+        public = {t.fqn: t.path for t in self.store.list_tables() if not t.private}
+        return self.worker.sql(query, public, current_catalog)
+
+    def close(self) -> None:
+        self.worker.close()
+        self.store.dispose()
+
+
+def _ts(seconds: float) -> Any:
+    import pandas as pd
+
+    return pd.Timestamp(seconds, unit="s")

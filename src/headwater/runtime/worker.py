@@ -1,0 +1,137 @@
+"""The Stream Worker: holds one SparkSession and runs the queries of the subgraphs it is given."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from headwater.errors import CaughtUpTimeout, ExecutionError
+from headwater.plan.physical import PhysicalGraph
+
+
+@dataclass
+class RunningGraph:
+    physical: PhysicalGraph
+    queries: dict[int, Any]  # subgraph id -> StreamingQuery
+    batches: dict[int, int] = field(default_factory=dict)  # subgraph id -> last committed batch id
+    rows: dict[int, int] = field(default_factory=dict)
+
+
+class Worker:
+    name = "embedded-worker-0"
+
+    def __init__(self, data_dir: Path, *, spark_master: str, trigger_interval: timedelta) -> None:
+        self.data_dir = data_dir
+        self.spark_master = spark_master
+        self.trigger_interval = trigger_interval
+        self._spark: Any = None
+        self._graphs: dict[str, RunningGraph] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from headwater.spark.session import build_spark
+
+            self._spark = build_spark(self.spark_master)
+        return self._spark
+
+    def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
+                    run_id: str = "") -> None:
+        from headwater.spark.runner import start_subgraph
+
+        self.stop_graph(fqn)
+        running = RunningGraph(physical, {})
+        self._graphs[fqn] = running
+        for sg in physical.subgraphs:
+            def record(batch_id: int, rows: int, sg_id: int = sg.id) -> None:
+                running.batches[sg_id] = batch_id
+                running.rows[sg_id] = running.rows.get(sg_id, 0) + rows
+
+            running.queries[sg.id] = start_subgraph(
+                self.spark, physical, sg, table_paths, checkpoints, run_id=run_id or fqn,
+                trigger_interval=self.trigger_interval, on_batch=record)
+
+    def is_running(self, fqn: str) -> bool:
+        g = self._graphs.get(fqn)
+        return g is not None and all(q.isActive for q in g.queries.values())
+
+    def wait_until_caught_up(self, fqn: str, timeout: float) -> None:
+        """Process everything appended so far, subgraph by subgraph in topological order."""
+        g = self._graphs.get(fqn)
+        if g is None:
+            raise ExecutionError(f"stream graph {fqn} is not running in this worker")
+        deadline = time.monotonic() + timeout
+        errors: list[BaseException] = []
+
+        def drain() -> None:
+            try:
+                for sg in g.physical.subgraphs:  # subgraphs are numbered in topological order
+                    g.queries[sg.id].processAllAvailable()
+            except BaseException as exc:  # reported to the caller below
+                errors.append(exc)
+
+        t = threading.Thread(target=drain, daemon=True)
+        t.start()
+        t.join(max(deadline - time.monotonic(), 0))
+        if t.is_alive():
+            raise CaughtUpTimeout(f"stream graph {fqn} did not catch up within {timeout:.0f}s; "
+                                  f"progress: {self.progress(fqn)}")
+        if errors:
+            raise ExecutionError(f"stream graph {fqn} failed: {_short(errors[0])}") from errors[0]
+
+    def progress(self, fqn: str) -> dict[str, Any]:
+        g = self._graphs.get(fqn)
+        if g is None:
+            return {}
+        return {f"subgraph_{k}": {"last_batch": g.batches.get(k), "rows_out": g.rows.get(k, 0)} for k in g.queries}
+
+    def stop_graph(self, fqn: str) -> None:
+        g = self._graphs.pop(fqn, None)
+        if g is None:
+            return
+        for q in g.queries.values():
+            try:
+                q.stop()
+            except Exception:  # already dead: nothing left to stop
+                pass
+
+    def task_status(self, fqn: str, physical: PhysicalGraph) -> list[dict[str, Any]]:
+        g = self._graphs.get(fqn)
+        tasks = []
+        for sg in physical.subgraphs:
+            q = g.queries.get(sg.id) if g else None
+            if q is None:
+                status, reason = "stopped", ""
+            elif q.isActive:
+                status, reason = "running", ""
+            else:
+                exc = q.exception()
+                status, reason = ("failed", _short(exc)) if exc else ("stopped", "")
+            tasks.extend({"id": t, "node": self.name, "status": status, "reason": reason} for t in sg.task_ids())
+        return tasks
+
+    def sql(self, query: str, public_tables: dict[str, str], current_catalog: str | None) -> pa.Table:
+        from headwater.spark.sql import run_sql
+
+        return run_sql(self.spark, query, public_tables, current_catalog)
+
+    def close(self) -> None:
+        for fqn in list(self._graphs):
+            self.stop_graph(fqn)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in ("headwater.errors.", "Error: "):
+        if marker in text:
+            pass
+    lines = [line for line in text.splitlines() if line.strip()]
+    useful = [line for line in lines if "Error" in line or "error" in line]
+    return (useful[-1] if useful else (lines[0] if lines else type(exc).__name__))[:500]

@@ -1,0 +1,174 @@
+"""The metadata store: graphs, tables and their references (SQLAlchemy; SQLite by default).
+
+Everything the master needs to resume after a restart lives here: each graph's
+declaration (pickled logical graph plus its JSON rendering), its status and the
+reason of its last transition, and every stream table's location and definition.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from headwater.types import Schema
+
+_meta = sa.MetaData()
+
+graphs = sa.Table(
+    "stream_graphs",
+    _meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("fqn", sa.String, nullable=False, index=True),
+    sa.Column("status", sa.String, nullable=False),
+    sa.Column("semantics", sa.String, nullable=False),
+    sa.Column("create_time", sa.Float, nullable=False),
+    sa.Column("reason", sa.String, nullable=False, default=""),
+    sa.Column("definition", sa.LargeBinary, nullable=False),
+    sa.Column("graph_json", sa.Text, nullable=False),
+)
+
+tables = sa.Table(
+    "stream_tables",
+    _meta,
+    sa.Column("fqn", sa.String, primary_key=True),
+    sa.Column("path", sa.String, nullable=False),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("schema", sa.Text, nullable=False),
+    sa.Column("key_columns", sa.Text, nullable=False),
+    sa.Column("time_column", sa.String, nullable=True),
+    sa.Column("owner_graph", sa.String, nullable=True),  # set for private tables
+)
+
+table_refs = sa.Table(
+    "graph_table_refs",
+    _meta,
+    sa.Column("graph_fqn", sa.String, primary_key=True),
+    sa.Column("table_fqn", sa.String, primary_key=True),
+)
+
+ACTIVE_STATUSES = ("building", "running", "error", "stopped")
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    fqn: str
+    path: str
+    kind: str
+    schema: Schema
+    key_columns: tuple[str, ...]
+    time_column: str | None
+    owner_graph: str | None
+
+    @property
+    def private(self) -> bool:
+        return self.owner_graph is not None
+
+
+@dataclass(frozen=True)
+class GraphRecord:
+    id: int
+    fqn: str
+    status: str
+    semantics: str
+    create_time: float
+    reason: str
+    definition: bytes
+    graph_json: str
+
+
+class MetadataStore:
+    """Catalog persistence. ``url`` defaults to a SQLite file; PostgreSQL URLs work too."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = sa.create_engine(url)
+        _meta.create_all(self.engine)
+
+    @classmethod
+    def in_directory(cls, data_dir: Path) -> MetadataStore:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return cls(f"sqlite:///{data_dir / 'headwater.db'}")
+
+    # -- tables ---------------------------------------------------------------------------------------
+    def put_table(self, rec: TableRecord) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(tables).where(tables.c.fqn == rec.fqn))
+            c.execute(sa.insert(tables).values(
+                fqn=rec.fqn, path=rec.path, kind=rec.kind, schema=json.dumps(rec.schema.columns),
+                key_columns=json.dumps(rec.key_columns), time_column=rec.time_column, owner_graph=rec.owner_graph))
+
+    def get_table(self, fqn: str) -> TableRecord | None:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(tables).where(tables.c.fqn == fqn)).first()
+        return None if row is None else _table(row)
+
+    def list_tables(self) -> list[TableRecord]:
+        with self.engine.connect() as c:
+            return [_table(r) for r in c.execute(sa.select(tables).order_by(tables.c.fqn))]
+
+    def delete_table(self, fqn: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(tables).where(tables.c.fqn == fqn))
+            c.execute(sa.delete(table_refs).where(table_refs.c.table_fqn == fqn))
+
+    def add_refs(self, graph_fqn: str, table_fqns: list[str]) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(table_refs).where(table_refs.c.graph_fqn == graph_fqn))
+            for t in sorted(set(table_fqns)):
+                c.execute(sa.insert(table_refs).values(graph_fqn=graph_fqn, table_fqn=t))
+
+    def refs_of_table(self, table_fqn: str) -> list[str]:
+        with self.engine.connect() as c:
+            return [r[0] for r in c.execute(sa.select(table_refs.c.graph_fqn).where(table_refs.c.table_fqn == table_fqn))]
+
+    def refs_of_graph(self, graph_fqn: str) -> list[str]:
+        with self.engine.connect() as c:
+            return [r[0] for r in c.execute(sa.select(table_refs.c.table_fqn).where(table_refs.c.graph_fqn == graph_fqn))]
+
+    def drop_refs(self, graph_fqn: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(table_refs).where(table_refs.c.graph_fqn == graph_fqn))
+
+    # -- graphs ---------------------------------------------------------------------------------------
+    def create_graph(self, fqn: str, definition: Any, graph_json: str, semantics: str) -> int:
+        with self.engine.begin() as c:
+            res = c.execute(sa.insert(graphs).values(
+                fqn=fqn, status="building", semantics=semantics, create_time=time.time(), reason="",
+                definition=pickle.dumps(definition), graph_json=graph_json))
+            return int(res.inserted_primary_key[0])
+
+    def set_status(self, graph_id: int, status: str, reason: str = "") -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.update(graphs).where(graphs.c.id == graph_id).values(status=status, reason=reason))
+
+    def active_graph(self, fqn: str) -> GraphRecord | None:
+        """The graph with this name that is not destroyed, if any."""
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(graphs).where(graphs.c.fqn == fqn, graphs.c.status.in_(ACTIVE_STATUSES + ("destroying", "failed")))
+                            .order_by(graphs.c.id.desc())).first()
+        return None if row is None else GraphRecord(**row._mapping)
+
+    def list_graphs(self, fqn: str | None = None) -> list[GraphRecord]:
+        q = sa.select(graphs).order_by(graphs.c.id)
+        if fqn is not None:
+            q = q.where(graphs.c.fqn == fqn)
+        with self.engine.connect() as c:
+            return [GraphRecord(**r._mapping) for r in c.execute(q)]
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _table(row: Any) -> TableRecord:
+    m = row._mapping
+    return TableRecord(m["fqn"], m["path"], m["kind"], Schema(tuple(tuple(c) for c in json.loads(m["schema"]))),
+                       tuple(json.loads(m["key_columns"])), m["time_column"], m["owner_graph"])
+
+
+def load_definition(rec: GraphRecord) -> Any:
+    return pickle.loads(rec.definition)
