@@ -233,8 +233,8 @@ def moving_extreme(
         v = x[i]
         r = n_rows[k]
         p = wpos[k]
-        head = dq_head[k]
-        length = dq_len[k]
+        head = dq_head[k] if use_deque else 0
+        length = dq_len[k] if use_deque else 0
         if r >= window:
             old = ring[k, p]
             if old == old:
@@ -261,8 +261,9 @@ def moving_extreme(
                     tail -= window
                 dq_idx[k, tail] = p
                 length += 1
-        dq_head[k] = head
-        dq_len[k] = length
+        if use_deque:
+            dq_head[k] = head
+            dq_len[k] = length
         n_rows[k] = r + 1
         wpos[k] = p + 1 if p + 1 < window else 0
         cnt = nobs[k]
@@ -272,11 +273,18 @@ def moving_extreme(
             out[i] = ring[k, dq_idx[k, head]]
         else:
             # NaN compares false, so NULLs are skipped without a branch of their own
-            m = -np.inf if is_max else np.inf
-            for j in range(min(r + 1, window)):
-                e = ring[k, j]
-                if (e > m) if is_max else (e < m):
-                    m = e
+            row = ring[k]
+            lim = min(r + 1, window)
+            if is_max:
+                m = -np.inf
+                for j in range(lim):
+                    if row[j] > m:
+                        m = row[j]
+            else:
+                m = np.inf
+                for j in range(lim):
+                    if row[j] < m:
+                        m = row[j]
             out[i] = m
     return out
 
