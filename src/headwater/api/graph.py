@@ -204,7 +204,10 @@ class DStream:
         fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
         taken = [n for n in self.graph._graph.nodes.values() if n.name == fqn.name and n.id != node.id]
         if taken:
-            raise GraphDefinitionError(f"set_engine_name({name!r}): name already used by node {taken[0].id} in {self.graph.fqn}")
+            raise GraphDefinitionError(
+                f"set_engine_name({name!r}): name {fqn.name!r} is already used by node {taken[0].id} ({taken[0].type}) "
+                f"in {self.graph.fqn}; names identify tables and engine state, pick another one"
+            )
         assert node.spec is not None
         self.graph._graph.replace(replace(node, name=fqn.name, fqn=str(fqn), spec=replace(node.spec, name=fqn.name)))
         return self
@@ -376,4 +379,11 @@ def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str)
         raise GraphDefinitionError(f"{where}: the function must return a pandas DataFrame, got {type(result).__name__}")
     import pyarrow as pa
 
-    return Schema.from_arrow(pa.Schema.from_pandas(result, preserve_index=False), where=where)
+    cols = []
+    for name in result.columns:
+        arrow_type = pa.Schema.from_pandas(result[[name]], preserve_index=False).field(str(name)).type
+        if pa.types.is_null(arrow_type):  # an empty object column: keep the input's type, else assume text
+            cols.append((str(name), schema[name] if name in schema else "string"))
+        else:
+            cols.append((str(name), Schema.from_arrow(pa.schema([pa.field(str(name), arrow_type)]), where=where).columns[0][1]))
+    return Schema(tuple(cols))
