@@ -73,6 +73,8 @@ DOC_EXAMPLES: list[tuple[str, list[float], dict[str, Any], list[float], int | No
     ("wilder", [12.1, 12.2, 12.6, 12.8, 11.9], {"window": 3}, [NAN, NAN, 12.3, 12.4667, 12.2778], 4),
     ("ewm_mean", [0, 1, 2, NAN, 4], {"com": 0.5}, [0, 0.75, 1.615385, 1.615385, 3.670213], 6),
     ("ewm_mean", [0, 1, 2, NAN, 4], {"com": 0.5, "ignore_na": True}, [0, 0.75, 1.615385, 1.615385, 3.225], 6),
+    # equal leading values still add weight (pandas 2.x): weights 1/4, 1/2, 1
+    ("ewm_mean", [1, 1, 2], {"com": 1}, [1, 1, 11 / 7], None),
     ("ratios", [3, 12, 0, -5, 32], {}, [NAN, 4, 0, NAN, -6.4], None),
     ("ratios", [2, 3, 6, NAN, 28, 7], {}, [NAN, 1.5, 2, NAN, NAN, 0.25], None),
     ("percent_change", [1, 2, 3], {}, [NAN, 1, 0.5], None),
@@ -230,6 +232,26 @@ def test_matches_pandas_reference_per_key(
     for cuts in ((), splits):
         got = run_batches(op, df["key"].to_numpy(), x, cuts)
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ref_case=st.sampled_from(REFERENCES),
+    rows=st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from([NAN, NAN, 0.0, 1.0, 1.0, 2.0, -1.0, 0.5])),
+        min_size=1, max_size=30,
+    ),
+)  # fmt: skip
+def test_matches_pandas_on_small_discrete_data(
+    ref_case: tuple[str, dict[str, Any], Callable[[pd.Series], pd.Series]], rows: list[tuple[int, float]]
+) -> None:
+    # few distinct values: equal neighbours, zeros and constant windows are common
+    name, params, ref = ref_case
+    df = pd.DataFrame(rows, columns=["key", "x"])
+    with np.errstate(all="ignore"):
+        expected = df.groupby("key")["x"].transform(ref).to_numpy(dtype=np.float64)
+        got = run_batches(make_state_op(name, params), df["key"].to_numpy(), df["x"].to_numpy())
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=f"{name}{params}")
 
 
 def test_every_registered_function_has_a_pandas_reference() -> None:

@@ -39,8 +39,9 @@ def ewm_mean(slots, x, com, adjust, ignore_na, minp, weighted, old_wt, nobs):  #
         if w == w:
             if is_obs or not ignore_na:
                 ow = old_wt[k] * old_wt_factor
-                if is_obs and w != cur:
-                    w = (ow * w + new_wt * cur) / (ow + new_wt)
+                if is_obs:
+                    if w != cur:  # keeps a constant series exactly constant
+                        w = (ow * w + new_wt * cur) / (ow + new_wt)
                     ow = ow + new_wt if adjust else 1.0
                 old_wt[k] = ow
         elif is_obs:
