@@ -273,3 +273,22 @@ def test_latest_offset_respects_read_limits(source, tmp_path):
     reader.prepareForTriggerAvailableNow()
     table.append(rows(0, 1))
     assert reader.latestOffset(start, ReadAllAvailable()) == {"version": 4}  # AvailableNow target
+
+
+def test_batch_read_of_compacted_table_has_null_seq(source, tmp_path):
+    from deltalake import DeltaTable
+
+    table = StreamTable.create(tmp_path / "t", SCHEMA)
+    for start in range(0, 30, 10):
+        table.append(rows(start, 10))
+    DeltaTable(str(table.path)).optimize.compact()
+    ds = source.StreamTableDataSource({"path": str(table.path)})
+    reader = ds.reader(ds.schema())
+    out = pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)])
+    assert sorted(out.column("n").to_pylist()) == list(range(30))
+    assert out.column("_hw_seq").null_count == 30
+    # the stream still replays the original commits and skips the compaction
+    stream = ds.streamReader(ds.schema())
+    parts = stream.partitions({"version": 0}, {"version": 4})
+    got = pa.Table.from_batches([b for p in parts for b in stream.read(p)])
+    assert got.column("n").to_pylist() == list(range(30))

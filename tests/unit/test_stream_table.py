@@ -427,3 +427,31 @@ def test_concurrent_appends_from_processes_keep_keys_unique(tmp_path):
         p.join(120)
         assert p.exitcode == 0
     assert sorted(t.to_arrow().column("qty").to_pylist()) == list(range(15))
+
+
+# -- compaction and foreign tables ------------------------------------------------------
+
+
+def test_compaction_commit_adds_no_rows_and_keeps_history(plain):
+    from deltalake import DeltaTable
+
+    for start in range(0, 30, 10):
+        plain.append(ticks(range(start, start + 10), ["a"] * 10, [0.0] * 10, list(range(start, start + 10))))
+    DeltaTable(str(plain.path)).optimize.compact()
+    assert plain.version() == 4
+    compaction = read_commit(plain.path, 4)
+    assert compaction.rewrites and compaction.files == ()
+    assert plain.read_version(4).num_rows == 0
+    assert plain.read_version(2).column("qty").to_pylist() == list(range(10, 20))  # not vacuumed yet
+    assert sorted(plain.to_arrow().column("qty").to_pylist()) == list(range(30))
+    assert plain.append(ticks([1], ["b"], [1.0])) == 5
+
+
+def test_open_a_delta_table_written_by_another_tool(tmp_path):
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path / "t"), pa.table({"a": pa.array([1, 2], pa.int64()), "b": ["x", "y"]}))
+    t = StreamTable.open(tmp_path / "t")
+    assert (t.kind, t.schema) == ("plain", Schema.parse({"a": "long", "b": "string"}))
+    assert sorted(t.read_version(0).column("a").to_pylist()) == [1, 2]
+    assert t.append(pa.table({"a": [3], "b": ["z"]})) == 1

@@ -27,7 +27,7 @@ Example (needs a SparkSession ``spark``)::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -286,6 +286,7 @@ class StreamTableStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTrigg
                 return {"version": latest}
             available = sum(self._commit(v).num_rows() for v in range(begin + 1, latest + 1))
             return {"version": latest if available >= limit.min_rows else begin}
+        measure: Callable[[Commit], int]
         if isinstance(limit, ReadMaxRows):
             cap, measure = limit.max_rows, Commit.num_rows
         elif isinstance(limit, ReadMaxFiles):

@@ -586,7 +586,7 @@ class StreamTable:
             rows = self._dedup(st, base, rows)
         if rows.num_rows == 0 and txn is None:
             return None
-        actions = []
+        actions: list[Any] = []
         file_path = None
         if rows.num_rows:
             file_name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
