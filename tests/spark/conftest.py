@@ -31,24 +31,14 @@ def _prepare_environment() -> None:
 def spark(tmp_path_factory):
     """A local[2] SparkSession for the whole test session."""
     _prepare_environment()
-    from pyspark.sql import SparkSession
+    from headwater.spark.session import build_spark
 
     warnings.filterwarnings("ignore", module="pyspark")
     logging.getLogger("py4j").setLevel(logging.ERROR)
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("headwater-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.warehouse.dir", str(warehouse))
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + str(warehouse))
-        .getOrCreate()
-    )
+    os.environ["TMPDIR"] = str(warehouse)
+    # The same factory the product uses, so tests run with the product's Spark settings.
+    session = build_spark("local[2]", app_name="headwater-tests", shuffle_partitions=2)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     for query in session.streams.active:

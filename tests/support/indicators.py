@@ -5,73 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-import headwater as hw
-from headwater import state
-from headwater.functions import ewm_mean, mmax, mmin
-
-TRADE_SCHEMA = {"time": "timestamp", "symbol": "string", "price": "double", "volume": "long"}
-
-
-@state
-def ewma(s, n):
-    return ewm_mean(s, span=n, adjust=False)
-
-
-@state
-def macd(close, short=12, long=26, m=9):
-    dif = ewma(close, short) - ewma(close, long)
-    dea = ewma(dif, m)
-    return round(dif, 3), round(dea, 3), round((dif - dea) * 2, 3)
-
-
-@state
-def kdj(close, high, low, n=9, m1=3, m2=3):
-    rsv = (close - mmin(low, n)) / (mmax(high, n) - mmin(low, n)) * 100
-    k = ewma(rsv, m1 * 2 - 1)
-    d = ewma(k, m2 * 2 - 1)
-    return k, d, k * 3 - d * 2
-
-
-BAR_METRICS = ["first(price) as open", "max(price) as high", "min(price) as low", "last(price) as close",
-               "sum(volume) as volume"]
-
-
-def indicator_metrics() -> list:
-    return ["time", "high", "low", "close", "volume",
-            ewma("close", 20).alias("ema20"), ewma("close", 60).alias("ema60"),
-            macd("close").alias("dif", "dea", "macd"), kdj("close", "high", "low").alias("k", "d", "j")]
-
-
-def build_indicator_graph(session: hw.Session, name: str = "indicators") -> hw.StreamGraph:
-    g = session.stream_graph(name)
-    (g.source("trade", schema=TRADE_SCHEMA)
-       .parallelize("symbol", 3)
-       .time_series_engine(window="60s", step="60s", time_column="time", key_column="symbol", metrics=BAR_METRICS)
-       .sync()
-       .buffer("one_min_bar")
-       .parallelize("symbol", 2)
-       .reactive_state_engine(key_column="symbol", metrics=indicator_metrics())
-       .sync()
-       .sink("one_min_indicators"))
-    return g
-
-
-def make_ticks(n_symbols: int = 20, minutes: int = 390, ticks_per_minute: int = 10, seed: int = 7) -> pd.DataFrame:
-    """Random-walk ticks of a trading day, in time order across symbols (as an exchange feed)."""
-    rng = np.random.default_rng(seed)
-    n = n_symbols * minutes * ticks_per_minute
-    start = pd.Timestamp("2026-11-20 09:30:00")
-    offsets = np.sort(rng.integers(0, minutes * 60_000_000, n))
-    symbols = np.array([f"S{i:03d}" for i in range(n_symbols)])
-    sym = symbols[rng.integers(0, n_symbols, n)]
-    base = 50 + 100 * rng.random(n_symbols)
-    steps = rng.normal(0, 0.02, n)
-    price = np.empty(n)
-    for i, s in enumerate(symbols):
-        mask = sym == s
-        price[mask] = np.round(base[i] * np.exp(np.cumsum(steps[mask]) / 10), 2)
-    return pd.DataFrame({"time": start + pd.to_timedelta(offsets, unit="us"), "symbol": sym,
-                         "price": price, "volume": rng.integers(1, 5000, n).astype("int64")})
+from headwater.demo import (  # noqa: F401  (re-exported for the tests)
+    BAR_METRICS,
+    TRADE_SCHEMA,
+    build_indicator_graph,
+    indicator_metrics,
+    kdj,
+    macd,
+    make_ticks,
+)
 
 
 def reference_bars(ticks: pd.DataFrame) -> pd.DataFrame:

