@@ -75,6 +75,12 @@ DOC_EXAMPLES: list[tuple[str, list[float], dict[str, Any], list[float], int | No
     ("ewm_mean", [0, 1, 2, NAN, 4], {"com": 0.5, "ignore_na": True}, [0, 0.75, 1.615385, 1.615385, 3.225], 6),
     # equal leading values still add weight (pandas 2.x): weights 1/4, 1/2, 1
     ("ewm_mean", [1, 1, 2], {"com": 1}, [1, 1, 11 / 7], None),
+    ("mimax", [1.2, 2, NAN, 6, -1, 6], {"window": 3}, [NAN, NAN, 1, 2, 1, 0], None),
+    ("mimax", [1.2, 2, NAN, 6, -1, 6], {"window": 3, "min_periods": 1}, [0, 1, 1, 2, 1, 0], None),
+    ("mimax_last", [1.2, 2, NAN, -1, 6, -1], {"window": 3}, [NAN, NAN, 1, 0, 2, 1], None),
+    ("prev_state", [1, 2.2, NAN, 2.2, 2.3, 1, 1.2], {}, [NAN, 1, 2.2, 2.2, 2.2, 2.3, 1], None),
+    ("prev_state", [1.0, 1.1, 1.0, 0.9], {}, [NAN, 1, 1.1, 1], None),
+    ("prev_state", [5.5, 4.2, 1.6, 1.8], {}, [NAN, 5.5, 4.2, 1.6], None),
     ("ratios", [3, 12, 0, -5, 32], {}, [NAN, 4, 0, NAN, -6.4], None),
     ("ratios", [2, 3, 6, NAN, 28, 7], {}, [NAN, 1.5, 2, NAN, NAN, 0.25], None),
     ("percent_change", [1, 2, 3], {}, [NAN, 1, 0.5], None),
@@ -145,6 +151,12 @@ def _rolling_ref(agg: str, window: int, min_periods: int | None) -> Callable[[pd
             val = getattr(roll, agg)(ddof=1)
         elif agg in ("varp", "stdp"):
             val = getattr(roll, agg[:3])(ddof=0)
+        elif agg.startswith("i"):
+            pick = np.nanargmax if agg.startswith("imax") else np.nanargmin
+            if agg.endswith("_last"):
+                val = roll.apply(lambda a: len(a) - 1 - pick(a[::-1]), raw=True)
+            else:
+                val = roll.apply(pick, raw=True)
         elif agg == "first":
             val = s.shift(window - 1)
             val[pos < window - 1] = s.iloc[0]
@@ -172,6 +184,27 @@ def _ta_ref(window: int, alpha: float) -> Callable[[pd.Series], pd.Series]:
     return ref
 
 
+def _ta_ma_ref(window: int, weighted: bool) -> Callable[[pd.Series], pd.Series]:
+    weights = np.arange(1, window + 1) / (window * (window + 1) / 2)
+
+    def ref(s: pd.Series) -> pd.Series:
+        v = s.dropna()
+        roll = v.rolling(window)
+        avg = roll.apply(lambda a: a @ weights, raw=True) if weighted else roll.mean()
+        return avg.reindex(s.index)
+
+    return ref
+
+
+def _prev_state_ref(s: pd.Series) -> pd.Series:
+    # state id: a new state starts at every non-NULL value that differs from the previous row
+    starts = s.notna() & (s != s.shift())
+    state_value = s.where(starts)
+    prev_of_start = state_value.dropna().shift().reindex(s.index)
+    out = prev_of_start.where(starts).ffill().where(s.notna())
+    return out.fillna(s.ffill().where(s.isna()))
+
+
 def _div(num: pd.Series, den: pd.Series) -> pd.Series:
     return (num / den).where(den != 0)
 
@@ -186,18 +219,29 @@ REFERENCES: list[tuple[str, dict[str, Any], Callable[[pd.Series], pd.Series]]] =
     ("ewm_mean", {"half_life": 4.5}, lambda s: s.ewm(halflife=4.5).mean()),
     ("ewm_mean", {"alpha": 0.3, "ignore_na": True}, lambda s: s.ewm(alpha=0.3, ignore_na=True).mean()),
     ("ewm_mean", {"alpha": 1.0}, lambda s: s.ewm(alpha=1.0).mean()),
+    *(
+        (f"ewm_{f}", {"com": 1.5, "adjust": adj, "ignore_na": ign, "min_periods": mp, "bias": bias},
+         lambda s, f=f, adj=adj, ign=ign, mp=mp, bias=bias:
+             getattr(s.ewm(com=1.5, adjust=adj, ignore_na=ign, min_periods=mp), f)(bias=bias))
+        for f in ("var", "std") for adj in (True, False) for ign in (True, False)
+        for mp, bias in ((0, False), (3, True))
+    ),
+    ("ewm_std", {"span": 10}, lambda s: s.ewm(span=10).std()),
     ("ema", {"window": 5}, _ta_ref(5, 2 / 6)),
     ("ema", {"window": 1}, _ta_ref(1, 1.0)),
     ("wilder", {"window": 4}, _ta_ref(4, 1 / 4)),
     ("gema", {"window": 3, "alpha": 0.2}, _ta_ref(3, 0.2)),
+    *((n, {"window": w}, _ta_ma_ref(w, n == "wma")) for n in ("sma", "wma") for w in (1, 4)),
     *(
         (f"m{agg}", {"window": w, "min_periods": mp}, _rolling_ref(agg, w, mp))
-        for agg in ("sum", "avg", "count", "max", "min", "std", "var", "stdp", "varp", "first", "last")
+        for agg in ("sum", "avg", "count", "max", "min", "std", "var", "stdp", "varp", "first", "last",
+                    "imax", "imin", "imax_last", "imin_last")
         for w, mp in ((1, None), (3, None), (4, 2), (10, None), (10, 10))
     ),
     # windows above MovingExtreme.scan_limit use the monotonic deque
     ("mmax", {"window": 65}, _rolling_ref("max", 65, None)),
     ("mmin", {"window": 100, "min_periods": 5}, _rolling_ref("min", 100, 5)),
+    *((f"m{agg}", {"window": 70}, _rolling_ref(agg, 70, None)) for agg in ("imax", "imin_last")),
     ("prev", {}, lambda s: s.shift(1)),
     ("move", {"k": 3}, lambda s: s.shift(3)),
     ("deltas", {}, lambda s: s - s.shift(1)),
@@ -212,6 +256,13 @@ REFERENCES: list[tuple[str, dict[str, Any], Callable[[pd.Series], pd.Series]]] =
     ("cummin", {}, lambda s: s.cummin().ffill()),
     ("cumcount", {}, lambda s: s.notna().cumsum().astype(float)),
     ("cumprod", {}, lambda s: s.cumprod().ffill()),
+    ("cumfirst_not", {}, lambda s: s.bfill().iloc[:1].reindex(s.index).ffill().where(s.notna().cumsum() > 0)),
+    ("cumlast_not", {}, lambda s: s.ffill()),
+    ("cumvar", {}, lambda s: s.expanding().var()),
+    ("cumvarp", {}, lambda s: s.expanding().var(ddof=0)),
+    ("cumstd", {}, lambda s: s.expanding().std()),
+    ("cumstdp", {}, lambda s: s.expanding().std(ddof=0)),
+    ("prev_state", {}, lambda s: _prev_state_ref(s)),
 ]  # fmt: skip
 
 
@@ -267,8 +318,13 @@ PROPERTY_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("ema", {"window": 2, "warmup": True}),
     ("wilder", {"window": 2}),
     ("gema", {"window": 3, "alpha": 0.4}),
+    ("ewm_var", {"com": 2.0}),
+    ("ewm_std", {"alpha": 0.5, "adjust": False, "ignore_na": True, "bias": True}),
+    ("sma", {"window": 3}),
+    ("wma", {"window": 2}),
     *((n, {"window": w}) for n in ("msum", "mavg", "mcount", "mstd", "mvar", "mstdp", "mvarp",
-                                   "mmax", "mmin", "mfirst", "mlast") for w in (1, 3)),
+                                   "mmax", "mmin", "mfirst", "mlast", "mimax", "mimin", "mimax_last",
+                                   "mimin_last") for w in (1, 3)),
     *((n, {"window": 4, "min_periods": 2}) for n in ("msum", "mstd", "mmax", "mmin", "mfirst")),
     ("prev", {}),
     ("move", {"k": 2}),
@@ -277,7 +333,8 @@ PROPERTY_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("percent_change", {}),
     ("ffill", {}),
     ("ffill", {"limit": 2}),
-    *((n, {}) for n in ("cumsum", "cumavg", "cummax", "cummin", "cumcount", "cumprod")),
+    *((n, {}) for n in ("cumsum", "cumavg", "cummax", "cummin", "cumcount", "cumprod", "cumfirst_not",
+                        "cumlast_not", "cumvar", "cumvarp", "cumstd", "cumstdp", "prev_state")),
 ]  # fmt: skip
 
 _values = st.one_of(
@@ -315,10 +372,10 @@ def test_streaming_equals_batch(data: tuple) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(data=_batches(), window=st.integers(1, 6), min_periods=st.one_of(st.none(), st.integers(1, 6)))
-def test_mmax_mmin_deque_equals_scan(data: tuple, window: int, min_periods: int | None) -> None:
+def test_moving_extremes_deque_equals_scan(data: tuple, window: int, min_periods: int | None) -> None:
     x, keys, splits = data
     params = {"window": window, "min_periods": min(min_periods, window) if min_periods else None}
-    for name in ("mmax", "mmin"):
+    for name in MovingExtreme._NAMES:
         op = make_state_op(name, params)
         scanned = run_batches(op, keys, x)
         with patch.object(MovingExtreme, "scan_limit", 0):

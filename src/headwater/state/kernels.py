@@ -17,7 +17,8 @@ from numba import njit
 # Operation codes shared with ops.py (one kernel serves a family of functions).
 MSUM, MAVG, MCOUNT = 0, 1, 2
 SHIFT_MOVE, SHIFT_DELTA, SHIFT_RATIO, SHIFT_PCT = 0, 1, 2, 3
-CUM_SUM, CUM_AVG, CUM_MAX, CUM_MIN, CUM_COUNT, CUM_PROD = 0, 1, 2, 3, 4, 5
+CUM_SUM, CUM_AVG, CUM_MAX, CUM_MIN, CUM_COUNT, CUM_PROD, CUM_FIRST, CUM_LAST = 0, 1, 2, 3, 4, 5, 6, 7
+TA_SMA, TA_WMA = 0, 1
 
 
 @njit(cache=True)
@@ -48,6 +49,63 @@ def ewm_mean(slots, x, com, adjust, ignore_na, minp, weighted, old_wt, nobs):  #
             w = cur
         weighted[k] = w
         out[i] = w if nobs[k] >= minp else np.nan
+    return out
+
+
+@njit(cache=True)
+def ewm_var(
+    slots, x, com, adjust, ignore_na, bias, minp, take_sqrt, mean, cov, sum_wt, sum_wt2, old_wt, nobs
+):  # pragma: no cover - numba
+    """pandas ``Series.ewm(com=...).var(bias=...)`` (or ``.std``) per key."""
+    n = x.shape[0]
+    out = np.empty(n)
+    # Same arithmetic as pandas' ewmcov with x = y.
+    alpha = 1.0 / (1.0 + com)
+    f = 1.0 - alpha
+    new_wt = 1.0 if adjust else alpha
+    for i in range(n):
+        k = slots[i]
+        cur = x[i]
+        is_obs = cur == cur
+        if is_obs:
+            nobs[k] += 1
+        m = mean[k]
+        if m == m:
+            if is_obs or not ignore_na:
+                sw = sum_wt[k] * f
+                sw2 = sum_wt2[k] * (f * f)
+                ow = old_wt[k] * f
+                if is_obs:
+                    old_m = m
+                    if m != cur:  # keeps a constant series exactly constant
+                        m = (ow * old_m + new_wt * cur) / (ow + new_wt)
+                    cov[k] = (
+                        ow * (cov[k] + (old_m - m) * (old_m - m)) + new_wt * ((cur - m) * (cur - m))
+                    ) / (ow + new_wt)
+                    sw += new_wt
+                    sw2 += new_wt * new_wt
+                    ow += new_wt
+                    if not adjust:
+                        sw /= ow
+                        sw2 /= ow * ow
+                        ow = 1.0
+                sum_wt[k] = sw
+                sum_wt2[k] = sw2
+                old_wt[k] = ow
+        elif is_obs:
+            m = cur
+        mean[k] = m
+        if nobs[k] < minp:
+            res = np.nan
+        elif bias:
+            res = cov[k]
+        else:
+            num = sum_wt[k] * sum_wt[k]
+            den = num - sum_wt2[k]
+            res = (num / den) * cov[k] if den > 0 else np.nan
+        if take_sqrt and res == res:
+            res = np.sqrt(res) if res > 0 else 0.0
+        out[i] = res
     return out
 
 
@@ -83,6 +141,49 @@ def ta_ema(slots, x, window, alpha, warmup, ema, count, total):  # pragma: no co
             e = alpha * v + (1.0 - alpha) * ema[k]
             ema[k] = e
             out[i] = e
+    return out
+
+
+@njit(cache=True)
+def ta_window(op, slots, x, window, ring, count, wpos, total, comp):  # pragma: no cover - numba
+    """TA-lib style ``sma`` / ``wma`` over the last ``window`` non-NULL values of each key.
+
+    NULL rows output NULL and leave the state alone. ``sma`` keeps a
+    Kahan-compensated running sum; ``wma`` recomputes its weighted sum from the
+    ring (O(window) per row) because a running weighted sum drifts.
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    denom = window * (window + 1) / 2.0
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        if v != v:
+            out[i] = np.nan
+            continue
+        c = count[k] + 1
+        count[k] = c
+        p = wpos[k]
+        if op == TA_SMA:
+            if c > window:
+                _kahan_add(k, -ring[k, p], total, comp)
+            _kahan_add(k, v, total, comp)
+        ring[k, p] = v
+        p = p + 1 if p + 1 < window else 0
+        wpos[k] = p
+        if c < window:
+            out[i] = np.nan
+        elif op == TA_SMA:
+            out[i] = total[k] / window
+        else:
+            # after the write, slot p holds the oldest value (weight 1)
+            acc = 0.0
+            for j in range(window):
+                idx = p + j
+                if idx >= window:
+                    idx -= window
+                acc += (j + 1) * ring[k, idx]
+            out[i] = acc / denom
     return out
 
 
@@ -220,12 +321,15 @@ def moving_var(
 
 @njit(cache=True)
 def moving_extreme(
-    slots, x, window, minp, full_only, is_max, use_deque, ring, n_rows, wpos, nobs, dq_idx, dq_head, dq_len
-):  # pragma: no cover - numba
-    """mmax / mmin over the ring.
+    slots, x, window, minp, full_only, is_max, want_index, keep_first, use_deque,
+    ring, n_rows, wpos, nobs, dq_idx, dq_head, dq_len,
+):  # pragma: no cover - numba  # fmt: skip
+    """mmax / mmin, or with ``want_index`` the position of the extreme within the window.
 
-    Small windows scan the ring per row (branch-free and cache-friendly); large
-    ones keep a per-key monotonic deque of ring indices (amortised O(1) per row).
+    ``keep_first`` picks the oldest of equal extremes (mimax), otherwise the newest
+    (mimax_last). Small windows scan the ring per row (branch-light and
+    cache-friendly); large ones keep a per-key monotonic deque of ring indices
+    (amortised O(1) per row).
     """
     n = x.shape[0]
     out = np.empty(n)
@@ -253,10 +357,13 @@ def moving_extreme(
                     if back >= window:
                         back -= window
                     bv = ring[k, dq_idx[k, back]]
-                    if (bv <= v) if is_max else (bv >= v):
-                        length -= 1
-                    else:
+                    # an equal older value stays in front when the first occurrence wins
+                    if bv == v:
+                        if keep_first:
+                            break
+                    elif (bv > v) if is_max else (bv < v):
                         break
+                    length -= 1
                 tail = head + length
                 if tail >= window:
                     tail -= window
@@ -266,16 +373,19 @@ def moving_extreme(
             dq_head[k] = head
             dq_len[k] = length
         n_rows[k] = r + 1
-        wpos[k] = p + 1 if p + 1 < window else 0
+        p = p + 1 if p + 1 < window else 0
+        wpos[k] = p
         cnt = nobs[k]
         if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
             out[i] = np.nan
-        elif use_deque:
-            out[i] = ring[k, dq_idx[k, head]]
-        else:
+            continue
+        start = p if r + 1 >= window else 0  # ring slot of the window's oldest row
+        lim = min(r + 1, window)
+        if use_deque:
+            best = dq_idx[k, head]
+        elif not want_index:
             # NaN compares false, so NULLs are skipped without a branch of their own
             row = ring[k]
-            lim = min(r + 1, window)
             if is_max:
                 m = -np.inf
                 for j in range(lim):
@@ -287,6 +397,25 @@ def moving_extreme(
                     if row[j] < m:
                         m = row[j]
             out[i] = m
+            continue
+        else:
+            best = -1
+            bv = 0.0
+            for j in range(lim):
+                idx = start + j
+                if idx >= window:
+                    idx -= window
+                e = ring[k, idx]
+                if e != e:
+                    continue
+                if best < 0 or ((e > bv) if is_max else (e < bv)) or (e == bv and not keep_first):
+                    best = idx
+                    bv = e
+        if want_index:
+            d = best - start
+            out[i] = d + window if d < 0 else d
+        else:
+            out[i] = ring[k, best]
     return out
 
 
@@ -385,6 +514,10 @@ def cumulative(op, slots, x, acc, count):  # pragma: no cover - numba
                 a = min(acc[k], v)
             elif op == CUM_PROD:
                 a = acc[k] * v
+            elif op == CUM_FIRST:
+                a = acc[k]
+            elif op == CUM_LAST:
+                a = v
             elif op == CUM_COUNT:
                 a = 0.0
             else:  # CUM_SUM, CUM_AVG
@@ -400,4 +533,47 @@ def cumulative(op, slots, x, acc, count):  # pragma: no cover - numba
             out[i] = acc[k] / c
         else:
             out[i] = acc[k]
+    return out
+
+
+@njit(cache=True)
+def cum_var(slots, x, ddof, take_sqrt, count, mean, ssqdm):  # pragma: no cover - numba
+    """cumvar / cumstd (ddof=1) and cumvarp / cumstdp (ddof=0) by Welford; NULL rows carry."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        c = count[k]
+        if v == v:
+            c += 1
+            count[k] = c
+            delta = v - mean[k]
+            mean[k] += delta / c
+            ssqdm[k] += delta * (v - mean[k])
+        if c == 0 or c <= ddof:
+            out[i] = np.nan
+        else:
+            var = max(ssqdm[k], 0.0) / (c - ddof)
+            out[i] = np.sqrt(var) if take_sqrt else var
+    return out
+
+
+@njit(cache=True)
+def prev_state(slots, x, last, run_prev, in_run):  # pragma: no cover - numba
+    """DolphinDB ``prevState``: runs of equal non-NULL values are states; NULL ends a run."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        if v != v:
+            out[i] = last[k]
+            in_run[k] = 0
+        else:
+            if not (in_run[k] and v == last[k]):
+                run_prev[k] = last[k]
+                last[k] = v
+                in_run[k] = 1
+            out[i] = run_prev[k]
     return out

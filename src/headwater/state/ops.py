@@ -39,17 +39,21 @@ from headwater.state import kernels
 __all__ = [
     "MAX_WINDOW",
     "STATE_OPS",
+    "CumVar",
     "Cumulative",
     "EwmMean",
+    "EwmVar",
     "Ffill",
     "MovingExtreme",
     "MovingPick",
     "MovingSum",
     "MovingVar",
+    "PrevState",
     "Shift",
     "StateOp",
     "StateOpSpec",
     "TaEma",
+    "TaMovingAverage",
     "make_state_op",
 ]
 
@@ -252,14 +256,13 @@ class EwmMean(_KernelOp):
         )  # fmt: skip
 
 
-def _ewm_com(params: dict[str, Any]) -> float:
+def _ewm_com(params: dict[str, Any], func: str = "ewm_mean") -> float:
     """Center of mass from exactly one of com / span / half_life / alpha, with pandas' formulas."""
-    func = "ewm_mean"
     given = [p for p in ("com", "span", "half_life", "alpha") if p in params]
     if len(given) != 1:
         raise GraphDefinitionError(
             f"state function {func!r}: pass exactly one of com=, span=, half_life= or alpha=; "
-            f"got {', '.join(given) or 'none'}. E.g. ewm_mean(x, span=20)"
+            f"got {', '.join(given) or 'none'}. E.g. {func}(x, span=20)"
         )
     (p,) = given
     v = params[p]
@@ -273,6 +276,49 @@ def _ewm_com(params: dict[str, Any]) -> float:
         return 1 / (1 - np.exp(np.log(0.5) / hl)) - 1
     alpha = _check_float(func, p, v, lambda a: 0 < a <= 1, "a number in (0, 1]")
     return (1 - alpha) / alpha
+
+
+@dataclass(frozen=True)
+class EwmVar(_KernelOp):
+    """pandas-compatible ``ewm_var`` / ``ewm_std`` (DolphinDB ``ewmVar`` / ``ewmStd``), per key.
+
+    Equal to ``Series.ewm(com=com, ...).var(bias=bias)`` (or ``.std``) of each key's
+    rows; parameters as for :class:`EwmMean`, plus ``bias`` (False: unbiased).
+
+    Example:
+        >>> import numpy as np
+        >>> op = EwmVar("ewm_var", com=0.5)
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(3, dtype=np.int64), 1,
+        ...                    [np.array([0.0, 1.0, 2.0])])
+        >>> np.round(out, 6).tolist()
+        [nan, 0.5, 0.846154]
+    """
+
+    name: str
+    com: float
+    adjust: bool = True
+    ignore_na: bool = False
+    min_periods: int = 0
+    bias: bool = False
+
+    def __post_init__(self) -> None:
+        _check_name("EwmVar", self.name, ("ewm_var", "ewm_std"))
+        _check_float(self.name, "com", self.com, lambda v: 0 <= v < math.inf, "a finite number >= 0")
+        for flag in ("adjust", "ignore_na", "bias"):
+            _check_bool(self.name, flag, getattr(self, flag))
+        _check_int(self.name, "min_periods", self.min_periods, 0)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {
+            "mean": _f64(), "cov": _f64(0.0), "sum_wt": _f64(1.0), "sum_wt2": _f64(1.0),
+            "old_wt": _f64(1.0), "nobs": _i64(),
+        }  # fmt: skip
+
+    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return kernels.ewm_var(
+            slots, x, float(self.com), self.adjust, self.ignore_na, self.bias, max(self.min_periods, 1),
+            self.name == "ewm_std", st["mean"], st["cov"], st["sum_wt"], st["sum_wt2"], st["old_wt"], st["nobs"],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -340,6 +386,46 @@ class TaEma(_KernelOp):
         return kernels.ta_ema(
             slots, x, self.window, self.effective_alpha, self.warmup, st["ema"], st["count"], st["total"]
         )
+
+
+@dataclass(frozen=True)
+class TaMovingAverage(_KernelOp):
+    """TA-lib style ``sma`` (simple) and ``wma`` (linearly weighted) moving averages, per key.
+
+    The window holds the last ``window`` non-NULL values; the NULL rules are those
+    of :class:`TaEma` (leading NULLs stay NULL, the first ``window - 1`` values
+    output NULL, a later NULL outputs NULL and leaves the state alone). ``wma``
+    weights the newest value ``window`` and the oldest 1 and costs O(window) per row.
+
+    Example:
+        >>> import numpy as np
+        >>> op = TaMovingAverage("wma", window=3)
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(5, dtype=np.int64), 1,
+        ...                    [np.array([np.nan, 1.0, 2.0, 3.0, 6.0])])
+        >>> np.round(out, 6).tolist()
+        [nan, nan, nan, 2.333333, 4.333333]
+    """
+
+    name: str
+    window: int
+
+    _OPS: ClassVar[dict[str, int]] = {"sma": kernels.TA_SMA, "wma": kernels.TA_WMA}
+
+    def __post_init__(self) -> None:
+        _check_name("TaMovingAverage", self.name, tuple(self._OPS))
+        _check_window(self.name, self.window)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {
+            "ring": _f64(shape=(self.window,)), "count": _i64(), "wpos": _i64(),
+            "total": _f64(0.0), "comp": _f64(0.0),
+        }  # fmt: skip
+
+    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return kernels.ta_window(
+            self._OPS[self.name], slots, x, self.window,
+            st["ring"], st["count"], st["wpos"], st["total"], st["comp"],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -446,7 +532,12 @@ class MovingVar(_MovingOp):
 
 @dataclass(frozen=True)
 class MovingExtreme(_MovingOp):
-    """``mmax`` and ``mmin``: O(window) scan per row up to ``scan_limit``, else a monotonic deque.
+    """``mmax``/``mmin`` and the positions ``mimax``/``mimin``/``mimax_last``/``mimin_last``.
+
+    The positions are 0-based within the window (0 = oldest row of the window);
+    ``mimax`` reports the first of equal maxima from the left, ``mimax_last`` the
+    last. Windows up to ``scan_limit`` rows are scanned per row (O(window)),
+    larger ones keep a monotonic deque (amortised O(1)).
 
     Example:
         >>> import numpy as np
@@ -457,7 +548,7 @@ class MovingExtreme(_MovingOp):
         [nan, nan, 3.0, 3.0, 6.0, 6.0, 6.0]
     """
 
-    _NAMES: ClassVar[tuple[str, ...]] = ("mmax", "mmin")
+    _NAMES: ClassVar[tuple[str, ...]] = ("mmax", "mmin", "mimax", "mimin", "mimax_last", "mimin_last")
     # Measured crossover (1M rows, 4000 keys): a 48-value scan costs about one deque update
     # with its mispredicted pops; below that the scan wins by up to 40%.
     scan_limit: ClassVar[int] = 48
@@ -475,7 +566,9 @@ class MovingExtreme(_MovingOp):
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         minp, full_only = self._minp()
         return kernels.moving_extreme(
-            slots, x, self.window, minp, full_only, self.name == "mmax", self._use_deque(),
+            slots, x, self.window, minp, full_only,
+            self.name in ("mmax", "mimax", "mimax_last"), self.name.startswith("mi"),
+            self.name in ("mimax", "mimin"), self._use_deque(),
             st["ring"], st["n_rows"], st["wpos"], st["nobs"], st["dq_idx"], st["dq_head"], st["dq_len"],
         )  # fmt: skip
 
@@ -592,7 +685,8 @@ class Ffill(_KernelOp):
 
 @dataclass(frozen=True)
 class Cumulative(_KernelOp):
-    """``cumsum``, ``cumavg``, ``cummax``, ``cummin``, ``cumcount`` and ``cumprod`` per key.
+    """Cumulative ``cumsum``, ``cumavg``, ``cummax``, ``cummin``, ``cumcount``, ``cumprod``,
+    ``cumfirst_not`` (first non-NULL value) and ``cumlast_not`` (last non-NULL value) per key.
 
     NULL rows are skipped and output the previous result; rows before a key's
     first non-NULL value output NULL, except ``cumcount``, which outputs 0.
@@ -615,6 +709,8 @@ class Cumulative(_KernelOp):
         "cummin": kernels.CUM_MIN,
         "cumcount": kernels.CUM_COUNT,
         "cumprod": kernels.CUM_PROD,
+        "cumfirst_not": kernels.CUM_FIRST,
+        "cumlast_not": kernels.CUM_LAST,
     }
 
     def __post_init__(self) -> None:
@@ -625,6 +721,64 @@ class Cumulative(_KernelOp):
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         return kernels.cumulative(self._OPS[self.name], slots, x, st["acc"], st["count"])
+
+
+@dataclass(frozen=True)
+class CumVar(_KernelOp):
+    """``cumvar``/``cumstd`` (sample) and ``cumvarp``/``cumstdp`` (population) per key.
+
+    NULL rows are skipped and output the previous result; the sample versions are
+    NULL until a key has two non-NULL values.
+
+    Example:
+        >>> import numpy as np
+        >>> op = CumVar("cumstdp")
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(4, dtype=np.int64), 1,
+        ...                    [np.array([np.nan, 1.0, 3.0, np.nan])])
+        >>> out.tolist()
+        [nan, 0.0, 1.0, 1.0]
+    """
+
+    name: str
+
+    _NAMES: ClassVar[tuple[str, ...]] = ("cumvar", "cumvarp", "cumstd", "cumstdp")
+
+    def __post_init__(self) -> None:
+        _check_name("CumVar", self.name, self._NAMES)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {"count": _i64(), "mean": _f64(0.0), "ssqdm": _f64(0.0)}
+
+    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
+        ddof = 0 if self.name.endswith("p") else 1
+        return kernels.cum_var(
+            slots, x, ddof, self.name.startswith("cumstd"), st["count"], st["mean"], st["ssqdm"]
+        )
+
+
+@dataclass(frozen=True)
+class PrevState(_KernelOp):
+    """``prev_state`` (DolphinDB ``prevState``): the value of the previous state.
+
+    A run of equal consecutive non-NULL values is one state; a NULL ends the run
+    and outputs the latest state before it.
+
+    Example:
+        >>> import numpy as np
+        >>> op = PrevState()
+        >>> x = np.array([1, 2.2, np.nan, 2.2, 2.3, 1, 1.2])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(7, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [nan, 1.0, 2.2, 2.2, 2.2, 2.3, 1.0]
+    """
+
+    name = "prev_state"
+
+    def _layout(self) -> dict[str, _Field]:
+        return {"last": _f64(), "run_prev": _f64(), "in_run": _i64()}
+
+    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return kernels.prev_state(slots, x, st["last"], st["run_prev"], st["in_run"])
 
 
 # ---------------------------------------------------------------- registry
@@ -656,6 +810,21 @@ def _cumulative_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
     return lambda p: Cumulative(name)
 
 
+def _cum_var_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: CumVar(name)
+
+
+def _ta_ma_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: TaMovingAverage(name, p["window"])
+
+
+def _ewm_var_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: EwmVar(
+        name, _ewm_com(p, name), p.get("adjust", True), p.get("ignore_na", False),
+        p.get("min_periods", 0), p.get("bias", False),
+    )  # fmt: skip
+
+
 def _specs() -> dict[str, StateOpSpec]:
     specs = [
         StateOpSpec(
@@ -667,6 +836,16 @@ def _specs() -> dict[str, StateOpSpec]:
                 _ewm_com(p), p.get("adjust", True), p.get("ignore_na", False), p.get("min_periods", 0)
             ),
         ),
+        *(
+            StateOpSpec(
+                n,
+                f"{n}(x, com=|span=|half_life=|alpha=, adjust=True, ignore_na=False, min_periods=0, bias=False)",
+                ("com", "span", "half_life", "alpha", "adjust", "ignore_na", "min_periods", "bias"),
+                (),
+                _ewm_var_builder(n),
+            )
+            for n in ("ewm_var", "ewm_std")
+        ),
         StateOpSpec(
             "ema", "ema(x, window, warmup=False)", ("window", "warmup"), ("window",),
             lambda p: TaEma("ema", p["window"], warmup=p.get("warmup", False)),
@@ -675,6 +854,10 @@ def _specs() -> dict[str, StateOpSpec]:
         StateOpSpec(
             "gema", "gema(x, window, alpha)", ("window", "alpha"), ("window", "alpha"),
             lambda p: TaEma("gema", p["window"], p["alpha"]),
+        ),
+        *(
+            StateOpSpec(n, f"{n}(x, window)", ("window",), ("window",), _ta_ma_builder(n))
+            for n in TaMovingAverage._OPS
         ),
         *(_moving(MovingSum)(n) for n in MovingSum._NAMES),
         *(_moving(MovingVar)(n) for n in MovingVar._NAMES),
@@ -690,6 +873,8 @@ def _specs() -> dict[str, StateOpSpec]:
         ),
         StateOpSpec("ffill", "ffill(x, limit=None)", ("limit",), (), lambda p: Ffill(p.get("limit"))),
         *(StateOpSpec(n, f"{n}(x)", (), (), _cumulative_builder(n)) for n in Cumulative._OPS),
+        *(StateOpSpec(n, f"{n}(x)", (), (), _cum_var_builder(n)) for n in CumVar._NAMES),
+        StateOpSpec("prev_state", "prev_state(x)", (), (), lambda p: PrevState()),
     ]  # fmt: skip
     return {s.name: s for s in specs}
 
