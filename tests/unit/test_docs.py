@@ -1,0 +1,24 @@
+"""Docs that are generated or that map names must stay true."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headwater.docs_gen import render
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_functions_doc_is_up_to_date():
+    assert (DOCS / "functions.md").read_text() == render(), "regenerate: python -m headwater.docs_gen > docs/functions.md"
+
+
+def test_orca_mapping_names_every_public_dstream_method():
+    import headwater as hw
+
+    text = (DOCS / "orca-mapping.md").read_text()
+    public = [m for m in dir(hw.DStream) if not m.startswith("_") and callable(getattr(hw.DStream, m))]
+    public += [m for m in dir(hw.StreamGraph) if not m.startswith("_") and callable(getattr(hw.StreamGraph, m))]
+    public += [m for m in dir(hw.Session) if not m.startswith("_") and callable(getattr(hw.Session, m))]
+    missing = [m for m in public if m not in text and m not in {"close", "plan", "progress"}]
+    assert not missing, f"docs/orca-mapping.md does not mention {missing}"
