@@ -35,8 +35,6 @@ def spark(tmp_path_factory):
 
     warnings.filterwarnings("ignore", module="pyspark")
     logging.getLogger("py4j").setLevel(logging.ERROR)
-    warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    os.environ["TMPDIR"] = str(warehouse)
     # The same factory the product uses, so tests run with the product's Spark settings.
     session = build_spark("local[2]", app_name="headwater-tests", shuffle_partitions=2)
     session.sparkContext.setLogLevel("ERROR")
