@@ -9,7 +9,12 @@ NULL in every input, output and state array.
 Semantics follow DolphinDB's state functions (reference part D); names are the
 snake_case of DolphinDB's (``ewmMean`` -> ``ewm_mean``, ``percentChange`` ->
 ``percent_change``), and so are parameter names (``minPeriods`` ->
-``min_periods``, ``halfLife`` -> ``half_life``).
+``min_periods``, ``halfLife`` -> ``half_life``). ``STATE_OPS`` lists them all.
+
+``run`` copies the state once per call (O(n_keys x window) for window
+functions) and updates the copy in place, so the caller's dict stays a valid
+snapshot of the last committed batch. For big windows and small batches that
+copy, not the kernel, dominates; prefer larger micro-batches there.
 
 Example:
     >>> import numpy as np
