@@ -17,7 +17,7 @@ from headwater.errors import GraphDefinitionError
 
 def parse_duration(value: str | timedelta | pd.Timedelta, *, where: str, allow_zero: bool = False) -> timedelta:
     """Parse ``"60s"``, ``"1min"``, ``"500ms"``, ``"1h"`` or a ``timedelta`` into a ``timedelta``."""
-    if isinstance(value, bool) or isinstance(value, int | float):
+    if isinstance(value, (bool, int | float)):
         raise GraphDefinitionError(
             f"{where}: got the bare number {value!r}; give a duration with its unit, e.g. '60s', '500ms' "
             "or datetime.timedelta(seconds=60)"

@@ -256,7 +256,7 @@ class Lit(Expr):
             return ("true" if self.value else "false"), 10
         if isinstance(self.value, str):
             return repr(self.value), 10
-        if isinstance(self.value, float) and self.value < 0 or isinstance(self.value, int) and self.value < 0:
+        if (isinstance(self.value, float) and self.value < 0) or (isinstance(self.value, int) and self.value < 0):
             return repr(self.value), 7
         return repr(self.value), 10
 

@@ -21,7 +21,7 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headwater.errors import GraphDefinitionError, SchemaError, UnknownFunctionError
 from headwater.expr import (
@@ -233,6 +233,16 @@ def _make_constructor(spec: FunctionSpec) -> Callable[..., Call]:
     construct.__doc__ = f"{spec.kind} function {spec.signature()}" + (f": {spec.doc}." if spec.doc else ".")
     return construct
 
+
+if TYPE_CHECKING:  # the constructors below are generated; declare them for type checkers
+
+    def _constructor(*args: Any, **kwargs: Any) -> Call: ...
+
+    first = last = max = min = sum = count = avg = std = var = _constructor
+    ewm_mean = ema = wilder = gema = mmax = mmin = msum = mavg = mstd = mvar = mfirst = mlast = _constructor
+    mcount = prev = move = deltas = ratios = percent_change = ffill = _constructor
+    cumsum = cumavg = cummax = cummin = cumcount = cumprod = _constructor
+    abs = round = sqrt = log = exp = floor = ceil = signum = iif = is_null = not_null = _constructor
 
 _PUBLIC_SKIP = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "eq", "ne", "lt", "le", "gt", "ge",
                 "and", "or", "not"}

@@ -79,9 +79,8 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
         if node.id in _CONSTANTS:
             return Lit(_CONSTANTS[node.id])
         return Col(node.id)
-    if isinstance(node, ast.Constant):
-        if node.value is None or isinstance(node.value, bool | int | float | str):
-            return Lit(node.value)
+    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool | int | float | str)):
+        return Lit(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         return Call(_BINOPS[type(node.op)], (conv(node.left), conv(node.right)))
     if isinstance(node, ast.UnaryOp):
@@ -104,17 +103,17 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
     if isinstance(node, ast.Compare):
         left = conv(node.left)
         out = None
-        for op, right_node in zip(node.ops, node.comparators, strict=True):
-            if type(op) not in _CMPOPS:
+        for cmp, right_node in zip(node.ops, node.comparators, strict=True):
+            if type(cmp) not in _CMPOPS:
                 break
             right = conv(right_node)
-            term = Call(_CMPOPS[type(op)], (left, right))
+            term = Call(_CMPOPS[type(cmp)], (left, right))
             out = term if out is None else Call("and", (out, term))
             left = right
         else:
             return out
     if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-        return Item(conv(node.value), int(node.slice.value))
+        return Item(conv(node.value), int(node.slice.value))  # type: ignore[arg-type]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         name = node.func.id
         args = [_const_or_expr(conv(a)) for a in node.args]

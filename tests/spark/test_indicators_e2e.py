@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -13,8 +14,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-import headwater as hw
 from tests.support.indicators import (
     assert_frames_match,
     build_indicator_graph,
@@ -22,6 +21,8 @@ from tests.support.indicators import (
     reference_bars,
     reference_indicators,
 )
+
+import headwater as hw
 
 pytestmark = pytest.mark.spark
 
@@ -49,7 +50,7 @@ def splits(ticks: pd.DataFrame, how: str) -> list[pd.DataFrame]:
         rng = np.random.default_rng(5)
         cuts = sorted(set(rng.integers(1, n - 1, 12).tolist()) | {1, 2, n // 2})
     bounds = [0, *cuts, n]
-    return [ticks.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [ticks.iloc[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def check_outputs(session: hw.Session, reference) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from datetime import timedelta
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -20,7 +23,6 @@ from tests.support.indicators import (
     reference_bars,
     reference_indicators,
 )
-from datetime import timedelta
 
 BAR_SCHEMA = Schema.parse({"time": "timestamp", "symbol": "string", "open": "double", "high": "double",
                            "low": "double", "close": "double", "volume": "long"})
@@ -48,7 +50,7 @@ def run_in_splits(processor, table: pa.Table, cuts: list[int]) -> pa.Table:
     state = processor.new_state()
     outs = []
     bounds = [0, *cuts, table.num_rows]
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+    for a, b in itertools.pairwise(bounds):
         state, out = processor.process(state, table.slice(a, b - a))
         outs.append(out)
     return pa.concat_tables(outs)

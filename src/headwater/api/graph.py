@@ -209,7 +209,7 @@ class DStream:
                 f"in {self.graph.fqn}; names identify tables and engine state, pick another one"
             )
         assert node.spec is not None
-        self.graph._graph.replace(replace(node, name=fqn.name, fqn=str(fqn), spec=replace(node.spec, name=fqn.name)))
+        self.graph._graph.replace(replace(node, name=fqn.name, fqn=str(fqn), spec=replace(node.spec, name=fqn.name)))  # type: ignore[call-arg]
         return self
 
     # -- engines -----------------------------------------------------------------------------------
@@ -383,7 +383,7 @@ def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str)
     for name in result.columns:
         arrow_type = pa.Schema.from_pandas(result[[name]], preserve_index=False).field(str(name)).type
         if pa.types.is_null(arrow_type):  # an empty object column: keep the input's type, else assume text
-            cols.append((str(name), schema[name] if name in schema else "string"))
+            cols.append((str(name), schema[name] if name in schema else "string"))  # noqa: SIM401 (Schema has no get)
         else:
             cols.append((str(name), Schema.from_arrow(pa.schema([pa.field(str(name), arrow_type)]), where=where).columns[0][1]))
     return Schema(tuple(cols))

@@ -171,7 +171,7 @@ class ReactiveStateProcessor(Processor):
         columns = {c: to_numpy(table[c], schema[c]) for c in self.needed}
         ops_state, values = self.dag.evaluate(columns, n, slots, n_keys, state["ops"])
         arrays: list[pa.Array | pa.ChunkedArray] = [table[k] for k in self.spec.key_column]
-        for (name, expr), (_, typ) in zip(self.outputs, self.out_schema.columns[len(self.spec.key_column):], strict=True):
+        for (_name, expr), (_, typ) in zip(self.outputs, self.out_schema.columns[len(self.spec.key_column):], strict=True):
             if isinstance(expr, Col):
                 arrays.append(table[expr.name])  # pass-through keeps exact values and types
             else:

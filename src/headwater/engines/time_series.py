@@ -253,7 +253,7 @@ class TimeSeriesProcessor(Processor):
         for (_, expr), (_, typ) in zip(self.post, self.out_schema.columns[1 + len(spec.key_column):], strict=True):
             values = evaluate_rowwise(expr, agg_columns, m) if not isinstance(expr, Lit) else None
             if values is None:
-                values = np.full(m, np.nan if expr.value is None else float(expr.value))  # type: ignore[union-attr]
+                values = np.full(m, np.nan if expr.value is None else float(expr.value))  # type: ignore[attr-defined]
             arrays.append(to_arrow(values, typ))
         seq = table[SEQ].to_numpy()
         arrays.append(pa.array(seq[np.asarray(out.trigger_rows, dtype=np.int64)], type=pa.int64()))

@@ -225,9 +225,9 @@ class Master:
                     )
         self.store.set_status(rec.id, "destroying")
         self.worker.stop_graph(rec.fqn)
-        for t in self.store.list_tables():
-            if t.owner_graph == rec.fqn:
-                self._delete_table(t)
+        for table in self.store.list_tables():
+            if table.owner_graph == rec.fqn:
+                self._delete_table(table)
         self.store.drop_refs(rec.fqn)
         if include_tables:
             for t in public:

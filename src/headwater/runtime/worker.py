@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from datetime import timedelta
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +98,12 @@ class Worker:
         if g is None:
             return
         for q in g.queries.values():
-            try:
+            with contextlib.suppress(Exception):  # already dead: nothing left to stop
                 q.stop()
-            except Exception:  # already dead: nothing left to stop
-                pass
 
     def task_status(self, fqn: str, physical: PhysicalGraph) -> list[dict[str, Any]]:
         g = self._graphs.get(fqn)
-        tasks = []
+        tasks: list[dict[str, Any]] = []
         for sg in physical.subgraphs:
             q = g.queries.get(sg.id) if g else None
             if q is None:
@@ -128,10 +127,8 @@ class Worker:
 
 
 def _short(exc: BaseException) -> str:
+    """The most telling line of a (possibly Java-wrapped) error."""
     text = str(exc)
-    for marker in ("headwater.errors.", "Error: "):
-        if marker in text:
-            pass
     lines = [line for line in text.splitlines() if line.strip()]
     useful = [line for line in lines if "Error" in line or "error" in line]
     return (useful[-1] if useful else (lines[0] if lines else type(exc).__name__))[:500]

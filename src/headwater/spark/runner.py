@@ -18,6 +18,7 @@ table commit then skips.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -96,10 +97,8 @@ class SnapshotStore:
         os.replace(tmp, os.path.join(d, f"{batch}.pkl"))
         for old in self._batches(task)[:-KEEP_SNAPSHOTS]:
             if old < batch:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(d, f"{old}.pkl"))
-                except FileNotFoundError:
-                    pass
 
 
 _PROCESSORS: dict[str, Any] = {}

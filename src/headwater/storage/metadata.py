@@ -140,7 +140,7 @@ class MetadataStore:
             res = c.execute(sa.insert(graphs).values(
                 fqn=fqn, status="building", semantics=semantics, create_time=time.time(), reason="",
                 definition=pickle.dumps(definition), graph_json=graph_json))
-            return int(res.inserted_primary_key[0])
+            return int(res.inserted_primary_key[0])  # type: ignore[index]
 
     def set_status(self, graph_id: int, status: str, reason: str = "") -> None:
         with self.engine.begin() as c:
@@ -149,7 +149,7 @@ class MetadataStore:
     def active_graph(self, fqn: str) -> GraphRecord | None:
         """The graph with this name that is not destroyed, if any."""
         with self.engine.connect() as c:
-            row = c.execute(sa.select(graphs).where(graphs.c.fqn == fqn, graphs.c.status.in_(ACTIVE_STATUSES + ("destroying", "failed")))
+            row = c.execute(sa.select(graphs).where(graphs.c.fqn == fqn, graphs.c.status.in_((*ACTIVE_STATUSES, "destroying", "failed")))
                             .order_by(graphs.c.id.desc())).first()
         return None if row is None else GraphRecord(**row._mapping)
 
