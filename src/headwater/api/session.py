@@ -78,9 +78,8 @@ class Session:
 
     def stream_graph(self, name: str) -> StreamGraph:
         """Start declaring a stream graph named ``name`` (bare or ``catalog.stream_graph.name``)."""
-        fqn = resolve(name, "stream_graph", current_catalog=self._catalog)
-        self._master.check_graph_name_free(fqn)
-        return StreamGraph(self, fqn)
+        # Declaring is always allowed; submit() decides between resuming and refusing a conflict.
+        return StreamGraph(self, resolve(name, "stream_graph", current_catalog=self._catalog))
 
     # -- data -----------------------------------------------------------------------------------------
     def append(self, table: str, data: pd.DataFrame | pa.Table) -> int | None:

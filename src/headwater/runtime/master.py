@@ -111,9 +111,6 @@ class Master:
         return rows
 
     # -- graphs -----------------------------------------------------------------------------------------
-    def check_graph_name_free(self, fqn: FQN) -> None:
-        """Declaring is always allowed; ``submit`` decides between resume and conflict."""
-
     def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
         fqn = logical.fqn
         graph_json = dumps(to_json(logical, physical))
