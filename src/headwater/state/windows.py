@@ -1,0 +1,604 @@
+"""Incremental per-key event-time window aggregation (DolphinDB ``timeSeriesEngine`` semantics).
+
+One :class:`WindowAggregator` processes micro-batches holding rows of many keys at once.
+All state lives in a dict of plain numpy arrays whose first axis is the key slot, so it
+pickles, checkpoints and grows cheaply; the output is identical for any split of the
+input into batches because rows are processed one by one in arrival order and every
+decision depends only on the carried state.
+
+Semantics (reference: orca-semantics.md, part C.1):
+
+* Windows of a key start at ``left0 + k * step`` and last ``window``, with
+  ``left0 = floor(x / align) * align + step - window`` where ``x`` is the key's first
+  row time; the key's first window is the first one that contains ``x``.
+* ``closed="left"`` windows are ``[start, end)``, ``closed="right"`` windows are
+  ``(start, end]``; for the latter ``x - 1`` is aligned, so a first row exactly on a
+  boundary opens the window that ends there (as it would with ``closed="left"`` one
+  unit later).
+* A window is emitted by the first row of the same key with time ``>= end +
+  accepted_delay`` (``> end + accepted_delay`` for ``closed="right"``); that row is not
+  part of it. A key without later rows keeps its last window open forever.
+* A row is dropped when every window containing it has already been emitted (this
+  includes rows earlier than the key's first window); otherwise it counts for the
+  windows still open, so rows late by less than ``accepted_delay`` are kept.
+* Sliding windows (``window = m * step``) keep ``m + ceil(accepted_delay / step)``
+  pane accumulators per key and merge the ``m`` panes of a window when it is emitted.
+  No raw rows are stored.
+* ``first``/``last`` follow arrival order (as DolphinDB's buffered rows do), also across
+  panes, and include NULLs; ``first_not_null``/``last_not_null`` skip them. All other
+  aggregates skip NULLs: ``sum``/``avg``/``max``/... of a window without non-NULL
+  values is NULL, ``count`` is 0. ``std``/``var`` are sample statistics (NULL below two
+  values), ``stdp``/``varp`` population ones.
+* Empty windows between the key's first window and the trigger row are skipped with
+  ``fill="none"``; otherwise they are emitted with every aggregate NULL (``"null"``,
+  ``count`` included, as DolphinDB does), with the values of the previous emitted
+  window (``"ffill"``), or with the given number.
+* Output order: by trigger row; windows emitted by one row in ascending time.
+
+Example:
+    >>> import numpy as np
+    >>> agg = WindowAggregator(WindowSpec(window=60, step=60), ["sum", "count"])
+    >>> state = agg.init_state()
+    >>> state, out = agg.run(state, np.array([0, 0, 0]), 1, np.array([10, 40, 61]),
+    ...                      [np.array([1.0, 2.0, 4.0]), np.array([1.0, np.nan, 4.0])])
+    >>> out.times.tolist(), out.values[0].tolist(), out.values[1].tolist(), out.trigger_rows.tolist()
+    ([60], [3.0], [1.0], [2])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from headwater.errors import GraphDefinitionError
+
+AGGREGATES: tuple[str, ...] = (
+    "first",
+    "last",
+    "max",
+    "min",
+    "sum",
+    "count",
+    "avg",
+    "std",
+    "var",
+    "stdp",
+    "varp",
+    "sum2",
+    "first_not_null",
+    "last_not_null",
+)
+
+_FIRST, _LAST, _MAX, _MIN, _SUM, _COUNT, _AVG, _STD, _VAR, _STDP, _VARP, _SUM2, _FIRST_NN, _LAST_NN = range(
+    len(AGGREGATES)
+)
+_CODES: dict[str, int] = {name: code for code, name in enumerate(AGGREGATES)}
+
+FILL_MODES: tuple[str, ...] = ("none", "null", "ffill")
+_FILL_NONE, _FILL_NULL, _FILL_FFILL, _FILL_VALUE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Describe tumbling (``window == step``) or sliding (``window = m * step``) event-time windows.
+
+    All durations are integers in the unit of the row times (Headwater passes microseconds).
+
+    Example:
+        >>> WindowSpec(window=120_000_000, step=60_000_000).panes
+        2
+        >>> WindowSpec(window=90, step=60)
+        Traceback (most recent call last):
+        ...
+        headwater.errors.GraphDefinitionError: window spec: window 90 must be a multiple of step 60; e.g. window=120, step=60
+    """
+
+    window: int
+    step: int
+    closed: str = "left"
+    accepted_delay: int = 0
+    use_window_start_time: bool = False
+    fill: str | float = "none"
+    align: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("window", "step"):
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise GraphDefinitionError(
+                    f"window spec: {name} must be a positive integer, got {value!r}; e.g. {name}=60_000_000"
+                )
+        if self.window % self.step:
+            raise GraphDefinitionError(
+                f"window spec: window {self.window} must be a multiple of step {self.step}; "
+                f"e.g. window={2 * self.step}, step={self.step}"
+            )
+        if self.closed not in ("left", "right"):
+            raise GraphDefinitionError(
+                f"window spec: closed must be one of 'left', 'right', got {self.closed!r}"
+            )
+        if not _is_int(self.accepted_delay) or self.accepted_delay < 0:
+            raise GraphDefinitionError(
+                f"window spec: accepted_delay must be a non-negative integer, got {self.accepted_delay!r}"
+            )
+        if self.align is not None and (not _is_int(self.align) or self.align <= 0):
+            raise GraphDefinitionError(
+                f"window spec: align must be a positive integer or None (= step), got {self.align!r}"
+            )
+        if isinstance(self.fill, str):
+            if self.fill not in FILL_MODES:
+                raise GraphDefinitionError(
+                    f"window spec: fill must be one of {', '.join(map(repr, FILL_MODES))} or a number, "
+                    f"got {self.fill!r}"
+                )
+        elif isinstance(self.fill, bool) or not isinstance(self.fill, int | float | np.integer | np.floating):
+            raise GraphDefinitionError(
+                f"window spec: fill must be one of {', '.join(map(repr, FILL_MODES))} or a number, "
+                f"got {self.fill!r} of type {type(self.fill).__name__}"
+            )
+
+    @property
+    def panes(self) -> int:
+        """Number of ``step``-long panes in one window."""
+        return self.window // self.step
+
+    @property
+    def buffered_panes(self) -> int:
+        """Pane accumulators kept per key: one window plus the panes an accepted delay can reach."""
+        return self.panes + -(-self.accepted_delay // self.step)
+
+    @property
+    def alignment(self) -> int:
+        """Alignment size of the first window (``align``, or ``step`` when unset)."""
+        return self.step if self.align is None else self.align
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+@dataclass
+class WindowOutput:
+    """Windows emitted by one :meth:`WindowAggregator.run` call, in emission order."""
+
+    slots: np.ndarray
+    times: np.ndarray
+    values: list[np.ndarray] = field(default_factory=list)
+    trigger_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+
+class WindowAggregator:
+    """Aggregate rows of many keys into per-key event-time windows, incrementally.
+
+    ``aggregates[i]`` is applied to ``args[i]`` of :meth:`run`. The input state is never
+    modified, so a failed micro-batch can be retried with the previous state.
+
+    Example:
+        >>> import numpy as np
+        >>> agg = WindowAggregator(WindowSpec(window=60, step=60, accepted_delay=5), ["sum"])
+        >>> state = agg.init_state()
+        >>> rows = [(10, 10.0), (40, 20.0), (62, 1.0), (55, 30.0), (66, 2.0)]
+        >>> t, v = (np.array(c) for c in zip(*rows))
+        >>> state, out = agg.run(state, np.zeros(5, dtype=np.int64), 1, t, [v])
+        >>> out.times.tolist(), out.values[0].tolist(), out.trigger_rows.tolist()
+        ([60], [60.0], [4])
+    """
+
+    def __init__(self, spec: WindowSpec, aggregates: Sequence[str]) -> None:
+        if isinstance(aggregates, str):
+            aggregates = [aggregates]
+        unknown = [a for a in aggregates if a not in _CODES]
+        if unknown:
+            raise GraphDefinitionError(
+                f"window aggregator: unknown aggregate(s) {', '.join(map(repr, unknown))}; "
+                f"expected one of {', '.join(AGGREGATES)}"
+            )
+        self.spec = spec
+        self.aggregates: tuple[str, ...] = tuple(aggregates)
+        self._codes = np.array([_CODES[a] for a in self.aggregates], dtype=np.int64)
+        if isinstance(spec.fill, str):
+            self._fill_mode = {"none": _FILL_NONE, "null": _FILL_NULL, "ffill": _FILL_FFILL}[spec.fill]
+            self._fill_value = math.nan
+        else:
+            self._fill_mode = _FILL_VALUE
+            self._fill_value = float(spec.fill)
+
+    def __repr__(self) -> str:
+        return f"WindowAggregator({self.spec!r}, {list(self.aggregates)!r})"
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        """Return the state of zero keys."""
+        return self._empty_state(0)
+
+    def _empty_state(self, n_keys: int) -> dict[str, np.ndarray]:
+        # pane j of a key covers [wstart + j * step, wstart + (j + 1) * step)
+        r, a = self.spec.buffered_panes, len(self.aggregates)
+        return {
+            "init": np.zeros(n_keys, dtype=np.int8),
+            "wstart": np.zeros(n_keys, dtype=np.int64),  # start of the next window to emit
+            "seq": np.zeros(n_keys, dtype=np.int64),  # arrival counter: orders first/last across panes
+            "pane_rows": np.zeros((n_keys, r), dtype=np.int64),
+            "pane_seq": np.zeros((n_keys, 2, r), dtype=np.int64),
+            "acc_f": np.zeros((n_keys, a, 2, r), dtype=np.float64),
+            "acc_i": np.zeros((n_keys, a, r), dtype=np.int64),
+            "last_out": np.full((n_keys, a), np.nan, dtype=np.float64),
+        }
+
+    def run(
+        self,
+        state: dict[str, np.ndarray],
+        slots: np.ndarray,
+        n_keys: int,
+        times: np.ndarray,
+        args: list[np.ndarray],
+    ) -> tuple[dict[str, np.ndarray], WindowOutput]:
+        """Process one micro-batch and return the new state and the windows it closed.
+
+        Args:
+            state: state returned by :meth:`init_state` or a previous :meth:`run`; not modified.
+            slots: int64 key slot of each row, in ``[0, n_keys)``.
+            n_keys: number of key slots known so far; the state grows to it (never shrinks).
+            times: int64 event time of each row.
+            args: one float64 array per aggregate (NaN = NULL), each as long as ``times``.
+        """
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        times = np.ascontiguousarray(times, dtype=np.int64)
+        n = len(times)
+        if len(args) != len(self.aggregates):
+            raise ValueError(
+                f"{self!r}.run: got {len(args)} argument arrays for {len(self.aggregates)} aggregates; "
+                "pass one array per aggregate"
+            )
+        if len(slots) != n or any(len(a) != n for a in args):
+            raise ValueError(
+                f"{self!r}.run: slots, times and args must have one entry per row; got lengths "
+                f"slots={len(slots)}, times={n}, args={[len(a) for a in args]}"
+            )
+        if n and (slots.min() < 0 or slots.max() >= n_keys):
+            raise ValueError(
+                f"{self!r}.run: slots must lie in [0, n_keys={n_keys}), got range "
+                f"[{slots.min()}, {slots.max()}]; grow n_keys when new keys arrive"
+            )
+        x = np.empty((len(args), n), dtype=np.float64)
+        for i, a in enumerate(args):
+            x[i] = a
+        new = self._grown_copy(state, n_keys)
+        spec = self.spec
+        n_aggs = len(self.aggregates)
+        cap = n + 16
+        o_slot = np.empty(cap, dtype=np.int64)
+        o_time = np.empty(cap, dtype=np.int64)
+        o_trig = np.empty(cap, dtype=np.int64)
+        o_vals = np.empty((cap, n_aggs), dtype=np.float64)
+        row, n_out = 0, 0
+        while True:
+            row, n_out = _run_kernel(
+                np.int64(row),
+                np.int64(n_out),
+                slots,
+                times,
+                x,
+                self._codes,
+                np.int64(spec.window),
+                np.int64(spec.step),
+                np.int64(spec.accepted_delay),
+                np.int64(spec.alignment),
+                np.int64(spec.panes),
+                np.int64(self._fill_mode),
+                np.float64(self._fill_value),
+                bool(spec.use_window_start_time),
+                np.int64(1 if spec.closed == "right" else 0),
+                new["init"],
+                new["wstart"],
+                new["seq"],
+                new["pane_rows"],
+                new["pane_seq"],
+                new["acc_f"],
+                new["acc_i"],
+                new["last_out"],
+                o_slot,
+                o_time,
+                o_trig,
+                o_vals,
+            )
+            if row == n:
+                break
+            # output buffers full (sliding windows or fill can emit several windows per row): grow, resume
+            cap *= 2
+            o_slot, o_time, o_trig = (np.resize(a, cap) for a in (o_slot, o_time, o_trig))
+            o_vals = np.concatenate([o_vals, np.empty_like(o_vals)])
+        out = WindowOutput(
+            slots=o_slot[:n_out].copy(),
+            times=o_time[:n_out].copy(),
+            values=[o_vals[:n_out, i].copy() for i in range(n_aggs)],
+            trigger_rows=o_trig[:n_out].copy(),
+        )
+        return new, out
+
+    def _grown_copy(self, state: dict[str, np.ndarray], n_keys: int) -> dict[str, np.ndarray]:
+        template = self._empty_state(0)
+        missing = set(template) - set(state)
+        if missing:
+            raise ValueError(
+                f"{self!r}.run: state lacks {sorted(missing)}; pass the dict returned by init_state() or run()"
+            )
+        have = len(state["init"])
+        if n_keys < have:
+            raise ValueError(f"{self!r}.run: n_keys={n_keys} is smaller than the {have} keys in the state")
+        for name, empty in template.items():
+            if state[name].shape[1:] != empty.shape[1:] or len(state[name]) != have:
+                raise ValueError(
+                    f"{self!r}.run: state[{name!r}] has shape {state[name].shape}, expected "
+                    f"({have}, {', '.join(map(str, empty.shape[1:]))}); was it made by another spec?"
+                )
+        extra = self._empty_state(n_keys - have)
+        return {name: np.concatenate([state[name], extra[name]]) for name in template}
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _retire_panes(s, k, pane_rows, pane_seq, acc_f, acc_i):  # type: ignore[no-untyped-def]
+    """Drop the first ``k`` panes of key ``s``: pane j takes the content of pane j + k."""
+    # a shift of contiguous rows beats a ring buffer: merges become plain, vectorisable loops
+    hi = pane_rows.shape[1] - 1
+    while hi >= 0 and pane_rows[s, hi] == 0:
+        hi -= 1
+    if hi < 0:
+        return  # all panes are empty (and zero) already
+    keep = max(hi + 1 - k, 0)
+    for j in range(keep):
+        pane_rows[s, j] = pane_rows[s, j + k]
+        pane_seq[s, 0, j] = pane_seq[s, 0, j + k]
+        pane_seq[s, 1, j] = pane_seq[s, 1, j + k]
+    for j in range(keep, hi + 1):
+        pane_rows[s, j] = 0
+        pane_seq[s, 0, j] = 0
+        pane_seq[s, 1, j] = 0
+    for a in range(acc_i.shape[1]):
+        for j in range(keep):
+            acc_f[s, a, 0, j] = acc_f[s, a, 0, j + k]
+            acc_f[s, a, 1, j] = acc_f[s, a, 1, j + k]
+            acc_i[s, a, j] = acc_i[s, a, j + k]
+        for j in range(keep, hi + 1):
+            acc_f[s, a, 0, j] = 0.0
+            acc_f[s, a, 1, j] = 0.0
+            acc_i[s, a, j] = 0
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _add_row(s, r, q, x, i, codes, pane_rows, pane_seq, acc_f, acc_i):  # type: ignore[no-untyped-def]
+    first_row = pane_rows[s, r] == 0
+    if first_row:
+        pane_seq[s, 0, r] = q
+    pane_seq[s, 1, r] = q
+    pane_rows[s, r] += 1
+    for a in range(codes.shape[0]):
+        c = codes[a]
+        v = x[a, i]
+        if c == _FIRST:
+            if first_row:
+                acc_f[s, a, 0, r] = v
+            continue
+        if c == _LAST:
+            acc_f[s, a, 0, r] = v
+            continue
+        if np.isnan(v):
+            continue
+        if c == _MAX:
+            if acc_i[s, a, r] == 0 or v > acc_f[s, a, 0, r]:
+                acc_f[s, a, 0, r] = v
+            acc_i[s, a, r] += 1
+        elif c == _MIN:
+            if acc_i[s, a, r] == 0 or v < acc_f[s, a, 0, r]:
+                acc_f[s, a, 0, r] = v
+            acc_i[s, a, r] += 1
+        elif c in (_SUM, _AVG):
+            acc_f[s, a, 0, r] += v
+            acc_i[s, a, r] += 1
+        elif c == _SUM2:
+            acc_f[s, a, 0, r] += v * v
+            acc_i[s, a, r] += 1
+        elif c == _COUNT:
+            acc_i[s, a, r] += 1
+        elif c in (_STD, _VAR, _STDP, _VARP):
+            # Welford: sum/sum-of-squares would cancel catastrophically on prices
+            k = acc_i[s, a, r] + 1
+            acc_i[s, a, r] = k
+            d = v - acc_f[s, a, 0, r]
+            acc_f[s, a, 0, r] += d / k
+            acc_f[s, a, 1, r] += d * (v - acc_f[s, a, 0, r])
+        elif c == _FIRST_NN:
+            if acc_i[s, a, r] == 0:
+                acc_f[s, a, 0, r] = v
+                acc_i[s, a, r] = q + 1
+        else:  # _LAST_NN
+            acc_f[s, a, 0, r] = v
+            acc_i[s, a, r] = q + 1
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, out, o):  # type: ignore[no-untyped-def]
+    """Write the aggregates of the window made of panes 0..m-1 of key ``s`` to ``out[o]``."""
+    for a in range(codes.shape[0]):
+        c = codes[a]
+        res = np.nan
+        if c == _FIRST:
+            best = np.iinfo(np.int64).max
+            for j in range(m):
+                if pane_rows[s, j] > 0 and pane_seq[s, 0, j] < best:
+                    best = pane_seq[s, 0, j]
+                    res = acc_f[s, a, 0, j]
+        elif c == _LAST:
+            best = -1
+            for j in range(m):
+                if pane_rows[s, j] > 0 and pane_seq[s, 1, j] > best:
+                    best = pane_seq[s, 1, j]
+                    res = acc_f[s, a, 0, j]
+        elif c == _FIRST_NN:
+            best = np.iinfo(np.int64).max
+            for j in range(m):
+                q = acc_i[s, a, j]
+                if q > 0 and q < best:
+                    best = q
+                    res = acc_f[s, a, 0, j]
+        elif c == _LAST_NN:
+            best = 0
+            for j in range(m):
+                if acc_i[s, a, j] > best:
+                    best = acc_i[s, a, j]
+                    res = acc_f[s, a, 0, j]
+        elif c == _MAX:
+            res = -np.inf
+            n = 0
+            for j in range(m):
+                n += acc_i[s, a, j]
+                if acc_i[s, a, j] > 0:
+                    res = max(res, acc_f[s, a, 0, j])
+            if n == 0:
+                res = np.nan
+        elif c == _MIN:
+            res = np.inf
+            n = 0
+            for j in range(m):
+                n += acc_i[s, a, j]
+                if acc_i[s, a, j] > 0:
+                    res = min(res, acc_f[s, a, 0, j])
+            if n == 0:
+                res = np.nan
+        elif c in (_STD, _VAR, _STDP, _VARP):
+            # Chan et al. pairwise merge of (count, mean, M2)
+            n = 0
+            mean = 0.0
+            m2 = 0.0
+            for j in range(m):
+                nb = acc_i[s, a, j]
+                if nb == 0:
+                    continue
+                tot = n + nb
+                d = acc_f[s, a, 0, j] - mean
+                mean += d * nb / tot
+                m2 += acc_f[s, a, 1, j] + d * d * n * nb / tot
+                n = tot
+            if c in (_STD, _VAR):
+                if n >= 2:
+                    res = max(m2 / (n - 1), 0.0)
+            elif n >= 1:
+                res = max(m2 / n, 0.0)
+            if c in (_STD, _STDP):
+                res = np.sqrt(res)
+        else:  # sum, sum2, avg, count: empty panes hold zeros, so no test in the loop
+            n = 0
+            tot_f = 0.0
+            for j in range(m):
+                n += acc_i[s, a, j]
+                tot_f += acc_f[s, a, 0, j]
+            if c == _COUNT:
+                res = float(n)
+            elif n > 0:
+                res = tot_f / n if c == _AVG else tot_f
+        out[o, a] = res
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _run_kernel(  # type: ignore[no-untyped-def]
+    row,
+    n_out,
+    slots,
+    times,
+    x,
+    codes,
+    window,
+    step,
+    delay,
+    align,
+    m,
+    fill_mode,
+    fill_value,
+    use_start,
+    shift,
+    init,
+    wstart,
+    seq,
+    pane_rows,
+    pane_seq,
+    acc_f,
+    acc_i,
+    last_out,
+    o_slot,
+    o_time,
+    o_trig,
+    o_vals,
+):
+    """Process rows from ``row`` on; return where it stopped (a full output buffer) and the outputs written.
+
+    Stopping between two windows of one row is safe: resuming recomputes the row's pending
+    windows from the state, which already reflects the emitted ones.
+    """
+    n = slots.shape[0]
+    n_aggs = codes.shape[0]
+    n_panes = pane_rows.shape[1]
+    cap = o_slot.shape[0]
+    no = n_out
+    for i in range(row, n):
+        s = slots[i]
+        # (start, end] over t is [start, end) over t - 1, with the same labels
+        t = times[i] - shift
+        if init[s] == 0:
+            left0 = (t // align) * align + step - window
+            first_pane = (t - left0) // step
+            wstart[s] = left0 + (first_pane - m + 1) * step
+            init[s] = 1
+        if t >= wstart[s] + window + delay:
+            n_close = (t - delay - window - wstart[s]) // step + 1
+            done = 0
+            while done < n_close:
+                rows = 0
+                for j in range(m):
+                    rows += pane_rows[s, j]
+                if rows == 0 and fill_mode == _FILL_NONE:
+                    # jump over the whole run of empty windows at once (a key may go quiet for days)
+                    adv = n_close - done
+                    for j in range(m, n_panes):
+                        if pane_rows[s, j] > 0:
+                            adv = min(adv, j - m + 1)
+                            break
+                    _retire_panes(s, adv, pane_rows, pane_seq, acc_f, acc_i)
+                    wstart[s] += adv * step
+                    done += adv
+                    continue
+                if no == cap:
+                    return i, no
+                if rows > 0:
+                    _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, o_vals, no)
+                else:
+                    for a in range(n_aggs):
+                        if fill_mode == _FILL_NULL:
+                            o_vals[no, a] = np.nan
+                        elif fill_mode == _FILL_FFILL:
+                            o_vals[no, a] = last_out[s, a]
+                        else:
+                            o_vals[no, a] = fill_value
+                for a in range(n_aggs):
+                    last_out[s, a] = o_vals[no, a]
+                o_slot[no] = s
+                o_time[no] = wstart[s] if use_start else wstart[s] + window
+                o_trig[no] = i
+                no += 1
+                _retire_panes(s, 1, pane_rows, pane_seq, acc_f, acc_i)
+                wstart[s] += step
+                done += 1
+        q = seq[s]
+        seq[s] = q + 1
+        j = (t - wstart[s]) // step
+        if j < 0:
+            continue  # every window holding this row was already emitted
+        if j >= n_panes:  # cannot happen (the row would have closed that window); guards the raw writes
+            raise RuntimeError("window aggregator: pane index out of range")
+        _add_row(s, j, q, x, i, codes, pane_rows, pane_seq, acc_f, acc_i)
+    return n, no
