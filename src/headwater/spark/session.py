@@ -49,6 +49,7 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "headwater.spark.daemon")
         .config("spark.driver.memory", os.environ.get("HEADWATER_DRIVER_MEMORY", "4g"))
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "headwater-warehouse"))
     )
