@@ -112,39 +112,18 @@ for _f, _res in (
 ):
     _register(FunctionSpec(_f, "aggregate", ("x",), result=_res))
 
-# -- state functions of the reactive state engine ---------------------------------------------------
-_EWM = _p(com=None, span=None, half_life=None, alpha=None, min_periods=0, adjust=True, ignore_na=False)
-_register(FunctionSpec("ewm_mean", "state", ("x",), _EWM, result="double", doc="pandas-compatible EWM mean"))
-_register(FunctionSpec("ema", "state", ("x",), _p("window"), result="double", doc="TA-style EMA"))
-_register(FunctionSpec("wilder", "state", ("x",), _p("window"), result="double"))
-_register(FunctionSpec("gema", "state", ("x",), _p("window", "alpha"), result="double"))
-for _f, _res in (
-    ("mmax", "same"),
-    ("mmin", "same"),
-    ("msum", "sum"),
-    ("mavg", "double"),
-    ("mstd", "double"),
-    ("mvar", "double"),
-    ("mfirst", "same"),
-    ("mlast", "same"),
-):
-    _register(FunctionSpec(_f, "state", ("x",), _p("window", min_periods=None), result=_res))
-_register(FunctionSpec("mcount", "state", ("x",), _p("window", min_periods=1), result="long"))
-_register(FunctionSpec("prev", "state", ("x",), result="same"))
-_register(FunctionSpec("move", "state", ("x",), _p("steps"), result="same"))
-_register(FunctionSpec("deltas", "state", ("x",), _p(n=1), result="numeric"))
-_register(FunctionSpec("ratios", "state", ("x",), result="double"))
-_register(FunctionSpec("percent_change", "state", ("x",), _p(n=1), result="double"))
-_register(FunctionSpec("ffill", "state", ("x",), result="same"))
-for _f, _res in (
-    ("cumsum", "sum"),
-    ("cumavg", "double"),
-    ("cummax", "same"),
-    ("cummin", "same"),
-    ("cumcount", "long"),
-    ("cumprod", "numeric"),
-):
-    _register(FunctionSpec(_f, "state", ("x",), result=_res))
+# -- state functions of the reactive state engine: one source of truth, the kernel registry ---------
+def _register_state_functions() -> None:
+    from headwater.state.ops import STATE_OPS
+
+    for op in STATE_OPS.values():
+        optional = [p for p in op.params if p not in op.required]
+        params = tuple(Param(p) for p in op.required) + tuple(Param(p, None) for p in optional)
+        _register(FunctionSpec(op.name, "state", op.columns, params, result=op.result, n_outputs=op.n_outputs,
+                               doc=op.signature))
+
+
+_register_state_functions()
 
 
 # -- binding ----------------------------------------------------------------------------------------

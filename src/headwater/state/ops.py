@@ -33,7 +33,7 @@ import math
 import numbers
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -798,6 +798,18 @@ class StateOpSpec:
     params: tuple[str, ...]
     required: tuple[str, ...]
     build: Callable[[dict[str, Any]], StateOp]
+    columns: tuple[str, ...] = ("x",)  # expression arguments, before the parameters
+    result: str = "double"  # result type rule, see headwater.functions.FunctionSpec.result
+    n_outputs: int = 1
+
+
+_RESULTS = {
+    **dict.fromkeys(("mmax", "mmin", "mfirst", "mlast", "prev", "move", "ffill", "cummax", "cummin",
+                     "cumfirst_not", "cumlast_not", "prev_state"), "same"),
+    **dict.fromkeys(("mcount", "cumcount", "mimax", "mimin", "mimax_last", "mimin_last"), "long"),
+    **dict.fromkeys(("msum", "cumsum"), "sum"),
+    **dict.fromkeys(("deltas", "cumprod"), "numeric"),
+}
 
 
 def _moving(cls: type[_MovingOp]) -> Callable[[str], StateOpSpec]:
@@ -881,7 +893,7 @@ def _specs() -> dict[str, StateOpSpec]:
         *(StateOpSpec(n, f"{n}(x)", (), (), _cum_var_builder(n)) for n in CumVar._NAMES),
         StateOpSpec("prev_state", "prev_state(x)", (), (), lambda p: PrevState()),
     ]  # fmt: skip
-    return {s.name: s for s in specs}
+    return {s.name: replace(s, result=_RESULTS.get(s.name, s.result)) for s in specs}
 
 
 STATE_OPS: dict[str, StateOpSpec] = _specs()
