@@ -144,8 +144,8 @@ def lookup(name: str, *, where: str = "metric") -> FunctionSpec:
     return spec
 
 
-def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Call:
-    """Bind positional and keyword arguments to ``spec`` and build the call node."""
+def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Bind arguments to ``spec``: a call node, or for multi-output functions a MultiExpr of its items."""
     where = f"{spec.signature()}"
     if len(args) > len(spec.columns) + len(spec.params):
         raise GraphDefinitionError(f"{where}: takes at most {len(spec.columns) + len(spec.params)} arguments, got {len(args)}")
@@ -181,6 +181,8 @@ def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
     call = Call(spec.name, tuple(as_expr(col_values[c]) for c in spec.columns), tuple(params))
     if spec.kind == "state":
         _validate_state_params(call)
+    if spec.n_outputs > 1:
+        return MultiExpr(tuple(Item(call, i) for i in range(spec.n_outputs)), label=str(call))
     return call
 
 
@@ -194,8 +196,8 @@ def _validate_state_params(call: Call) -> None:
         raise GraphDefinitionError(f"{call}: {exc}") from None
 
 
-def _make_constructor(spec: FunctionSpec) -> Callable[..., Call]:
-    def construct(*args: Any, **kwargs: Any) -> Call:
+def _make_constructor(spec: FunctionSpec) -> Callable[..., Any]:
+    def construct(*args: Any, **kwargs: Any) -> Any:
         return bind(spec, args, kwargs)
 
     params = [inspect.Parameter(c, inspect.Parameter.POSITIONAL_OR_KEYWORD) for c in spec.columns]
@@ -303,8 +305,11 @@ def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str])
             return "string"
         return "double"  # null literal
     if isinstance(expr, Item):
-        infer_type(expr.expr, schema, where=where, kinds=kinds)
-        return "double"
+        inner = expr.expr
+        if isinstance(inner, Call) and inner.func in FUNCTIONS and FUNCTIONS[inner.func].n_outputs > 1:
+            infer_type(inner, schema, where=where, kinds=kinds)
+            return "double"
+        raise GraphDefinitionError(f"{where}: {expr} selects an output of {inner}, which has only one output")
     if isinstance(expr, Alias):
         raise GraphDefinitionError(f"{where}: 'as' can only name a whole metric, not part of {expr}")
     if not isinstance(expr, Call):

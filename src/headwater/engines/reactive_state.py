@@ -20,7 +20,7 @@ import pyarrow as pa
 from headwater.engines.base import SEQ, EngineSpec, KeyTable, Processor, metric_outputs
 from headwater.engines.columns import evaluate_scalar, filter_mask, literal_array, to_arrow, to_numpy
 from headwater.errors import GraphDefinitionError
-from headwater.expr import Call, Col, Expr, Lit
+from headwater.expr import Call, Col, Expr, Item, Lit
 from headwater.functions import FUNCTIONS, infer_type
 from headwater.types import Schema
 
@@ -94,6 +94,8 @@ def _resolve(expr: Expr, schema: Schema) -> Expr:
         return Col(schema.lookup(expr.name) or expr.name)
     if isinstance(expr, Call):
         return Call(expr.func, tuple(_resolve(a, schema) for a in expr.args), expr.params)
+    if isinstance(expr, Item):
+        return Item(_resolve(expr.expr, schema), expr.index)
     return expr
 
 
@@ -129,12 +131,14 @@ class MetricDag:
                 values.append(columns[node.name])
             elif isinstance(node, Lit):
                 values.append(literal_array(node, n))
+            elif isinstance(node, Item):  # one output of a multi-output state function
+                values.append(values[self.index[node.expr.key()]][node.index])
             elif isinstance(node, Call):
                 args = [values[self.index[a.key()]] for a in node.args]
                 if i in self.state_ops:
                     float_args = [np.asarray(a, dtype=np.float64) for a in args]
                     new_state[i], outs = self.state_ops[i].run(state[i], slots, n_keys, float_args)
-                    values.append(outs[0])
+                    values.append(outs[0] if len(outs) == 1 else outs)
                 else:
                     values.append(evaluate_scalar(node, args))
             else:

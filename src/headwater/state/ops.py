@@ -940,3 +940,13 @@ def make_state_op(name: str, params: Mapping[str, Any]) -> StateOp:
             f"state function {name!r}: missing required parameter {missing[0]}=. Signature: {spec.signature}"
         )
     return spec.build(given)
+
+
+def register(*specs: StateOpSpec) -> None:
+    """Add state functions defined in other modules to :data:`STATE_OPS`."""
+    for spec in specs:
+        STATE_OPS[spec.name] = replace(spec, result=_RESULTS.get(spec.name, spec.result))
+
+
+# Families kept in their own modules register themselves on import.
+from headwater.state import ops_pairwise, ops_time  # noqa: E402, F401
