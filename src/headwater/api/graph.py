@@ -16,7 +16,11 @@ import pandas as pd
 
 from headwater.catalog import FQN, check_identifier, resolve
 from headwater.durations import parse_duration
-from headwater.engines.reactive_state import ReactiveStateEngine
+from headwater.engines.reactive_state import (
+    DualOwnershipReactiveStateEngine,
+    NarrowReactiveStateEngine,
+    ReactiveStateEngine,
+)
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, SchemaError
 from headwater.expr import Alias, Expr
@@ -265,22 +269,86 @@ class DStream:
         key_column: str | Sequence[str] | None = None,
         filter: Expr | str | None = None,
         keep_order: bool = True,
+        key_purge_filter: Expr | str | None = None,
+        key_purge_freq: str | timedelta | None = None,
     ) -> DStream:
-        """Compute one output row per input row from the row and its key's state (Orca's reactiveStateEngine)."""
+        """Compute one output row per input row from the row and its key's state (Orca's reactiveStateEngine).
 
-        def make(name: str) -> ReactiveStateEngine:
-            where = f"reactive_state_engine {name!r}"
-            flt = None if filter is None else (filter if isinstance(filter, Expr) else parse_expr(filter, where=f"{where} filter"))
-            return ReactiveStateEngine(
-                name=name,
-                input_schema=self.node.schema,
-                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
-                key_column=_as_tuple(key_column),
-                filter=flt,
-                keep_order=keep_order,
+        ``filter`` keeps only matching output rows (state is updated for every row). With
+        ``key_purge_filter`` (over output columns) and ``key_purge_freq``, keys whose latest output
+        matches are dropped from state at most once per ``key_purge_freq``, when they are at least
+        10% of the keys (Orca's rule). Output is always in input order.
+        """
+        return self._engine(lambda name: ReactiveStateEngine(**self._rse_args(
+            name, "reactive_state_engine", metrics, key_column, filter, keep_order, key_purge_filter, key_purge_freq)))
+
+    def narrow_reactive_state_engine(
+        self,
+        *,
+        metrics: Sequence[Expr | str],
+        metric_names: Sequence[str],
+        key_column: str | Sequence[str],
+        filter: Expr | str | None = None,
+        keep_order: bool = True,
+        key_purge_filter: Expr | str | None = None,
+        key_purge_freq: str | timedelta | None = None,
+    ) -> DStream:
+        """Like ``reactive_state_engine`` with long output: one row per input row and computed metric.
+
+        Columns: key columns, pass-through metrics (plain columns), ``metricName``, ``value``.
+        """
+        return self._engine(lambda name: NarrowReactiveStateEngine(**self._rse_args(
+            name, "narrow_reactive_state_engine", metrics, key_column, filter, keep_order, key_purge_filter,
+            key_purge_freq), metric_names=tuple(metric_names)))
+
+    def dual_ownership_reactive_state_engine(
+        self,
+        *,
+        metrics1: Sequence[Expr | str],
+        metrics2: Sequence[Expr | str],
+        key_column1: str | Sequence[str],
+        key_column2: str | Sequence[str],
+    ) -> DStream:
+        """Two reactive state engines over the same rows, grouped by ``key_column1`` and ``key_column2``."""
+        if self.parallelism is not None and not (
+            self.parallelism.key in _as_tuple(key_column1) and self.parallelism.key in _as_tuple(key_column2)
+        ):
+            raise GraphDefinitionError(
+                f"dual_ownership_reactive_state_engine after parallelize({self.parallelism.key!r}, "
+                f"{self.parallelism.count}): rows must be partitioned by a column both key columns contain; "
+                "remove parallelize or partition by a common key"
             )
 
+        def make(name: str) -> DualOwnershipReactiveStateEngine:
+            where = f"dual_ownership_reactive_state_engine {name!r}"
+            return DualOwnershipReactiveStateEngine(
+                name=name, input_schema=self.node.schema,
+                metrics1=tuple(to_metric(m, where=where) for m in _as_list(metrics1, where)),
+                metrics2=tuple(to_metric(m, where=where) for m in _as_list(metrics2, where)),
+                key_column1=_as_tuple(key_column1), key_column2=_as_tuple(key_column2))
+
         return self._engine(make)
+
+    def _rse_args(self, name: str, label: str, metrics: Any, key_column: Any, filter: Any, keep_order: bool,
+                  key_purge_filter: Any, key_purge_freq: Any) -> dict[str, Any]:
+        where = f"{label} {name!r}"
+
+        def expr(value: Any, what: str) -> Expr | None:
+            if value is None or isinstance(value, Expr):
+                return value
+            return parse_expr(value, where=f"{where} {what}")
+
+        return {
+            "name": name,
+            "input_schema": self.node.schema,
+            "metrics": tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+            "key_column": _as_tuple(key_column),
+            "filter": expr(filter, "filter"),
+            "keep_order": keep_order,
+            "key_purge_filter": expr(key_purge_filter, "key_purge_filter"),
+            "key_purge_freq": None if key_purge_freq is None else parse_duration(
+                key_purge_freq, where=f"{where} key_purge_freq"),
+        }
 
     # -- edges -------------------------------------------------------------------------------------
     def map(self, func: Callable[[pd.DataFrame], pd.DataFrame] | Sequence[Expr | str] | None = None, *,

@@ -11,14 +11,24 @@ key, evaluating node by node over the batch equals evaluating row by row.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 
+from headwater.durations import format_duration
 from headwater.engines.base import SEQ, EngineSpec, KeyTable, Processor, metric_outputs
-from headwater.engines.columns import evaluate_scalar, filter_mask, literal_array, to_arrow, to_numpy
+from headwater.engines.columns import (
+    evaluate_rowwise,
+    evaluate_scalar,
+    filter_mask,
+    literal_array,
+    to_arrow,
+    to_numpy,
+)
 from headwater.errors import GraphDefinitionError
 from headwater.expr import Call, Col, Expr, Item, Lit
 from headwater.functions import FUNCTIONS, infer_type
@@ -38,10 +48,17 @@ class ReactiveStateEngine(EngineSpec):
     key_column: tuple[str, ...] = ()
     filter: Expr | None = None
     keep_order: bool = True
+    key_purge_filter: Expr | None = None
+    key_purge_freq: timedelta | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        where = f"reactive_state_engine {self.name!r}"
+        where = f"{self.kind.lower()} {self.name!r}"
+        if (self.key_purge_filter is None) != (self.key_purge_freq is None):
+            raise GraphDefinitionError(
+                f"{where}: pass both key_purge_filter= and key_purge_freq= (or neither); "
+                "e.g. key_purge_filter='volume == 0', key_purge_freq='60s'"
+            )
         if not self.metrics:
             raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['time', 'ema(close, 20) as ema20']")
         keys = []
@@ -64,6 +81,11 @@ class ReactiveStateEngine(EngineSpec):
         if self.filter is not None:
             infer_type(self.filter, self.input_schema, where=f"{where} filter", kinds=RSE_KINDS)
         object.__setattr__(self, "_outputs", tuple(outputs))
+        if self.key_purge_filter is not None:
+            if not self.key_column:
+                raise GraphDefinitionError(f"{where}: key purging needs key_column")
+            infer_type(self.key_purge_filter, self.output_schema(), where=f"{where} key_purge_filter",
+                       kinds=frozenset({"scalar"}))
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -77,12 +99,16 @@ class ReactiveStateEngine(EngineSpec):
         return Schema(tuple(cols))
 
     def properties(self) -> dict[str, Any]:
-        return {
+        props: dict[str, Any] = {
             "metrics": [str(m) for m in self.metrics],
             "keyColumn": list(self.key_column),
             "filter": None if self.filter is None else str(self.filter),
             "keepOrder": self.keep_order,
         }
+        if self.key_purge_filter is not None and self.key_purge_freq is not None:
+            props["keyPurgeFilter"] = str(self.key_purge_filter)
+            props["keyPurgeFreq"] = format_duration(self.key_purge_freq)
+        return props
 
     def processor(self, input_schema: Schema | None = None) -> ReactiveStateProcessor:
         return ReactiveStateProcessor(self)
@@ -160,8 +186,10 @@ class ReactiveStateProcessor(Processor):
         self.out_schema = spec.output_schema()
         self.needed = sorted({c for r in roots for c in r.columns()})
 
+        self.purge_columns = sorted(set(spec.key_purge_filter.columns())) if spec.key_purge_filter is not None else []
+
     def new_state(self) -> dict[str, Any]:
-        return {"keys": [], "ops": self.dag.new_state()}
+        return {"keys": [], "ops": self.dag.new_state(), "last": {}, "last_purge": None}
 
     def process(self, state: dict[str, Any], table: pa.Table) -> tuple[dict[str, Any], pa.Table]:
         n = table.num_rows
@@ -184,10 +212,185 @@ class ReactiveStateProcessor(Processor):
         out = pa.table(arrays, schema=self._arrow_schema())
         if self.filter is not None:
             out = out.filter(pa.array(filter_mask(self.dag.value_of(values, self.filter))))
-        return {"keys": keys.keys, "ops": ops_state}, out
+        new_state = {"keys": keys.keys, "ops": ops_state, "last": state.get("last", {}),
+                     "last_purge": state.get("last_purge")}
+        if self.purge_columns:
+            new_state = self._purge(new_state, slots, pa.table(arrays[:-1], schema=self.out_schema.to_arrow()))
+        return new_state, out
+
+    def _purge(self, state: dict[str, Any], slots: np.ndarray, out: pa.Table) -> dict[str, Any]:
+        """Orca's key purge: drop keys whose latest output matches the filter, if they are >= 10% of keys.
+
+        Runs after a batch's output is computed, so a replayed batch still yields identical rows.
+        """
+        n_keys = len(state["keys"])
+        # remember each key's latest output values of the columns the filter reads
+        last_row = np.full(n_keys, -1, dtype=np.int64)
+        last_row[slots[::-1]] = np.arange(len(slots) - 1, -1, -1)
+        seen = np.flatnonzero(last_row >= 0)
+        last = dict(state["last"])
+        for c in self.purge_columns:
+            typ = self.out_schema[c]
+            values = to_numpy(out[c], typ)
+            old = last.get(c, np.full(0, np.nan if typ != "string" else None, dtype=values.dtype))
+            grown = np.full(n_keys, np.nan if typ != "string" else None, dtype=values.dtype)
+            grown[: len(old)] = old
+            grown[seen] = values[last_row[seen]]
+            last[c] = grown
+        state = {**state, "last": last}
+        now = time.time()
+        if state["last_purge"] is None:
+            return {**state, "last_purge": now}
+        assert self.spec.key_purge_freq is not None and self.spec.key_purge_filter is not None
+        if now - state["last_purge"] < self.spec.key_purge_freq.total_seconds():
+            return state
+        purge = filter_mask(evaluate_rowwise(self.spec.key_purge_filter, last, n_keys))
+        state = {**state, "last_purge": now}
+        if purge.sum() < max(1, 0.1 * n_keys):
+            return state
+        keep = ~purge
+        return {
+            "keys": [k for k, kept in zip(state["keys"], keep, strict=True) if kept],
+            "ops": {i: {name: arr[keep] for name, arr in op.items()} for i, op in state["ops"].items()},
+            "last": {c: v[keep] for c, v in last.items()},
+            "last_purge": now,
+        }
 
     def _arrow_schema(self) -> pa.Schema:
         return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
 
     def empty_output(self) -> pa.Table:
         return self._arrow_schema().empty_table()
+
+
+@dataclass(frozen=True)
+class NarrowReactiveStateEngine(ReactiveStateEngine):
+    """``narrow_reactive_state_engine``: the reactive state engine with long output.
+
+    Each input row gives one output row per computed metric: key columns, the
+    pass-through columns, ``metricName`` and ``value`` (Orca C.6).
+    """
+
+    kind: ClassVar[str] = "NARROW_REACTIVE_STATE_ENGINE"
+    metric_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        where = f"narrow_reactive_state_engine {self.name!r}"
+        computed = [n for n, e in self._outputs if not isinstance(e, Col)]
+        if len(computed) != len(self.metric_names):
+            raise GraphDefinitionError(
+                f"{where}: {len(computed)} computed metrics need {len(computed)} metric_names, got "
+                f"{len(self.metric_names)} {list(self.metric_names)}"
+            )
+        for name, expr in self._outputs:
+            if not isinstance(expr, Col) and infer_type(expr, self.input_schema, where=where, kinds=RSE_KINDS) == "string":
+                raise GraphDefinitionError(f"{where}: metric {name!r} is a string; narrow output values are numbers")
+
+    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+        wide = super().output_schema()
+        keep = [(n, t) for n, t in wide.columns[len(self.key_column):] if isinstance(dict(self._outputs)[n], Col)]
+        return Schema(tuple([*wide.columns[: len(self.key_column)], *keep, ("metricName", "string"), ("value", "double")]))
+
+    def properties(self) -> dict[str, Any]:
+        return {**super().properties(), "metricNames": list(self.metric_names)}
+
+    def processor(self, input_schema: Schema | None = None) -> NarrowProcessor:
+        return NarrowProcessor(self)
+
+
+class NarrowProcessor(ReactiveStateProcessor):
+    def __init__(self, spec: NarrowReactiveStateEngine) -> None:
+        wide = ReactiveStateEngine(spec.name, spec.input_schema, spec.metrics, spec.key_column, spec.filter,
+                                   spec.keep_order, spec.key_purge_filter, spec.key_purge_freq)
+        super().__init__(wide)
+        self.narrow = spec
+        self.narrow_schema = spec.output_schema()
+
+    def empty_output(self) -> pa.Table:
+        return self.narrow_schema.to_arrow().append(pa.field(SEQ, pa.int64())).empty_table()
+
+    def process(self, state: dict[str, Any], table: pa.Table) -> tuple[dict[str, Any], pa.Table]:
+        state, wide = super().process(state, table)
+        if wide.num_rows == 0:
+            return state, self.empty_output()
+        spec = self.narrow
+        fixed = [n for n in self.narrow_schema.names if n not in ("metricName", "value")]
+        computed = [n for n, e in spec._outputs if not isinstance(e, Col)]
+        m, n = len(computed), wide.num_rows
+        take = np.repeat(np.arange(n), m)  # row-major: each input row, then its metrics in order
+        columns = [wide[c].take(take) for c in fixed]
+        names = pa.array(np.tile(np.array(spec.metric_names, dtype=object), n), pa.string())
+        values = np.column_stack([wide[c].cast(pa.float64()).to_numpy(zero_copy_only=False) for c in computed]).ravel()
+        out = pa.table([*columns, names, pa.array(values, pa.float64(), from_pandas=True), wide[SEQ].take(take)],
+                       schema=self.empty_output().schema)
+        return state, out
+
+
+@dataclass(frozen=True)
+class DualOwnershipReactiveStateEngine(EngineSpec):
+    """``dual_ownership_reactive_state_engine``: two reactive state engines over one input, keyed differently.
+
+    Output (Orca C.7): common key columns, key_column1-only, key_column2-only, metrics1, metrics2 — one row per
+    input row, always in input order.
+    """
+
+    kind: ClassVar[str] = "DUAL_OWNERSHIP_REACTIVE_STATE_ENGINE"
+    name: str
+    input_schema: Schema
+    metrics1: tuple[Expr, ...]
+    metrics2: tuple[Expr, ...]
+    key_column1: tuple[str, ...]
+    key_column2: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        self._engines()  # validates both halves
+        names = self.output_schema().names  # validates unique names
+        del names
+
+    def _engines(self) -> tuple[ReactiveStateEngine, ReactiveStateEngine]:
+        return (ReactiveStateEngine(f"{self.name}.1", self.input_schema, self.metrics1, self.key_column1),
+                ReactiveStateEngine(f"{self.name}.2", self.input_schema, self.metrics2, self.key_column2))
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return tuple(k for k in self.key_column1 if k in self.key_column2)
+
+    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+        e1, e2 = self._engines()
+        s1, s2 = e1.output_schema(), e2.output_schema()
+        k1, k2 = e1.key_column, e2.key_column
+        common = [k for k in k1 if k in k2]
+        cols = [(k, self.input_schema[k]) for k in [*common, *[k for k in k1 if k not in common],
+                                                    *[k for k in k2 if k not in common]]]
+        cols += list(s1.columns[len(k1):]) + list(s2.columns[len(k2):])
+        try:
+            return Schema(tuple(cols))
+        except Exception as exc:
+            raise GraphDefinitionError(f"dual_ownership_reactive_state_engine {self.name!r}: {exc}") from None
+
+    def properties(self) -> dict[str, Any]:
+        return {"metrics1": [str(m) for m in self.metrics1], "metrics2": [str(m) for m in self.metrics2],
+                "keyColumn1": list(self.key_column1), "keyColumn2": list(self.key_column2)}
+
+    def processor(self, input_schema: Schema | None = None) -> DualOwnershipProcessor:
+        return DualOwnershipProcessor(self)
+
+
+class DualOwnershipProcessor(Processor):
+    def __init__(self, spec: DualOwnershipReactiveStateEngine) -> None:
+        e1, e2 = spec._engines()
+        self.first, self.second = e1.processor(), e2.processor()
+        self.spec = spec
+        self.schema = spec.output_schema().to_arrow().append(pa.field(SEQ, pa.int64()))
+
+    def new_state(self) -> dict[str, Any]:
+        return {"first": self.first.new_state(), "second": self.second.new_state()}
+
+    def process(self, state: dict[str, Any], table: pa.Table) -> tuple[dict[str, Any], pa.Table]:
+        s1, out1 = self.first.process(state["first"], table)
+        s2, out2 = self.second.process(state["second"], table)
+        columns = {**{n: out2[n] for n in out2.column_names}, **{n: out1[n] for n in out1.column_names}}
+        out = pa.table([columns[f.name] if f.name in columns else table[f.name] for f in self.schema],
+                       schema=self.schema)
+        return {"first": s1, "second": s2}, out
