@@ -10,8 +10,8 @@ key, evaluating node by node over the batch equals evaluating row by row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
