@@ -1,3 +1,663 @@
-"""State functions of the reactive state engine: see the module docstring of :mod:`headwater.state.ops`."""
+"""Two-argument, TA-lib and order-statistic state functions of the reactive state engine.
+
+The contract is that of :mod:`headwater.state.ops` (read its module docstring):
+per-key state arrays with the key slot as first axis, copied once per ``run``;
+NaN is NULL; results do not depend on how rows are split into batches.
+
+Two-argument functions (``mcorr(x, y, window)``, ``mbeta(y, x, window)``,
+``cumwavg(x, w)``, ``ewm_cov(x, y, span=...)``, ...) use a row only when both of
+its values are non-NULL; ``min_periods`` counts such pairs. TA-lib functions
+(``dema``, ``tema``, ``t3``, ``trima``, ``kama``, ``ma``, ``linear_time_trend``)
+follow the rule of ``ema``/``sma``: NULL rows output NULL and are left out of
+the key's sequence, so leading NULLs are skipped and the first ``lookback``
+values after them output NULL.
+
+Example:
+    >>> import numpy as np
+    >>> from headwater.state.ops import make_state_op
+    >>> op = make_state_op("mcorr", {"window": 3})
+    >>> x = np.array([1.0, 2.0, 3.0, 4.0, 6.0])
+    >>> y = np.array([2.0, 4.0, 7.0, 8.0, 7.0])
+    >>> _, (out,) = op.run(op.init_state(), np.zeros(5, dtype=np.int64), 1, [x, y])
+    >>> np.round(out, 4).tolist()
+    [nan, nan, 0.9934, 0.9608, -0.189]
+"""
 
 from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from headwater.state import kernels_pairwise as kp
+from headwater.state.ops import (
+    State,
+    StateOp,
+    StateOpSpec,
+    _bad,
+    _check_batch,
+    _check_bool,
+    _check_float,
+    _check_int,
+    _check_name,
+    _check_window,
+    _ewm_com,
+    _f64,
+    _Field,
+    _grown_copy,
+    _i64,
+    make_state_op,
+    register,
+)
+
+__all__ = [
+    "CumPairMoment",
+    "CumWeighted",
+    "EwmCov",
+    "Kama",
+    "LinearTimeTrend",
+    "Ma",
+    "MovingPairMoment",
+    "MovingWeighted",
+    "TaCascade",
+    "Trima",
+]
+
+
+class _ArrayOp(StateOp):
+    """An operator with a fixed per-key state layout whose work is kernel calls over the batch."""
+
+    n_args = 1
+
+    @abc.abstractmethod
+    def _layout(self) -> dict[str, _Field]:
+        """Name, per-key shape, dtype and initial value of every state array."""
+
+    @abc.abstractmethod
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the kernels; they may update the (freshly copied) arrays of ``st`` in place."""
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return {name: np.full((0, *f.shape), f.fill, dtype=f.dtype) for name, f in self._layout().items()}
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = _grown_copy(self.name, self._layout(), state, n_keys)
+        return st, self._kernel(st, slots_, cols)
+
+
+def _check_min_periods(func: str, min_periods: int | None, window: int) -> None:
+    if min_periods is not None:
+        _check_int(
+            func, "min_periods", min_periods, 1, window, f"min_periods must not exceed window={window}"
+        )
+
+
+def _minp(min_periods: int | None) -> tuple[int, bool]:
+    """(min_periods, full_only): without min_periods the first window-1 rows of a key are NULL."""
+    return (1, True) if min_periods is None else (min_periods, False)
+
+
+# ---------------------------------------------------------------- two-argument functions
+
+
+def _pair_moment_layout(width: int) -> dict[str, _Field]:
+    return {
+        "ring_x": _f64(shape=(width,)), "ring_y": _f64(shape=(width,)), "n_rows": _i64(), "wpos": _i64(),
+        "nobs": _i64(), "n_inf": _i64(), "mean_x": _f64(0.0), "mean_y": _f64(0.0), "m2x": _f64(0.0),
+        "m2y": _f64(0.0), "cxy": _f64(0.0), "run_x": _f64(), "run_xn": _i64(), "run_y": _f64(), "run_yn": _i64(),
+    }  # fmt: skip
+
+
+def _pair_moment(
+    op: int, st: State, slots: np.ndarray, x: np.ndarray, y: np.ndarray, window: int, minp: int,
+    full_only: bool, row_x: bool = False,
+) -> list[np.ndarray]:  # fmt: skip
+    out, slope = kp.pair_moment(
+        op, slots, x, y, window, minp, full_only, row_x,
+        st["ring_x"], st["ring_y"], st["n_rows"], st["wpos"], st["nobs"], st["n_inf"], st["mean_x"],
+        st["mean_y"], st["m2x"], st["m2y"], st["cxy"], st["run_x"], st["run_xn"], st["run_y"], st["run_yn"],
+    )  # fmt: skip
+    return [out, slope] if op == kp.SLR else [out]
+
+
+_MOMENT_OPS = {"corr": kp.CORR, "covar": kp.COVAR, "covarp": kp.COVARP, "beta": kp.BETA, "slr": kp.SLR}
+
+
+def _regressor_last(args: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    # Columns are (y, x) for beta and slr; correlation and covariance are symmetric.
+    first, second = args
+    return second, first
+
+
+@dataclass(frozen=True)
+class MovingPairMoment(_ArrayOp):
+    """``mcorr(x, y)``, ``mcovar(x, y)`` (sample), ``mcovarp(x, y)`` (population),
+    ``mbeta(y, x)`` (OLS slope of y on x) and ``mslr(y, x)`` -> (intercept, slope) over count windows.
+
+    Pairs are added and removed in O(1) (Welford co-moments). A window whose x
+    (or y) values are all equal has exactly zero variance: ``mcorr`` and ``mbeta``
+    output NULL there, the covariances 0. A window holding an infinite value
+    outputs NULL. ``mcovar``/``mcorr``/``mbeta``/``mslr`` need two pairs.
+
+    Example:
+        >>> import numpy as np
+        >>> op = MovingPairMoment("mslr", window=3)
+        >>> y, x = np.array([1.0, 3.0, 5.0, 6.0]), np.array([0.0, 1.0, 2.0, 3.0])
+        >>> _, (intercept, slope) = op.run(op.init_state(), np.zeros(4, dtype=np.int64), 1, [y, x])
+        >>> np.round(intercept, 4).tolist(), np.round(slope, 4).tolist()
+        ([nan, nan, 1.0, 1.6667], [nan, nan, 2.0, 1.5])
+    """
+
+    name: str
+    window: int
+    min_periods: int | None = None
+    n_args = 2
+
+    _NAMES: ClassVar[tuple[str, ...]] = ("mcorr", "mcovar", "mcovarp", "mbeta", "mslr")
+
+    def __post_init__(self) -> None:
+        _check_name("MovingPairMoment", self.name, self._NAMES)
+        _check_window(self.name, self.window)
+        _check_min_periods(self.name, self.min_periods, self.window)
+        object.__setattr__(self, "n_outputs", 2 if self.name == "mslr" else 1)
+
+    def _layout(self) -> dict[str, _Field]:
+        return _pair_moment_layout(self.window)
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        x, y = _regressor_last(args)
+        minp, full_only = _minp(self.min_periods)
+        return _pair_moment(_MOMENT_OPS[self.name[1:]], st, slots, x, y, self.window, minp, full_only)
+
+
+@dataclass(frozen=True)
+class CumPairMoment(_ArrayOp):
+    """``cumcorr(x, y)``, ``cumcovar(x, y)``, ``cumcovarp(x, y)`` and ``cumbeta(y, x)`` per key.
+
+    Rows where either value is NULL output the previous result.
+
+    Example:
+        >>> import numpy as np
+        >>> op = CumPairMoment("cumcovar")
+        >>> x, y = np.array([1.0, 2.0, np.nan, 4.0]), np.array([1.0, 3.0, 5.0, 5.0])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(4, dtype=np.int64), 1, [x, y])
+        >>> np.round(out, 4).tolist()
+        [nan, 1.0, 1.0, 3.0]
+    """
+
+    name: str
+    n_args = 2
+
+    _NAMES: ClassVar[tuple[str, ...]] = ("cumcorr", "cumcovar", "cumcovarp", "cumbeta")
+
+    def __post_init__(self) -> None:
+        _check_name("CumPairMoment", self.name, self._NAMES)
+
+    def _layout(self) -> dict[str, _Field]:
+        return _pair_moment_layout(0)
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        x, y = _regressor_last(args)
+        return _pair_moment(_MOMENT_OPS[self.name[3:]], st, slots, x, y, 0, 1, False)
+
+
+def _weighted_layout(width: int) -> dict[str, _Field]:
+    return {
+        "ring_x": _f64(shape=(width,)), "ring_w": _f64(shape=(width,)), "n_rows": _i64(), "wpos": _i64(),
+        "nobs": _i64(), "n_inf": _i64(), "s_xw": _f64(0.0), "c_xw": _f64(0.0), "s_w": _f64(0.0), "c_w": _f64(0.0),
+    }  # fmt: skip
+
+
+def _weighted(
+    op: int, st: State, slots: np.ndarray, args: list[np.ndarray], window: int, minp: int, full_only: bool
+) -> list[np.ndarray]:
+    x, w = args
+    return [
+        kp.weighted_sum(
+            op, slots, x, w, window, minp, full_only, st["ring_x"], st["ring_w"], st["n_rows"], st["wpos"],
+            st["nobs"], st["n_inf"], st["s_xw"], st["c_xw"], st["s_w"], st["c_w"],
+        )
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MovingWeighted(_ArrayOp):
+    """``mwsum(x, w)`` (sum of x·w) and ``mwavg(x, w)`` (sum of x·w / sum of w) over count windows.
+
+    O(1) per row with Kahan-compensated sums; ``mwavg`` is NULL when the weights
+    sum to 0, and a window holding an infinite value outputs NULL.
+
+    Example:
+        >>> import numpy as np
+        >>> op = MovingWeighted("mwavg", window=2)
+        >>> x, w = np.array([1.0, 3.0, 5.0]), np.array([1.0, 3.0, np.nan])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(3, dtype=np.int64), 1, [x, w])
+        >>> out.tolist()
+        [nan, 2.5, 3.0]
+    """
+
+    name: str
+    window: int
+    min_periods: int | None = None
+    n_args = 2
+
+    _OPS: ClassVar[dict[str, int]] = {"mwsum": kp.WSUM, "mwavg": kp.WAVG}
+
+    def __post_init__(self) -> None:
+        _check_name("MovingWeighted", self.name, tuple(self._OPS))
+        _check_window(self.name, self.window)
+        _check_min_periods(self.name, self.min_periods, self.window)
+
+    def _layout(self) -> dict[str, _Field]:
+        return _weighted_layout(self.window)
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        minp, full_only = _minp(self.min_periods)
+        return _weighted(self._OPS[self.name], st, slots, args, self.window, minp, full_only)
+
+
+@dataclass(frozen=True)
+class CumWeighted(_ArrayOp):
+    """``cumwsum(x, w)`` and ``cumwavg(x, w)``; rows with a NULL output the previous result.
+
+    Example:
+        >>> import numpy as np
+        >>> op = CumWeighted("cumwsum")
+        >>> x, w = np.array([1.0, 3.0, 5.0]), np.array([2.0, np.nan, 1.0])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(3, dtype=np.int64), 1, [x, w])
+        >>> out.tolist()
+        [2.0, 2.0, 7.0]
+    """
+
+    name: str
+    n_args = 2
+
+    _OPS: ClassVar[dict[str, int]] = {"cumwsum": kp.WSUM, "cumwavg": kp.WAVG}
+
+    def __post_init__(self) -> None:
+        _check_name("CumWeighted", self.name, tuple(self._OPS))
+
+    def _layout(self) -> dict[str, _Field]:
+        return _weighted_layout(0)
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        return _weighted(self._OPS[self.name], st, slots, args, 0, 1, False)
+
+
+@dataclass(frozen=True)
+class EwmCov(_ArrayOp):
+    """pandas-compatible ``ewm_cov(x, y)`` / ``ewm_corr(x, y)`` (DolphinDB ``ewmCov`` / ``ewmCorr``).
+
+    Equal to ``x.ewm(com=com, adjust=..., ignore_na=..., min_periods=...).cov(y, bias=bias)``
+    (or ``.corr(y)``) of each key's rows; a row is an observation when both values
+    are non-NULL. ``make_state_op`` also accepts ``span``, ``half_life`` or ``alpha``.
+    ``ewm_corr`` takes no ``bias``: it cancels out of a correlation.
+
+    Example:
+        >>> import numpy as np
+        >>> op = EwmCov("ewm_cov", com=0.5)
+        >>> x, y = np.array([0.0, 1.0, 2.0]), np.array([0.0, 2.0, 3.0])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(3, dtype=np.int64), 1, [x, y])
+        >>> np.round(out, 6).tolist()
+        [nan, 1.0, 1.115385]
+    """
+
+    name: str
+    com: float
+    adjust: bool = True
+    ignore_na: bool = False
+    min_periods: int = 0
+    bias: bool = False
+    n_args = 2
+
+    def __post_init__(self) -> None:
+        _check_name("EwmCov", self.name, ("ewm_cov", "ewm_corr"))
+        _check_float(self.name, "com", self.com, lambda v: 0 <= v < math.inf, "a finite number >= 0")
+        for flag in ("adjust", "ignore_na", "bias"):
+            _check_bool(self.name, flag, getattr(self, flag))
+        _check_int(self.name, "min_periods", self.min_periods, 0)
+        if self.name == "ewm_corr" and self.bias:
+            raise _bad(
+                self.name, "bias", self.bias, "False",
+                "bias scales covariance and both variances alike, so it cancels out of a correlation; drop it",
+            )  # fmt: skip
+
+    def _layout(self) -> dict[str, _Field]:
+        return {
+            "mean_x": _f64(), "mean_y": _f64(), "cov": _f64(0.0), "var_x": _f64(0.0), "var_y": _f64(0.0),
+            "sum_wt": _f64(1.0), "sum_wt2": _f64(1.0), "old_wt": _f64(1.0), "nobs": _i64(),
+        }  # fmt: skip
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        x, y = args
+        out = kp.ewm_cov(
+            slots, x, y, float(self.com), self.adjust, self.ignore_na, self.bias, max(self.min_periods, 1),
+            self.name == "ewm_corr", st["mean_x"], st["mean_y"], st["cov"], st["var_x"], st["var_y"],
+            st["sum_wt"], st["sum_wt2"], st["old_wt"], st["nobs"],
+        )  # fmt: skip
+        return [out]
+
+
+# ---------------------------------------------------------------- TA-lib family
+
+
+class _TaOp(_ArrayOp):
+    """A TA-lib style operator: NULL rows output NULL and never reach the kernel."""
+
+    @abc.abstractmethod
+    def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
+        """Run the kernel over the non-NULL rows only."""
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        (x,) = args
+        keep = x == x
+        if keep.all():
+            return self._ta_kernel(st, slots, x)
+        outs = []
+        for res in self._ta_kernel(st, slots[keep], x[keep]):
+            full = np.full(x.shape[0], np.nan)
+            full[keep] = res
+            outs.append(full)
+        return outs
+
+
+@dataclass(frozen=True)
+class TaCascade(_TaOp):
+    """``dema``, ``tema`` and ``t3(x, window, vfactor=0.7)``: combinations of repeated TA-lib EMAs.
+
+    ``e1 = ema(x, window)``, ``e2 = ema(e1, window)``, ... each seeded by the
+    simple mean of its first ``window`` inputs, as TA-lib does;
+    ``dema = 2·e1 − e2``, ``tema = 3·e1 − 3·e2 + e3`` and ``t3`` is Tillson's
+    combination of e3..e6 with volume factor ``vfactor``. So the first
+    2·(window−1), 3·(window−1) and 6·(window−1) non-NULL values output NULL.
+
+    Example:
+        >>> import numpy as np
+        >>> op = TaCascade("dema", window=3)
+        >>> x = np.array([12.1, 12.2, 12.6, 12.8, 11.9, 11.6, 11.2])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(7, dtype=np.int64), 1, [x])
+        >>> np.round(out, 6).tolist()
+        [nan, nan, nan, nan, 12.091667, 11.689583, 11.266667]
+    """
+
+    name: str
+    window: int
+    vfactor: float | None = None
+
+    _LEVELS: ClassVar[dict[str, int]] = {"dema": 2, "tema": 3, "t3": 6}
+
+    def __post_init__(self) -> None:
+        _check_name("TaCascade", self.name, tuple(self._LEVELS))
+        _check_window(self.name, self.window)
+        if self.name == "t3":
+            if self.vfactor is None:
+                object.__setattr__(self, "vfactor", 0.7)
+            _check_float(self.name, "vfactor", self.vfactor, lambda v: 0 <= v <= 1, "a number in [0, 1]")
+        elif self.vfactor is not None:
+            raise _bad(self.name, "vfactor", self.vfactor, "no vfactor", "only t3 takes a volume factor")
+
+    def coefficients(self) -> np.ndarray:
+        """Weights of e1, e2, ... in the result."""
+        if self.name == "dema":
+            return np.array([2.0, -1.0])
+        if self.name == "tema":
+            return np.array([3.0, -3.0, 1.0])
+        v = float(self.vfactor)  # type: ignore[arg-type]
+        c1 = -v * v * v
+        c2 = 3 * v * v + 3 * v * v * v
+        c3 = -6 * v * v - 3 * v - 3 * v * v * v
+        c4 = 1 + 3 * v + v * v * v + 3 * v * v
+        return np.array([0.0, 0.0, c4, c3, c2, c1])
+
+    def _layout(self) -> dict[str, _Field]:
+        levels = self._LEVELS[self.name]
+        return {
+            "count": _i64(shape=(levels,)),
+            "ema": _f64(shape=(levels,)),
+            "total": _f64(0.0, shape=(levels,)),
+        }
+
+    def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
+        alpha = 2.0 / (self.window + 1)
+        return [
+            kp.ema_cascade(
+                slots, x, self.window, alpha, self.coefficients(), st["count"], st["ema"], st["total"]
+            )
+        ]
+
+
+@dataclass(frozen=True)
+class Trima(_TaOp):
+    """TA-lib ``trima``: triangular moving average (an SMA of an SMA), O(1) per row.
+
+    For an odd window both SMAs span (window+1)/2 values; for an even one
+    window/2 and window/2+1. The first window−1 non-NULL values output NULL.
+
+    Example:
+        >>> import numpy as np
+        >>> op = Trima(window=4)  # weights 1, 2, 2, 1
+        >>> x = np.array([1.0, 2.0, 3.0, 10.0, 4.0])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(5, dtype=np.int64), 1, [x])
+        >>> np.round(out, 4).tolist()
+        [nan, nan, nan, 3.5, 5.3333]
+    """
+
+    window: int
+    name = "trima"
+
+    def __post_init__(self) -> None:
+        _check_window(self.name, self.window)
+
+    def periods(self) -> tuple[int, int]:
+        """Periods of the inner and the outer SMA."""
+        if self.window % 2:
+            half = (self.window + 1) // 2
+            return half, half
+        return self.window // 2, self.window // 2 + 1
+
+    def _layout(self) -> dict[str, _Field]:
+        p1, p2 = self.periods()
+        return {
+            "ring1": _f64(shape=(p1,)), "ring2": _f64(shape=(p2,)), "count": _i64(shape=(2,)),
+            "total": _f64(0.0, shape=(2,)), "comp": _f64(0.0, shape=(2,)),
+        }  # fmt: skip
+
+    def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
+        p1, p2 = self.periods()
+        return [kp.trima(slots, x, p1, p2, st["ring1"], st["ring2"], st["count"], st["total"], st["comp"])]
+
+
+@dataclass(frozen=True)
+class Kama(_TaOp):
+    """TA-lib ``kama``: Kaufman's adaptive moving average (fast period 2, slow 30).
+
+    The efficiency ratio compares the move over the last ``window`` values with
+    the sum of their absolute changes; the first ``window`` non-NULL values
+    output NULL (TA-lib's lookback). O(1) per row.
+
+    Example:
+        >>> import numpy as np
+        >>> op = Kama(window=5)
+        >>> x = np.array([51.65, 81.18, 43.37, 11.26, 82.79, 13.4, 81.87])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(7, dtype=np.int64), 1, [x])
+        >>> np.round(out, 6).tolist()
+        [nan, nan, nan, nan, nan, 81.006144, 81.009907]
+    """
+
+    window: int
+    name = "kama"
+
+    def __post_init__(self) -> None:
+        _check_window(self.name, self.window)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {"ring": _f64(shape=(self.window + 1,)), "count": _i64(), "sum_roc": _f64(0.0), "prev": _f64()}
+
+    def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
+        return [kp.kama(slots, x, self.window, st["ring"], st["count"], st["sum_roc"], st["prev"])]
+
+
+@dataclass(frozen=True)
+class LinearTimeTrend(_TaOp):
+    """``linear_time_trend(x, window)`` -> (intercept, slope) of x regressed on 0..window-1.
+
+    The regressor is the position within the window of the last ``window``
+    non-NULL values (TA-lib's LINEARREG_INTERCEPT / LINEARREG_SLOPE); the first
+    window−1 non-NULL values output NULL. O(1) per row.
+
+    Example:
+        >>> import numpy as np
+        >>> op = LinearTimeTrend(window=3)
+        >>> x = np.array([3.0, 3.0, 5.0, 7.0, 8.0])
+        >>> _, (a, b) = op.run(op.init_state(), np.zeros(5, dtype=np.int64), 1, [x])
+        >>> np.round(a, 4).tolist(), np.round(b, 4).tolist()
+        ([nan, nan, 2.6667, 3.0, 5.1667], [nan, nan, 1.0, 2.0, 1.5])
+    """
+
+    window: int
+    name = "linear_time_trend"
+    n_outputs = 2
+
+    def __post_init__(self) -> None:
+        _check_window(self.name, self.window)
+
+    def _layout(self) -> dict[str, _Field]:
+        return _pair_moment_layout(self.window)
+
+    def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
+        return _pair_moment(kp.SLR, st, slots, x, x, self.window, 1, True, row_x=True)
+
+
+MA_TYPES: dict[int, str] = {
+    0: "sma",
+    1: "ema",
+    2: "wma",
+    3: "dema",
+    4: "tema",
+    5: "trima",
+    6: "kama",
+    8: "t3",
+}
+"""TA-lib's MA_Type codes accepted by ``ma`` (7, MAMA, is not supported)."""
+
+
+@dataclass(frozen=True)
+class Ma(StateOp):
+    """``ma(x, window, ma_type)``: the TA-lib moving average chosen by ``ma_type`` (see :data:`MA_TYPES`).
+
+    ``t3`` uses vfactor 0.7, as TA-lib's MA does; ``window=1`` returns x for
+    every type, as TA-lib copies its input then.
+
+    Example:
+        >>> import numpy as np
+        >>> op = Ma(window=3, ma_type=1)  # ema
+        >>> x = np.array([12.1, 12.2, 12.6, 12.8])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(4, dtype=np.int64), 1, [x])
+        >>> np.round(out, 4).tolist()
+        [nan, nan, 12.3, 12.55]
+    """
+
+    window: int
+    ma_type: int
+    name = "ma"
+    n_args = 1
+
+    def __post_init__(self) -> None:
+        _check_window(self.name, self.window)
+        choices = ", ".join(f"{k}={v}" for k, v in MA_TYPES.items())
+        if self.ma_type == 7 and not isinstance(self.ma_type, bool):
+            raise _bad(
+                self.name, "ma_type", 7, f"one of {choices}",
+                "7 is TA-lib's MAMA, which takes fast/slow limits instead of a window and is not supported",
+            )  # fmt: skip
+        _check_int(self.name, "ma_type", self.ma_type, 0, 8, f"valid types: {choices}")
+        inner = "sma" if self.window == 1 else MA_TYPES[self.ma_type]
+        object.__setattr__(self, "_inner", make_state_op(inner, {"window": self.window}))
+
+    @property
+    def inner(self) -> StateOp:
+        """The operator that does the work."""
+        op: StateOp = self.__dict__["_inner"]
+        return op
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return self.inner.init_state()
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        return self.inner.run(state, slots, n_keys, args)
+
+
+# ---------------------------------------------------------------- registry
+
+
+def _moving_pair_spec(
+    name: str, cols: tuple[str, str], cls: type[MovingPairMoment | MovingWeighted]
+) -> StateOpSpec:
+    return StateOpSpec(
+        name, f"{name}({', '.join(cols)}, window, min_periods=None)", ("window", "min_periods"), ("window",),
+        lambda p: cls(name, p["window"], p.get("min_periods")), columns=cols,
+        n_outputs=2 if name == "mslr" else 1,
+    )  # fmt: skip
+
+
+def _cum_pair_spec(name: str, cols: tuple[str, str], cls: type[CumPairMoment | CumWeighted]) -> StateOpSpec:
+    return StateOpSpec(name, f"{name}({', '.join(cols)})", (), (), lambda p: cls(name), columns=cols)
+
+
+def _ewm_cov_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: EwmCov(
+        name, _ewm_com(p, name), p.get("adjust", True), p.get("ignore_na", False),
+        p.get("min_periods", 0), p.get("bias", False),
+    )  # fmt: skip
+
+
+def _ta_cascade_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: TaCascade(name, p["window"], p.get("vfactor"))
+
+
+def _specs() -> list[StateOpSpec]:
+    xy, yx, xw = ("x", "y"), ("y", "x"), ("x", "w")
+    ewm_params = ("com", "span", "half_life", "alpha", "adjust", "ignore_na", "min_periods", "bias")
+    return [
+        *(_moving_pair_spec(n, yx if n in ("mbeta", "mslr") else xy, MovingPairMoment)
+          for n in MovingPairMoment._NAMES),
+        *(_moving_pair_spec(n, xw, MovingWeighted) for n in MovingWeighted._OPS),
+        *(_cum_pair_spec(n, yx if n == "cumbeta" else xy, CumPairMoment) for n in CumPairMoment._NAMES),
+        *(_cum_pair_spec(n, xw, CumWeighted) for n in CumWeighted._OPS),
+        *(
+            StateOpSpec(
+                n,
+                f"{n}(x, y, com=|span=|half_life=|alpha=, adjust=True, ignore_na=False, min_periods=0"
+                + (", bias=False)" if n == "ewm_cov" else ")"),
+                ewm_params, (), _ewm_cov_builder(n), columns=xy,
+            )
+            for n in ("ewm_cov", "ewm_corr")
+        ),
+        StateOpSpec("dema", "dema(x, window)", ("window",), ("window",), _ta_cascade_builder("dema")),
+        StateOpSpec("tema", "tema(x, window)", ("window",), ("window",), _ta_cascade_builder("tema")),
+        StateOpSpec(
+            "t3", "t3(x, window, vfactor=0.7)", ("window", "vfactor"), ("window",), _ta_cascade_builder("t3")
+        ),
+        StateOpSpec("trima", "trima(x, window)", ("window",), ("window",), lambda p: Trima(p["window"])),
+        StateOpSpec("kama", "kama(x, window)", ("window",), ("window",), lambda p: Kama(p["window"])),
+        StateOpSpec(
+            "ma", "ma(x, window, ma_type)", ("window", "ma_type"), ("window", "ma_type"),
+            lambda p: Ma(p["window"], p["ma_type"]),
+        ),
+        StateOpSpec(
+            "linear_time_trend", "linear_time_trend(x, window)", ("window",), ("window",),
+            lambda p: LinearTimeTrend(p["window"]), n_outputs=2,
+        ),
+    ]  # fmt: skip
+
+
+register(*_specs())

@@ -1,0 +1,393 @@
+"""Numba kernels behind :mod:`headwater.state.ops_pairwise`.
+
+Same contract as :mod:`headwater.state.kernels`: each kernel walks one
+micro-batch row by row in arrival order, updates the per-key state arrays in
+place at ``slots[i]`` and returns float64 outputs, one value per row. NaN is
+NULL. Validation, state growth and copying live in the Python wrappers.
+
+Two-argument kernels use a pair only when both values are non-NULL. Moving
+kernels take ``window > 0``; ``window == 0`` means cumulative (nothing ever
+leaves the window, and the ring arrays may have width 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from headwater.state.kernels import _kahan_add
+
+# Operation codes shared with ops_pairwise.py.
+CORR, COVAR, COVARP, BETA, SLR = 0, 1, 2, 3, 4
+WSUM, WAVG = 0, 1
+
+
+@njit(cache=True, inline="always")
+def _pair_add(
+    k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy, run_x, run_xn, run_y, run_yn
+):  # pragma: no cover
+    nobs[k] += 1
+    if not (np.isfinite(xv) and np.isfinite(yv)):
+        n_inf[k] += 1
+        return
+    m = nobs[k] - n_inf[k]
+    dx = xv - mean_x[k]
+    mean_x[k] += dx / m
+    dy = yv - mean_y[k]
+    mean_y[k] += dy / m
+    m2x[k] += dx * (xv - mean_x[k])
+    m2y[k] += dy * (yv - mean_y[k])
+    cxy[k] += dx * (yv - mean_y[k])
+    # Runs of equal values let a constant window report exactly zero (co)variance.
+    if xv == run_x[k]:
+        run_xn[k] += 1
+    else:
+        run_x[k] = xv
+        run_xn[k] = 1
+    if yv == run_y[k]:
+        run_yn[k] += 1
+    else:
+        run_y[k] = yv
+        run_yn[k] = 1
+
+
+@njit(cache=True, inline="always")
+def _pair_remove(k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy):  # pragma: no cover
+    m = nobs[k] - n_inf[k]
+    nobs[k] -= 1
+    if not (np.isfinite(xv) and np.isfinite(yv)):
+        n_inf[k] -= 1
+        return
+    if m <= 1:
+        mean_x[k] = 0.0
+        mean_y[k] = 0.0
+        m2x[k] = 0.0
+        m2y[k] = 0.0
+        cxy[k] = 0.0
+        return
+    dx = xv - mean_x[k]
+    mean_x[k] -= dx / (m - 1)
+    dy = yv - mean_y[k]
+    mean_y[k] -= dy / (m - 1)
+    m2x[k] -= dx * (xv - mean_x[k])
+    m2y[k] -= dy * (yv - mean_y[k])
+    cxy[k] -= dx * (yv - mean_y[k])
+
+
+@njit(cache=True)
+def pair_moment(
+    op, slots, x, y, window, minp, full_only, row_x,
+    ring_x, ring_y, n_rows, wpos, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy, run_x, run_xn, run_y, run_yn,
+):  # pragma: no cover - numba  # fmt: skip
+    """Correlation, covariance, beta and OLS (``op``) of y on x by Welford add/remove per key.
+
+    ``row_x`` replaces x by the key's row counter (used by ``linear_time_trend``);
+    the intercept is then reported at the window's first row. A window holding an
+    infinite value outputs NULL. Returns (out, slope); slope is empty unless op == SLR.
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    slope = np.empty(n if op == SLR else 0)
+    for i in range(n):
+        k = slots[i]
+        r = n_rows[k]
+        xv = float(r) if row_x else x[i]
+        yv = y[i]
+        if window > 0:
+            pos = wpos[k]
+            if r >= window:
+                ox = ring_x[k, pos]
+                oy = ring_y[k, pos]
+                if ox == ox and oy == oy:
+                    _pair_remove(k, ox, oy, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy)
+            ring_x[k, pos] = xv
+            ring_y[k, pos] = yv
+            wpos[k] = pos + 1 if pos + 1 < window else 0
+        if xv == xv and yv == yv:
+            _pair_add(k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy, run_x, run_xn, run_y, run_yn)
+        n_rows[k] = r + 1
+        m = nobs[k]
+        res = np.nan
+        beta = np.nan
+        if m >= minp and m > 0 and not (full_only and r + 1 < window) and n_inf[k] == 0:
+            const_x = run_xn[k] >= m
+            const_y = run_yn[k] >= m
+            vx = 0.0 if const_x else max(m2x[k], 0.0)
+            vy = 0.0 if const_y else max(m2y[k], 0.0)
+            c = 0.0 if (const_x or const_y) else cxy[k]
+            if op == COVAR:
+                if m >= 2:
+                    res = c / (m - 1)
+            elif op == COVARP:
+                res = c / m
+            elif op == CORR:
+                den = np.sqrt(vx) * np.sqrt(vy)  # vx * vy may underflow
+                if m >= 2 and den > 0.0:
+                    res = min(max(c / den, -1.0), 1.0)
+            elif m >= 2 and vx > 0.0:  # BETA, SLR
+                beta = c / vx
+                if op == BETA:
+                    res = beta
+                else:
+                    mx = mean_x[k]
+                    if row_x:
+                        mx -= r + 1 - min(r + 1, window)
+                    res = mean_y[k] - beta * mx
+        out[i] = res
+        if op == SLR:
+            slope[i] = beta
+    return out, slope
+
+
+@njit(cache=True)
+def weighted_sum(
+    op, slots, x, w, window, minp, full_only, ring_x, ring_w, n_rows, wpos, nobs, n_inf, s_xw, c_xw, s_w, c_w
+):  # pragma: no cover - numba
+    """wsum (sum of x*w) / wavg (sum of x*w over sum of w) of the key's valid pairs, Kahan-compensated."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        r = n_rows[k]
+        xv = x[i]
+        wv = w[i]
+        if window > 0:
+            pos = wpos[k]
+            if r >= window:
+                ox = ring_x[k, pos]
+                ow = ring_w[k, pos]
+                if ox == ox and ow == ow:
+                    nobs[k] -= 1
+                    p = ox * ow
+                    if np.isfinite(p) and np.isfinite(ow):
+                        _kahan_add(k, -p, s_xw, c_xw)
+                        _kahan_add(k, -ow, s_w, c_w)
+                    else:
+                        n_inf[k] -= 1
+            ring_x[k, pos] = xv
+            ring_w[k, pos] = wv
+            wpos[k] = pos + 1 if pos + 1 < window else 0
+        if xv == xv and wv == wv:
+            nobs[k] += 1
+            p = xv * wv
+            if np.isfinite(p) and np.isfinite(wv):
+                _kahan_add(k, p, s_xw, c_xw)
+                _kahan_add(k, wv, s_w, c_w)
+            else:
+                n_inf[k] += 1
+        n_rows[k] = r + 1
+        cnt = nobs[k]
+        if cnt == n_inf[k]:
+            # no finite pair left: drop accumulated rounding error
+            s_xw[k] = 0.0
+            c_xw[k] = 0.0
+            s_w[k] = 0.0
+            c_w[k] = 0.0
+        if cnt == 0 or cnt < minp or (full_only and r + 1 < window) or n_inf[k] > 0:
+            out[i] = np.nan
+        elif op == WSUM:
+            out[i] = s_xw[k]
+        else:
+            out[i] = s_xw[k] / s_w[k] if s_w[k] != 0.0 else np.nan
+    return out
+
+
+@njit(cache=True)
+def ewm_cov(
+    slots, x, y, com, adjust, ignore_na, bias, minp, corr,
+    mean_x, mean_y, cov, var_x, var_y, sum_wt, sum_wt2, old_wt, nobs,
+):  # pragma: no cover - numba  # fmt: skip
+    """pandas ``Series.ewm(com=...).cov(other, bias=...)`` or ``.corr(other)`` per key.
+
+    The same arithmetic as pandas' ``ewmcov`` (window/aggregations.pyx); ``corr``
+    divides the biased covariance by the square root of the biased variances.
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    alpha = 1.0 / (1.0 + com)
+    f = 1.0 - alpha
+    new_wt = 1.0 if adjust else alpha
+    for i in range(n):
+        k = slots[i]
+        cx = x[i]
+        cy = y[i]
+        is_obs = cx == cx and cy == cy
+        if is_obs:
+            nobs[k] += 1
+        mx = mean_x[k]
+        if mx == mx:
+            if is_obs or not ignore_na:
+                sw = sum_wt[k] * f
+                sw2 = sum_wt2[k] * (f * f)
+                ow = old_wt[k] * f
+                if is_obs:
+                    old_mx = mx
+                    old_my = mean_y[k]
+                    my = old_my
+                    if mx != cx:  # keeps a constant series exactly constant
+                        mx = (ow * old_mx + new_wt * cx) / (ow + new_wt)
+                    if my != cy:
+                        my = (ow * old_my + new_wt * cy) / (ow + new_wt)
+                    den = ow + new_wt
+                    cov[k] = (
+                        ow * (cov[k] + (old_mx - mx) * (old_my - my)) + new_wt * ((cx - mx) * (cy - my))
+                    ) / den
+                    if corr:
+                        var_x[k] = (
+                            ow * (var_x[k] + (old_mx - mx) * (old_mx - mx)) + new_wt * ((cx - mx) * (cx - mx))
+                        ) / den
+                        var_y[k] = (
+                            ow * (var_y[k] + (old_my - my) * (old_my - my)) + new_wt * ((cy - my) * (cy - my))
+                        ) / den
+                    mean_y[k] = my
+                    sw += new_wt
+                    sw2 += new_wt * new_wt
+                    ow += new_wt
+                    if not adjust:
+                        sw /= ow
+                        sw2 /= ow * ow
+                        ow = 1.0
+                sum_wt[k] = sw
+                sum_wt2[k] = sw2
+                old_wt[k] = ow
+        elif is_obs:
+            mx = cx
+            mean_y[k] = cy
+        mean_x[k] = mx
+        if nobs[k] < minp:
+            res = np.nan
+        elif corr:
+            d = np.sqrt(var_x[k]) * np.sqrt(var_y[k])
+            res = cov[k] / d if d > 0.0 else np.nan
+        elif bias:
+            res = cov[k]
+        else:
+            num = sum_wt[k] * sum_wt[k]
+            den2 = num - sum_wt2[k]
+            res = (num / den2) * cov[k] if den2 > 0 else np.nan
+        out[i] = res
+    return out
+
+
+# ---------------------------------------------------------------- TA-lib family
+# These kernels never see NULLs: the wrappers drop NULL rows (TA-lib's rule, as
+# for ema/sma in kernels.py) and scatter NULL back into their outputs.
+
+
+@njit(cache=True)
+def ema_cascade(slots, x, window, alpha, coef, count, ema, total):  # pragma: no cover - numba
+    """``sum(coef[j] * EMA_j)`` where EMA_0 = ema(x) and EMA_j = ema(EMA_{j-1}), each TA-lib seeded.
+
+    Level j first outputs after ``(j + 1) * (window - 1) + 1`` values (dema, tema, t3).
+    """
+    n = x.shape[0]
+    levels = coef.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        done = True
+        for j in range(levels):
+            c = count[k, j] + 1
+            count[k, j] = c
+            if c < window:
+                total[k, j] += v
+                done = False
+                break
+            e = (total[k, j] + v) / window if c == window else alpha * v + (1.0 - alpha) * ema[k, j]
+            ema[k, j] = e
+            v = e
+        if done:
+            acc = 0.0
+            for j in range(levels):
+                acc += coef[j] * ema[k, j]
+            out[i] = acc
+        else:
+            out[i] = np.nan
+    return out
+
+
+@njit(cache=True)
+def trima(slots, x, p1, p2, ring1, ring2, count, total, comp):  # pragma: no cover - numba
+    """TA-lib TRIMA as an SMA of period ``p2`` over an SMA of period ``p1`` (Kahan-compensated sums).
+
+    ``count``, ``total`` and ``comp`` have one column per level.
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    t1 = total[:, 0]
+    c1 = comp[:, 0]
+    t2 = total[:, 1]
+    c2 = comp[:, 1]
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        c = count[k, 0]
+        pos = c % p1
+        if c >= p1:
+            _kahan_add(k, -ring1[k, pos], t1, c1)
+        _kahan_add(k, v, t1, c1)
+        ring1[k, pos] = v
+        count[k, 0] = c + 1
+        if c + 1 < p1:
+            out[i] = np.nan
+            continue
+        s = t1[k] / p1
+        c = count[k, 1]
+        pos = c % p2
+        if c >= p2:
+            _kahan_add(k, -ring2[k, pos], t2, c2)
+        _kahan_add(k, s, t2, c2)
+        ring2[k, pos] = s
+        count[k, 1] = c + 1
+        out[i] = t2[k] / p2 if c + 1 >= p2 else np.nan
+    return out
+
+
+@njit(cache=True)
+def kama(slots, x, window, ring, count, sum_roc, prev):  # pragma: no cover - numba
+    """TA-lib KAMA (fast 2, slow 30), the same updates as ta_KAMA.c; ring holds the last window+1 values."""
+    n = x.shape[0]
+    out = np.empty(n)
+    const_max = 2.0 / (30.0 + 1.0)
+    const_diff = 2.0 / (2.0 + 1.0) - const_max
+    size = window + 1
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        c = count[k]  # values seen before this one
+        pos = c % size
+        if c == 0:
+            ring[k, pos] = v
+            count[k] = 1
+            out[i] = np.nan
+            continue
+        last = ring[k, (c - 1) % size]
+        if c <= window:
+            sum_roc[k] += abs(v - last)
+            ring[k, pos] = v
+            count[k] = c + 1
+            if c < window:
+                out[i] = np.nan
+                continue
+            trailing = ring[k, 0]
+            period_roc = v - trailing
+            kp = last  # the previous price seeds KAMA
+        else:
+            trailing_prev = ring[k, pos]  # x[t - window - 1], about to be overwritten
+            trailing = ring[k, (c - window) % size]
+            sum_roc[k] -= abs(trailing_prev - trailing)
+            sum_roc[k] += abs(v - last)
+            ring[k, pos] = v
+            count[k] = c + 1
+            period_roc = v - trailing
+            kp = prev[k]
+        s = sum_roc[k]
+        # TA-lib's test: a monotone rise or a flat window is fully efficient
+        er = 1.0 if s <= period_roc or -1e-8 < s < 1e-8 else abs(period_roc / s)
+        sc = er * const_diff + const_max
+        sc *= sc
+        kp = (v - kp) * sc + kp
+        prev[k] = kp
+        out[i] = kp
+    return out

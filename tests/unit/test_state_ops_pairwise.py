@@ -1,0 +1,552 @@
+"""Two-argument, TA-lib and order-statistic state functions: doc examples, references, streaming == batch."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headwater.engines.base import SEQ
+from headwater.engines.reactive_state import ReactiveStateEngine
+from headwater.errors import GraphDefinitionError
+from headwater.parse import to_metric
+from headwater.state.ops import STATE_OPS, StateOp, make_state_op
+from headwater.types import Schema
+
+NAN = math.nan
+Outputs = list[np.ndarray]
+
+# Every function this module's family registers (the builders live in ops_pairwise).
+FAMILY = {n for n, s in STATE_OPS.items() if s.build.__module__ == "headwater.state.ops_pairwise"}
+
+
+def run_batches(
+    op: StateOp, keys: Sequence[int], cols: Sequence[np.ndarray], splits: Sequence[int] = ()
+) -> Outputs:
+    """Feed the columns in batches cut at ``splits``, giving each key a slot on first sight like the engine."""
+    slot_of: dict[int, int] = {}
+    slots = np.array([slot_of.setdefault(int(k), len(slot_of)) for k in keys], dtype=np.int64)
+    n = len(slots)
+    bounds = [0, *sorted(splits), n]
+    state = op.init_state()
+    outs: list[Outputs] = []
+    for a, b in itertools.pairwise(bounds):
+        n_keys = int(slots[:b].max()) + 1 if b else 0
+        state, res = op.run(state, slots[a:b], n_keys, [c[a:b] for c in cols])
+        assert all(r.dtype == np.float64 and r.shape == (b - a,) for r in res)
+        outs.append(res)
+    n_out = STATE_OPS[op.name].n_outputs if op.name in STATE_OPS else 1
+    if not outs:
+        return [np.empty(0) for _ in range(n_out)]
+    assert all(len(r) == n_out for r in outs)
+    return [np.concatenate([r[j] for r in outs]) for j in range(n_out)]
+
+
+def call(name: str, *cols: Sequence[float], **params: Any) -> Outputs:
+    arrays = [np.asarray(c, dtype=np.float64) for c in cols]
+    return run_batches(make_state_op(name, params), [0] * len(arrays[0]), arrays)
+
+
+def close(got: np.ndarray, expected: Sequence[float], decimals: int | None = None) -> None:
+    want = np.asarray(expected, dtype=np.float64)
+    if decimals is not None:
+        got, want = np.round(got, decimals), np.round(want, decimals)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+# ---------------------------------------------------------------- documented examples
+# Part D of the reference and DolphinDB's function pages; rounded doc values carry `decimals`.
+
+_PRICE = [2.1, 2.2, 2.3, 2.5, 2.6, 2.8, 2.7, 2.5]
+_VOLUME = [10, 20, 10, 40, 10, 40, 10, 20]
+_X10 = list(range(1, 11))
+_Y10 = [9, 5, 3, 4, 5, 4, 7, 1, 3, 4]
+_EMA_X = [12.1, 12.2, 12.6, 12.8, 11.9, 11.6, 11.2]
+_KAMA_X = [51.65, 81.18, 43.37, 11.26, 82.79, 13.4, 81.87, 63.53, 21.28, 94.23]
+_LTT_X = [3, 3, 5, 7, 8, 9, 10, 11, 15, 13, 12, 11, 10]
+
+DOC_EXAMPLES: list[tuple[str, tuple[list[float], ...], dict[str, Any], tuple[list[float], ...], int | None]] = [
+    ("mwsum", ([2, 1, 3, 7, 6, 5, 4], [1, 0.5, 1, 1, 2, 2.1, 2]), {"window": 3},
+     ([NAN, NAN, 5.5, 10.5, 22, 29.5, 30.5],), 10),
+    ("mwsum", ([2, 1, 3, NAN, 6, 5, 4], [1, 0.5, 1, 1, 2, 2.1, 2]), {"window": 3},
+     ([NAN, NAN, 5.5, 3.5, 15, 22.5, 30.5],), 10),
+    ("mwsum", ([2, 1, 3, NAN, 6, 5, 4], [1, 0.5, 1, 1, 2, 2.1, 2]), {"window": 3, "min_periods": 1},
+     ([2, 2.5, 5.5, 3.5, 15, 22.5, 30.5],), 10),
+    ("mwavg", (_PRICE, _VOLUME), {"window": 4}, ([NAN, NAN, NAN, 2.35, 2.4125, 2.61, 2.65, 2.6875],), 10),
+    ("mwavg", (_PRICE, _VOLUME), {"window": 4, "min_periods": 2},
+     ([NAN, 2.166667, 2.2, 2.35, 2.4125, 2.61, 2.65, 2.6875],), 6),
+    ("mcovar", (_X10, _Y10), {"window": 5}, ([NAN, NAN, NAN, NAN, -2.25, 0, 2, -1, -1.75, -1],), 10),
+    ("mcovar", (_X10, _Y10), {"window": 5, "min_periods": 3},
+     ([NAN, NAN, -3, -2.833333, -2.25, 0, 2, -1, -1.75, -1],), 6),
+    ("mcovarp", (_X10, _Y10), {"window": 5}, ([NAN, NAN, NAN, NAN, -1.8, 0, 1.6, -0.8, -1.4, -0.8],), 10),
+    ("mcovarp", (_X10, _Y10), {"window": 5, "min_periods": 3},
+     ([NAN, NAN, -2, -2.125, -1.8, 0, 1.6, -0.8, -1.4, -0.8],), 10),
+    ("mslr", ([1, 4, 3, 9, 5, 4], [12, 31, 29, 88, 67, 76]), {"window": 4},
+     ([NAN, NAN, NAN, 0.177052, 0.712557, 0.15], [NAN, NAN, NAN, 0.101824, 0.084418, 0.078462]), 6),
+    ("dema", (_EMA_X,), {"window": 3},
+     ([NAN, NAN, NAN, NAN, 12.091666666666668, 11.689583333333335, 11.266666666666665],), 12),
+    ("tema", (_EMA_X,), {"window": 3}, ([NAN] * 6 + [11.24444444444444],), 12),
+    ("kama", (_KAMA_X,), {"window": 5},
+     ([NAN] * 5 + [81.006144, 81.009907, 80.793626, 80.344572, 80.456788],), 6),
+    ("linear_time_trend", (_LTT_X,), {"window": 3},
+     ([NAN, NAN, 2.666666666666666, 3, 5.166666666666667, 7, 8, 9, 9.5, 12, 14.833333333333333, 13, 12],
+      [NAN, NAN, 1, 2, 1.5, 1, 1, 1, 2.5, 1, -1.5, -1, -1]), 10),
+    # ma(x, window, 1) is ema: DolphinDB's ema example
+    ("ma", (_EMA_X,), {"window": 3, "ma_type": 1}, ([NAN, NAN, 12.3, 12.55, 12.225, 11.9125, 11.55625],), 10),
+    ("ma", (_EMA_X,), {"window": 3, "ma_type": 3},
+     ([NAN, NAN, NAN, NAN, 12.091666666666668, 11.689583333333335, 11.266666666666665],), 12),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "cols", "params", "expected", "decimals"), DOC_EXAMPLES)
+def test_documented_example(
+    name: str, cols: tuple[list[float], ...], params: dict[str, Any], expected: tuple[list[float], ...],
+    decimals: int | None,
+) -> None:  # fmt: skip
+    got = call(name, *cols, **params)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        close(g, e, decimals)
+
+
+def test_pairs_with_a_null_are_skipped() -> None:
+    x = [1, 2, NAN, 4, 5, 7]
+    y = [2, NAN, 3, 8, 10, 14]
+    # window 3 at the last row holds pairs (4, 8), (5, 10), (7, 14): y = 2x exactly
+    (beta,) = call("mbeta", y, x, window=3)
+    close(beta, [NAN, NAN, NAN, NAN, 2, 2])
+    (corr,) = call("mcorr", x, y, window=3, min_periods=1)
+    close(corr, [NAN, NAN, NAN, NAN, 1, 1])
+    (cum,) = call("cumcovar", x, y)
+    assert np.isnan(cum[:3]).all() and cum[3] == np.cov([1, 4], [2, 8])[0, 1]
+
+
+def test_constant_windows_have_zero_covariance_and_null_correlation() -> None:
+    x = [0.1, 0.7, 0.3, 0.3, 0.3, 0.3]
+    y = [1.0, 2.0, 5.0, 4.0, 6.0, 1.0]
+    (cov,) = call("mcovar", x, y, window=3)
+    (corr,) = call("mcorr", x, y, window=3)
+    (beta,) = call("mbeta", y, x, window=3)
+    assert cov[4] == 0.0 and cov[5] == 0.0
+    assert np.isnan(corr[4:]).all() and np.isnan(beta[4:]).all()
+
+
+def test_infinite_value_nulls_the_window_until_it_leaves() -> None:
+    x = [1, 2, math.inf, 4, 5, 6]
+    y = [1, 3, 2, 5, 4, 7]
+    (cov,) = call("mcovar", x, y, window=2)
+    assert np.isnan(cov[2:4]).all()
+    close(cov[4:], [np.cov([4, 5], [5, 4])[0, 1], np.cov([5, 6], [4, 7])[0, 1]])
+
+
+def test_ta_family_skips_nulls() -> None:
+    x = [NAN, NAN, 1, 2, NAN, 3, 4, 10]
+    for name in ("dema", "tema", "trima", "kama", "t3"):
+        (with_nulls,) = call(name, x, window=2)
+        (dense,) = call(name, [v for v in x if not math.isnan(v)], window=2)
+        keep = ~np.isnan(np.asarray(x))
+        np.testing.assert_array_equal(with_nulls[keep], dense, err_msg=name)
+        assert np.isnan(with_nulls[~keep]).all()
+
+
+def test_ma_types_match_their_functions() -> None:
+    rng = np.random.default_rng(4)
+    x = np.round(rng.normal(10, 2, 80), 2)
+    x[[3, 17, 40]] = np.nan
+    for ma_type, name in ((0, "sma"), (1, "ema"), (2, "wma"), (3, "dema"), (4, "tema"), (5, "trima"),
+                          (6, "kama"), (8, "t3")):  # fmt: skip
+        (got,) = call("ma", x, window=5, ma_type=ma_type)
+        (want,) = call(name, x, window=5)
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    # TA-lib's MA copies its input for a window of 1
+    (got,) = call("ma", x, window=1, ma_type=6)
+    np.testing.assert_array_equal(got, x)
+
+
+# ---------------------------------------------------------------- pandas / NumPy references
+
+
+def _frame(seed: int, n: int = 500, n_keys: int = 4) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    a = np.round(rng.normal(0, 3, n), 1)
+    b = np.round(0.5 * a + rng.normal(1, 2, n), 1)
+    a[rng.random(n) < 0.15] = np.nan
+    b[rng.random(n) < 0.15] = np.nan
+    a[200:230] = 2.5  # a run of equal values
+    keys = rng.integers(0, n_keys, n)
+    keys[:4] = 0  # key 0 starts with NULLs
+    a[:3] = np.nan
+    w = np.round(rng.uniform(0.5, 5, n), 2)
+    w[rng.random(n) < 0.1] = np.nan
+    return pd.DataFrame({"key": keys, "a": a, "b": b, "w": w})
+
+
+Ref = Callable[..., list[pd.Series]]
+
+
+def _pair_rolling(kind: str, window: int | None, min_periods: int | None) -> Ref:
+    """Moving (window) or cumulative (window=None) pair statistic of (first, second) columns."""
+
+    def ref(s1: pd.Series, s2: pd.Series) -> list[pd.Series]:
+        valid = s1.notna() & s2.notna()
+        a, b = s1.where(valid), s2.where(valid)
+
+        def roll(s: pd.Series) -> Any:
+            return s.expanding(1) if window is None else s.rolling(window, min_periods=1)
+
+        nobs = roll(valid.astype(float)).sum()
+        if kind == "corr":
+            res = [roll(a).corr(b).where((roll(a).var() > 0) & (roll(b).var() > 0))]
+        elif kind in ("cov", "covp"):
+            res = [roll(a).cov(b, ddof=1 if kind == "cov" else 0)]
+        elif kind in ("beta", "slr"):  # columns (y, x)
+            slope = (roll(b).cov(a) / roll(b).var()).where(roll(b).var() > 0)
+            res = [slope] if kind == "beta" else [roll(a).mean() - slope * roll(b).mean(), slope]
+        elif kind == "wsum":
+            res = [roll(a * b).sum()]
+        else:  # wavg
+            res = [roll(a * b).sum() / roll(b).sum()]
+        ok = nobs >= (min_periods or 1)
+        if window is not None and min_periods is None:
+            ok &= np.arange(len(s1)) >= window - 1
+        return [r.where(ok) for r in res]
+
+    return ref
+
+
+def _ewm_pair(kind: str, **kw: Any) -> Ref:
+    bias = kw.pop("bias", False)
+
+    def ref(x: pd.Series, y: pd.Series) -> list[pd.Series]:
+        ewm = x.ewm(**kw)
+        return [ewm.cov(y, bias=bias) if kind == "cov" else ewm.corr(y)]
+
+    return ref
+
+
+def _ta_emas(v: np.ndarray, n: int, levels: int) -> list[np.ndarray]:
+    """TA-lib EMAs of EMAs over a NULL-free sequence, each seeded with the mean of its first n inputs."""
+    outs, cur, offset = [], v, 0
+    for _ in range(levels):
+        e = np.full(len(v), np.nan)
+        if len(cur) >= n:
+            seq = pd.Series([cur[:n].mean(), *cur[n:]])
+            e[offset + n - 1 :] = seq.ewm(alpha=2 / (n + 1), adjust=False).mean().to_numpy()
+        outs.append(e)
+        offset += n - 1
+        cur = e[offset:]
+    return outs
+
+
+def _t3_coef(v: float) -> list[float]:
+    # Tillson: T3 = c1·e6 + c2·e5 + c3·e4 + c4·e3
+    return [-(v**3), 3 * v**2 + 3 * v**3, -6 * v**2 - 3 * v - 3 * v**3, 1 + 3 * v + v**3 + 3 * v**2]
+
+
+def _ta_dense(fn: Callable[[np.ndarray], list[np.ndarray]]) -> Ref:
+    """Apply a reference to the non-NULL values and put NULL back at the NULL rows (TA-lib's rule)."""
+
+    def ref(s: pd.Series) -> list[pd.Series]:
+        v = s.dropna()
+        return [pd.Series(r, index=v.index).reindex(s.index) for r in fn(v.to_numpy())]
+
+    return ref
+
+
+def _cascade(name: str, n: int, vfactor: float = 0.7) -> Ref:
+    def fn(v: np.ndarray) -> list[np.ndarray]:
+        if name == "dema":
+            e1, e2 = _ta_emas(v, n, 2)
+            return [2 * e1 - e2]
+        if name == "tema":
+            e1, e2, e3 = _ta_emas(v, n, 3)
+            return [3 * e1 - 3 * e2 + e3]
+        e = _ta_emas(v, n, 6)
+        c1, c2, c3, c4 = _t3_coef(vfactor)
+        return [c1 * e[5] + c2 * e[4] + c3 * e[3] + c4 * e[2]]
+
+    return _ta_dense(fn)
+
+
+def _trima(n: int) -> Ref:
+    weights = np.array([min(i + 1, n - i) for i in range(n)], dtype=float)
+    weights /= weights.sum()
+    return _ta_dense(lambda v: [pd.Series(v).rolling(n).apply(lambda a: a @ weights, raw=True).to_numpy()])
+
+
+def _kama(n: int) -> Ref:
+    def fn(v: np.ndarray) -> list[np.ndarray]:
+        out = np.full(len(v), np.nan)
+        prev = np.nan
+        for t in range(n, len(v)):
+            change = v[t] - v[t - n]
+            volatility = np.abs(np.diff(v[t - n : t + 1])).sum()
+            er = 1.0 if volatility <= change or abs(volatility) < 1e-8 else abs(change / volatility)
+            sc = (er * (2 / 3 - 2 / 31) + 2 / 31) ** 2
+            if t == n:
+                prev = v[n - 1]  # the previous price seeds KAMA
+            prev = prev + sc * (v[t] - prev)
+            out[t] = prev
+        return [out]
+
+    return _ta_dense(fn)
+
+
+def _linear_trend(n: int) -> Ref:
+    def fn(v: np.ndarray) -> list[np.ndarray]:
+        a, b = np.full(len(v), np.nan), np.full(len(v), np.nan)
+        t = np.arange(n)
+        for i in range(n - 1, len(v)):
+            if n > 1:
+                b[i], a[i] = np.polyfit(t, v[i - n + 1 : i + 1], 1)
+        return [a, b]
+
+    return _ta_dense(fn)
+
+
+def _sma_wma(n: int, weighted: bool) -> Ref:
+    weights = np.arange(1, n + 1) / (n * (n + 1) / 2)
+    return _ta_dense(
+        lambda v: [
+            (
+                pd.Series(v).rolling(n).apply(lambda a: a @ weights, raw=True)
+                if weighted
+                else pd.Series(v).rolling(n).mean()
+            ).to_numpy()
+        ]
+    )
+
+
+def _ema(n: int) -> Ref:
+    return _ta_dense(lambda v: _ta_emas(v, n, 1))
+
+
+# (name, columns of the frame, params, reference over those columns)
+REFERENCES: list[tuple[str, tuple[str, ...], dict[str, Any], Ref]] = [
+    *(
+        (f"m{kind}", ("b", "a") if kind in ("beta", "slr") else ("a", "b"), {"window": w, "min_periods": mp},
+         _pair_rolling({"covar": "cov", "covarp": "covp"}.get(kind, kind), w, mp))
+        for kind in ("corr", "covar", "covarp", "beta", "slr")
+        for w, mp in ((1, None), (3, None), (5, 2), (12, None), (12, 6))
+    ),
+    *(
+        (f"m{kind}", ("a", "w"), {"window": w, "min_periods": mp}, _pair_rolling(kind, w, mp))
+        for kind in ("wsum", "wavg") for w, mp in ((1, None), (4, None), (6, 3))
+    ),
+    *(
+        (f"cum{kind}", ("b", "a") if kind == "beta" else ("a", "b"), {},
+         _pair_rolling({"covar": "cov", "covarp": "covp"}.get(kind, kind), None, None))
+        for kind in ("corr", "covar", "covarp", "beta")
+    ),
+    *((f"cum{kind}", ("a", "w"), {}, _pair_rolling(kind, None, None)) for kind in ("wsum", "wavg")),
+    *(
+        (f"ewm_{kind}", ("a", "b"), {"com": 1.5, "adjust": adj, "ignore_na": ign, "min_periods": mp},
+         _ewm_pair(kind, com=1.5, adjust=adj, ignore_na=ign, min_periods=mp))
+        for kind in ("cov", "corr") for adj in (True, False) for ign in (True, False) for mp in (0, 3)
+    ),
+    ("ewm_cov", ("a", "b"), {"span": 10, "bias": True}, _ewm_pair("cov", span=10, bias=True)),
+    ("ewm_cov", ("a", "b"), {"half_life": 3.0, "adjust": False}, _ewm_pair("cov", halflife=3.0, adjust=False)),
+    ("ewm_corr", ("a", "b"), {"alpha": 0.3}, _ewm_pair("corr", alpha=0.3)),
+    *(("dema", ("a",), {"window": w}, _cascade("dema", w)) for w in (1, 2, 5)),
+    *(("tema", ("a",), {"window": w}, _cascade("tema", w)) for w in (1, 3, 4)),
+    ("t3", ("a",), {"window": 3}, _cascade("t3", 3)),
+    ("t3", ("a",), {"window": 2, "vfactor": 0.4}, _cascade("t3", 2, 0.4)),
+    *(("trima", ("a",), {"window": w}, _trima(w)) for w in (1, 2, 5, 6, 11)),
+    *(("kama", ("a",), {"window": w}, _kama(w)) for w in (1, 3, 10)),
+    *(("linear_time_trend", ("a",), {"window": w}, _linear_trend(w)) for w in (2, 3, 10)),
+    ("ma", ("a",), {"window": 4, "ma_type": 0}, _sma_wma(4, False)),
+    ("ma", ("a",), {"window": 4, "ma_type": 1}, _ema(4)),
+    ("ma", ("a",), {"window": 4, "ma_type": 2}, _sma_wma(4, True)),
+    ("ma", ("a",), {"window": 4, "ma_type": 5}, _trima(4)),
+    ("ma", ("a",), {"window": 4, "ma_type": 8}, _cascade("t3", 4)),
+]  # fmt: skip
+
+
+def _reference(df: pd.DataFrame, cols: tuple[str, ...], ref: Ref) -> Outputs:
+    parts: list[list[pd.Series]] = [ref(*(g[c] for c in cols)) for _, g in df.groupby("key", sort=False)]
+    return [
+        pd.concat([p[j] for p in parts]).reindex(df.index).to_numpy(dtype=np.float64)
+        for j in range(len(parts[0]))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "cols", "params", "ref"),
+    REFERENCES,
+    ids=[f"{n}-{'-'.join(f'{k}={v}' for k, v in p.items())}" for n, _, p, _ in REFERENCES],
+)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_matches_reference_per_key(
+    name: str, cols: tuple[str, ...], params: dict[str, Any], ref: Ref, seed: int
+) -> None:
+    df = _frame(seed)
+    with np.errstate(all="ignore"):
+        expected = _reference(df, cols, ref)
+    op = make_state_op(name, params)
+    arrays = [df[c].to_numpy() for c in cols]
+    splits = np.sort(np.random.default_rng(seed).choice(len(df), 7, replace=False))
+    for cuts in ((), splits):
+        got = run_batches(op, df["key"].to_numpy(), arrays, cuts)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected, strict=True):
+            assert np.isfinite(e).sum() > len(e) // 4 or params.get("window") == 1, "reference is mostly NULL"
+            np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=f"{name}{params}")
+
+
+def test_every_function_of_the_family_has_a_reference() -> None:
+    covered = {n for n, _, _, _ in REFERENCES}
+    # cum_positive_streak, cummdd, mmax_positive_streak, mprod, ... are covered by NumPy references below
+    assert FAMILY - covered <= set(NUMPY_ONLY), sorted(FAMILY - covered - set(NUMPY_ONLY))
+
+
+NUMPY_ONLY: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- streaming == batch
+
+PROPERTY_CONFIGS: list[tuple[str, dict[str, Any]]] = [
+    *((n, {"window": w}) for n in ("mcorr", "mcovar", "mcovarp", "mbeta", "mslr", "mwsum", "mwavg") for w in (1, 3)),
+    *((n, {"window": 4, "min_periods": 2}) for n in ("mcorr", "mslr", "mwavg")),
+    *((n, {}) for n in ("cumcorr", "cumcovar", "cumcovarp", "cumbeta", "cumwsum", "cumwavg")),
+    ("ewm_cov", {"com": 2.0}),
+    ("ewm_cov", {"span": 3, "adjust": False, "ignore_na": True, "min_periods": 2, "bias": True}),
+    ("ewm_corr", {"alpha": 0.5}),
+    ("ewm_corr", {"com": 1.0, "ignore_na": True, "adjust": False}),
+    *((n, {"window": w}) for n in ("dema", "tema", "t3", "trima", "kama", "linear_time_trend") for w in (1, 2, 3)),
+    ("t3", {"window": 2, "vfactor": 0.2}),
+    ("trima", {"window": 4}),
+    *(("ma", {"window": 3, "ma_type": t}) for t in (0, 1, 2, 3, 4, 5, 6, 8)),
+]  # fmt: skip
+
+_values = st.one_of(
+    st.just(NAN),
+    st.floats(-50, 50, allow_nan=False),
+    st.sampled_from([0.0, 1.0, 1.0, 2.5, math.inf, -math.inf]),
+)
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    n = draw(st.integers(0, 50))
+    x = np.array(draw(st.lists(_values, min_size=n, max_size=n)), dtype=np.float64)
+    y = np.array(draw(st.lists(_values, min_size=n, max_size=n)), dtype=np.float64)
+    keys = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
+    splits = draw(st.lists(st.integers(0, n), max_size=5))
+    return x, y, keys, sorted(splits)
+
+
+def test_property_configs_cover_the_family() -> None:
+    assert {n for n, _ in PROPERTY_CONFIGS} == FAMILY
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=_batches())
+def test_streaming_equals_batch(data: tuple) -> None:
+    # one draw feeds every operator: Hypothesis' own cost per example dominates the kernels'
+    x, y, keys, splits = data
+    for name, params in PROPERTY_CONFIGS:
+        op = make_state_op(name, params)
+        cols = [x, y][: len(STATE_OPS[name].columns)]
+        with np.errstate(all="ignore"):
+            batch = run_batches(op, keys, cols)
+            streamed = run_batches(op, keys, cols, splits)
+        for s, b in zip(streamed, batch, strict=True):
+            np.testing.assert_array_equal(s, b, err_msg=f"{name}{params}")
+
+
+# ---------------------------------------------------------------- state contract
+
+
+@pytest.mark.parametrize(("name", "params"), PROPERTY_CONFIGS[::4])
+def test_state_is_snapshot_safe_and_picklable(name: str, params: dict[str, Any]) -> None:
+    op = make_state_op(name, params)
+    df = _frame(3, n=200, n_keys=3)
+    slots = df["key"].to_numpy()
+    cols = [df[c].to_numpy() for c in ("a", "b")[: len(STATE_OPS[name].columns)]]
+    s1, o1 = op.run(op.init_state(), slots[:100], 3, [c[:100] for c in cols])
+    frozen = {k: v.copy() for k, v in s1.items()}
+    _, o2 = op.run(s1, slots[100:], 3, [c[100:] for c in cols])
+    assert all(np.array_equal(frozen[k], s1[k], equal_nan=True) for k in s1)
+    _, o3 = op.run(pickle.loads(pickle.dumps(s1)), slots[100:], 3, [c[100:] for c in cols])
+    for a, b in zip(o2, o3, strict=True):
+        np.testing.assert_array_equal(a, b)
+    whole = run_batches(op, slots, cols)
+    for j, w in enumerate(whole):
+        np.testing.assert_array_equal(np.concatenate([o1[j], o2[j]]), w)
+
+
+# ---------------------------------------------------------------- parameter validation
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "fragment"),
+    [
+        ("mcorr", {}, "missing required parameter window="),
+        ("mcorr", {"window": 0}, r"window=0 is invalid; expected an integer in \[1, 102400\]"),
+        ("mslr", {"window": 3, "min_periods": 4}, "must not exceed window=3"),
+        ("mwavg", {"window": 3, "minPeriods": 2}, "did you mean min_periods="),
+        ("ewm_cov", {}, "exactly one of com=, span=, half_life= or alpha="),
+        ("ewm_corr", {"span": 3, "bias": True}, "cancels out of a correlation"),
+        ("dema", {"window": 3, "vfactor": 0.5}, "unknown parameter vfactor=0.5"),
+        ("t3", {"window": 3, "vfactor": 1.5}, r"vfactor=1.5 is invalid; expected a number in \[0, 1\]"),
+        ("ma", {"window": 3, "ma_type": 7}, "MAMA"),
+        ("ma", {"window": 3, "ma_type": 9}, r"ma_type=9 is invalid.*0=sma, 1=ema"),
+        ("ma", {"window": 3}, "missing required parameter ma_type="),
+        ("kama", {"window": 102_401}, r"\[1, 102400\]"),
+    ],
+)
+def test_bad_parameters_are_explained(name: str, params: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(GraphDefinitionError, match=fragment):
+        make_state_op(name, params)
+
+
+def test_wrong_number_of_columns_is_rejected() -> None:
+    op = make_state_op("mcorr", {"window": 3})
+    with pytest.raises(GraphDefinitionError, match="got 1 column arguments, expected 2"):
+        op.run(op.init_state(), np.zeros(2, dtype=np.int64), 1, [np.zeros(2)])
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def test_pairwise_functions_run_in_the_reactive_state_engine() -> None:
+    from headwater.functions import mcorr, mslr
+
+    schema = Schema.parse({"sym": "string", "a": "double", "b": "double"})
+    metrics = (
+        to_metric("mcorr(a, b, 3) as c", where="t"),
+        to_metric(mcorr("a", "b", 3).alias("c2"), where="t"),
+        to_metric(mslr("b", "a", 3).alias("alpha", "beta"), where="t"),
+        to_metric("linear_time_trend(a, 2) as icpt, trend", where="t"),
+    )
+    engine = ReactiveStateEngine(name="pairs", input_schema=schema, metrics=metrics, key_column=("sym",))
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"sym": list("abab" * 10), "a": rng.normal(size=40), "b": rng.normal(size=40)})
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.append_column(SEQ, pa.array(np.arange(len(df), dtype=np.int64)))
+    proc = engine.processor()
+    state = proc.new_state()
+    outs = []
+    for a, b in itertools.pairwise([0, 7, 8, 40]):
+        state, out = proc.process(state, table.slice(a, b - a))
+        outs.append(out)
+    got = pa.concat_tables(outs).to_pandas().sort_values(SEQ).reset_index(drop=True)
+    for sym, g in df.groupby("sym"):
+        rows = got[got["sym"] == sym]
+        want = g["a"].rolling(3).corr(g["b"]).to_numpy()
+        np.testing.assert_allclose(rows["c"].to_numpy(), want, rtol=1e-9, equal_nan=True)
+        np.testing.assert_array_equal(rows["c"].to_numpy(), rows["c2"].to_numpy())
+        slope = (g["a"].rolling(3).cov(g["b"]) / g["a"].rolling(3).var()).to_numpy()
+        np.testing.assert_allclose(rows["beta"].to_numpy(), slope, rtol=1e-9, equal_nan=True)
+        np.testing.assert_allclose(
+            rows["trend"].to_numpy(), g["a"].diff().to_numpy(), rtol=1e-9, equal_nan=True
+        )
