@@ -31,6 +31,8 @@ class Subgraph:
     outputs: tuple[int, ...]  # table node ids
     parallelism: Parallelism | None
 
+    route: str = "fused"  # "fused": tasks read, compute and write; "relational": expression maps run in Spark's JVM
+
     @property
     def task_count(self) -> int:
         return self.parallelism.count if self.parallelism else 1
@@ -142,7 +144,9 @@ def plan(logical: LogicalGraph, *, private_table_fqn: str = "{graph}.private_{n}
                     continue
                 break
             par = head.parallelism if isinstance(head, ComputeNode) else None
-            subgraphs.append(Subgraph(len(subgraphs), tid, tuple(chain), tuple(g.outputs(chain[-1])), par))
+            relational = any(isinstance(g.nodes[n], MapNode) and g.nodes[n].fn is None for n in chain)  # type: ignore[attr-defined]
+            subgraphs.append(Subgraph(len(subgraphs), tid, tuple(chain), tuple(g.outputs(chain[-1])), par,
+                                      "relational" if relational else "fused"))
 
     edges = []
     for s, d in sorted(g.edges):

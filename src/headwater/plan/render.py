@@ -8,11 +8,13 @@ from typing import Any
 from headwater.plan.logical import ComputeNode, LogicalGraph, Node, TableNode
 from headwater.plan.physical import PLAN_VERSION, PhysicalGraph
 
-SPARK_NOTE = (
-    "each subgraph runs as one Spark streaming query: read table versions -> drop NULL partition keys -> "
-    "hash-partition by key into tasks -> engines run per task over the micro-batch (state snapshot per task and batch) "
-    "-> one idempotent Delta commit per output table and batch"
-)
+ROUTES = {
+    "fused": "one Spark task per stream task and micro-batch reads the batch's table versions, keeps its keys, "
+             "runs the engines (state snapshot per input version) and writes Parquet; the driver commits "
+             "the files once per output table with the batch id (idempotent)",
+    "relational": "expression maps run as Spark columns in the JVM: read -> hash-partition by key "
+                  "(Spark shuffle) -> engines in mapInArrow -> idempotent commit on the driver",
+}
 
 
 def _node_line(node: Node, parallelism: Any = None) -> str:
@@ -38,9 +40,12 @@ def explain_physical(p: PhysicalGraph) -> str:
         chain = " -> ".join(f"{p.nodes[n].type} {p.nodes[n].name}" for n in sg.chain) or "copy"
         outs = ", ".join(p.nodes[o].name for o in sg.outputs)
         par = f"partitioned by {sg.parallelism.key} into {sg.parallelism.count} tasks" if sg.parallelism else "1 task"
-        lines.append(f"  subgraph {sg.id}: {p.nodes[sg.input].name} -> {chain} -> {outs}; {par}; tasks {' '.join(sg.task_ids())}")
+        lines.append(f"  subgraph {sg.id}: {p.nodes[sg.input].name} -> {chain} -> {outs}; {par}; "
+                     f"tasks {' '.join(sg.task_ids())}; route {sg.route}")
     lines.append("  edges: " + ", ".join(f"{e.src}->{e.dst} {e.partition}" for e in p.edges))
-    lines.append(f"  spark: {len(p.subgraphs)} streaming quer{'y' if len(p.subgraphs) == 1 else 'ies'}; {SPARK_NOTE}")
+    lines.append(f"  spark: {len(p.subgraphs)} streaming quer{'y' if len(p.subgraphs) == 1 else 'ies'}, one per subgraph")
+    for route in sorted({sg.route for sg in p.subgraphs}):
+        lines.append(f"  route {route}: {ROUTES[route]}")
     return "\n".join(lines)
 
 
@@ -106,7 +111,7 @@ def to_json(g: LogicalGraph, p: PhysicalGraph | None = None) -> dict[str, Any]:
             "edges": [{"inNodeId": e.src, "outNodeId": e.dst, "partitionType": e.partition} for e in p.edges],
             "subgraphs": [
                 {"id": sg.id, "input": sg.input, "chain": list(sg.chain), "outputs": list(sg.outputs),
-                 "tasks": sg.task_ids()}
+                 "tasks": sg.task_ids(), "route": sg.route}
                 for sg in p.subgraphs
             ],
         }

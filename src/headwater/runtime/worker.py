@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from headwater.errors import CaughtUpTimeout, ExecutionError
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime.task import SubgraphTask
 
 
 @dataclass
@@ -45,19 +46,34 @@ class Worker:
 
     def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
                     run_id: str = "") -> None:
+        from headwater.spark.fused import start_fused_subgraph
         from headwater.spark.runner import start_subgraph
 
         self.stop_graph(fqn)
         running = RunningGraph(physical, {})
         self._graphs[fqn] = running
+        run = run_id or "0"
         for sg in physical.subgraphs:
             def record(batch_id: int, rows: int, sg_id: int = sg.id) -> None:
                 running.batches[sg_id] = batch_id
                 running.rows[sg_id] = running.rows.get(sg_id, 0) + rows
 
-            running.queries[sg.id] = start_subgraph(
-                self.spark, physical, sg, table_paths, checkpoints, run_id=run_id or fqn,
-                trigger_interval=self.trigger_interval, on_batch=record)
+            app_id = f"{fqn}#{run}/subgraph_{sg.id}"
+            if sg.route == "fused":
+                plan = SubgraphTask(
+                    run=f"g{run}", subgraph=sg.id, input_path=table_paths[sg.input],
+                    input_schema=physical.nodes[sg.input].schema,
+                    partition_key=sg.parallelism.key if sg.parallelism else None, n_tasks=sg.task_count,
+                    chain=tuple(physical.nodes[n] for n in sg.chain),
+                    outputs=tuple((table_paths[o], physical.nodes[o].schema) for o in sg.outputs),
+                    state_root=str(checkpoints / f"subgraph_{sg.id}" / "state"))
+                running.queries[sg.id] = start_fused_subgraph(
+                    self.spark, plan, checkpoints / f"subgraph_{sg.id}", app_id=app_id,
+                    trigger_interval=self.trigger_interval, on_batch=record)
+            else:
+                running.queries[sg.id] = start_subgraph(
+                    self.spark, physical, sg, table_paths, checkpoints, app_id=app_id,
+                    trigger_interval=self.trigger_interval, on_batch=record)
 
     def is_running(self, fqn: str) -> bool:
         g = self._graphs.get(fqn)

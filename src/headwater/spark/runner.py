@@ -1,6 +1,6 @@
-"""Lowering of physical subgraphs to Spark streaming queries, and the per-task state they keep.
+"""The relational route: subgraphs with expression maps, which run as Spark columns in the JVM.
 
-One subgraph = one streaming query::
+(Other subgraphs take the fused route, ``headwater.spark.fused``.) One subgraph = one streaming query::
 
     readStream(input table versions, with _hw_seq)
       -> foreachBatch(batch_df, batch_id):
@@ -18,11 +18,8 @@ table commit then skips.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import pickle
-import re
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -37,11 +34,11 @@ from pyspark.sql import types as T
 from headwater.engines.base import SEQ, EngineSpec
 from headwater.plan.logical import EngineNode, MapNode, Node
 from headwater.plan.physical import PhysicalGraph, Subgraph
+from headwater.runtime.task import SnapshotStore
 from headwater.spark.exprs import to_column
 from headwater.types import Schema
 
 TASK = "_hw_task"
-KEEP_SNAPSHOTS = 3
 
 SPARK_TYPES: dict[str, T.DataType] = {
     "bool": T.BooleanType(),
@@ -60,45 +57,6 @@ def spark_schema(schema: Schema, *, hidden: bool = True) -> T.StructType:
     if hidden:
         fields += [T.StructField(SEQ, T.LongType(), True), T.StructField(TASK, T.IntegerType(), True)]
     return T.StructType(fields)
-
-
-# -- task state snapshots -----------------------------------------------------------------------------
-class SnapshotStore:
-    """Versioned state snapshots of one engine: ``<root>/task=<t>/<batch>.pkl``, written atomically."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def _dir(self, task: int) -> str:
-        return os.path.join(self.root, f"task={task}")
-
-    def _batches(self, task: int) -> list[int]:
-        try:
-            names = os.listdir(self._dir(task))
-        except FileNotFoundError:
-            return []
-        return sorted(int(n[:-4]) for n in names if re.fullmatch(r"\d+\.pkl", n))
-
-    def load(self, task: int, before_batch: int) -> Any | None:
-        older = [b for b in self._batches(task) if b < before_batch]
-        if not older:
-            return None
-        with open(os.path.join(self._dir(task), f"{older[-1]}.pkl"), "rb") as f:
-            return pickle.load(f)
-
-    def save(self, task: int, batch: int, state: Any) -> None:
-        d = self._dir(task)
-        os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f".{batch}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump(state, f, protocol=5)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(d, f"{batch}.pkl"))
-        for old in self._batches(task)[:-KEEP_SNAPSHOTS]:
-            if old < batch:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(d, f"{old}.pkl"))
 
 
 _PROCESSORS: dict[str, Any] = {}
@@ -216,7 +174,7 @@ def start_subgraph(
     table_paths: dict[int, str],
     checkpoint_root: Path,
     *,
-    run_id: str,
+    app_id: str,
     trigger_interval: timedelta,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> Any:
@@ -228,7 +186,6 @@ def start_subgraph(
     chain = [physical.nodes[n] for n in subgraph.chain]
     ckpt = checkpoint_root / f"subgraph_{subgraph.id}"
     state_root = ckpt / "state"
-    app_id = f"{physical.fqn}#{run_id}/subgraph_{subgraph.id}"
 
     def process_batch(batch_df: DataFrame, batch_id: int) -> None:
         df = partition_for(batch_df, subgraph)

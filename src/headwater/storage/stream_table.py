@@ -30,6 +30,7 @@ rows ever appended. Keyed tables de-duplicate globally:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -513,6 +514,47 @@ class StreamTable:
         )
 
     # -- writing -------------------------------------------------------------
+
+    def commit_files(self, files: Sequence[tuple[str, int, int]], *, txn: tuple[str, int]) -> int | None:
+        """Commit Parquet files already written into the table directory as one append.
+
+        ``files`` are (file name, size in bytes, row count), in the order their rows should
+        stream. Idempotent by ``txn`` like :meth:`append`. Keyed tables re-read the rows to
+        de-duplicate them, then commit through :meth:`append`.
+        """
+        from deltalake import CommitProperties, Transaction
+        from deltalake.transaction import AddAction
+
+        if self.kind != "plain":
+            rows = read_files([DataFile(os.path.join(self.path, n), size, r) for n, size, r in files],
+                              self._arrow_schema)
+            version = self.append(rows, txn=txn)
+            for name, _, _ in files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.path, name))
+            return version
+        st = _state(self.path)
+        with st.lock:
+            for _ in range(_MAX_COMMIT_ATTEMPTS):
+                dt = self._delta(st)
+                base = dt.version()
+                done = dt.transaction_version(txn[0])
+                if done is not None and done >= txn[1]:
+                    return None
+                now = int(time.time() * 1000)
+                actions = [AddAction(name, size, {}, now, True, json.dumps({"numRecords": rows}))
+                           for name, size, rows in files]
+                props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(txn[0], txn[1])])
+                try:
+                    dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)
+                except Exception as exc:  # a concurrent commit: re-check the transaction and retry
+                    if type(exc).__name__ != "CommitFailedError":
+                        raise
+                    continue
+                st.known_version = max(st.known_version, base + 1)
+                return base + 1
+        raise ExecutionError(f"stream table {self.name!r}: could not commit files after {_MAX_COMMIT_ATTEMPTS} attempts")
+
 
     def append(
         self,

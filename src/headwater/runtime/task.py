@@ -1,0 +1,216 @@
+"""One stream task over one micro-batch, end to end, without Spark: read → partition → engines → write.
+
+This is the data plane of the *fused* route (see ``headwater.spark.fused``): Spark
+schedules one task per stream task and micro-batch and checkpoints the offsets; the
+task reads the input table's commits of the batch, keeps the rows whose partition key
+hashes to it, runs the chain of engines with their state, and writes its output as
+Parquet files that the driver then commits to the output tables in one idempotent
+transaction. No row crosses into the JVM.
+
+Engine state is a snapshot per (engine, task, input version): a batch over versions
+``(start, end]`` loads the newest snapshot at or before ``start`` and saves one at
+``end``, so a replayed batch starts from exactly the same state. Output file names are
+derived from (run, subgraph, end version, task) and written atomically, so a replay
+finds its files already there and the commit is skipped by its transaction id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from headwater.engines.base import SEQ, Processor
+from headwater.engines.columns import evaluate_rowwise, filter_mask, to_arrow, to_numpy
+from headwater.plan.logical import EngineNode, MapNode, Node
+from headwater.types import Schema
+
+KEEP_SNAPSHOTS = 3
+SEQ_SHIFT = 32
+
+
+class SnapshotStore:
+    """Versioned state snapshots of one engine: ``<root>/task=<t>/<version>.pkl``, written atomically."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _dir(self, task: int) -> str:
+        return os.path.join(self.root, f"task={task}")
+
+    def _versions(self, task: int) -> list[int]:
+        try:
+            names = os.listdir(self._dir(task))
+        except FileNotFoundError:
+            return []
+        return sorted(int(n[:-4]) for n in names if re.fullmatch(r"\d+\.pkl", n))
+
+    def load(self, task: int, before: int) -> Any | None:
+        """The newest snapshot strictly older than ``before``, or None."""
+        older = [v for v in self._versions(task) if v < before]
+        if not older:
+            return None
+        with open(os.path.join(self._dir(task), f"{older[-1]}.pkl"), "rb") as f:
+            return pickle.load(f)
+
+    def save(self, task: int, version: int, state: Any) -> None:
+        d = self._dir(task)
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".{version}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(state, f, protocol=5)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(d, f"{version}.pkl"))
+        for old in self._versions(task)[:-KEEP_SNAPSHOTS]:
+            if old < version:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(d, f"{old}.pkl"))
+
+
+def task_of(columns: list[pa.ChunkedArray | pa.Array], n_tasks: int) -> np.ndarray:
+    """The stream task of each row: a stable hash of its partition key, modulo the task count."""
+    hashed = None
+    for column in columns:
+        values = column.to_numpy(zero_copy_only=False)
+        h = pd.util.hash_array(values.astype(object) if values.dtype.kind in "OUS" else values)
+        hashed = h if hashed is None else pd.util.hash_array(hashed ^ (h * np.uint64(0x9E3779B97F4A7C15)))
+    assert hashed is not None
+    return (hashed % np.uint64(n_tasks)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    table: int  # index into SubgraphTask.outputs
+    name: str  # file name inside the table directory
+    size: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class SubgraphTask:
+    """Everything one stream task needs, pickled once per query beside its checkpoint."""
+
+    run: str
+    subgraph: int
+    input_path: str
+    input_schema: Schema
+    partition_key: str | None
+    n_tasks: int
+    chain: tuple[Node, ...]
+    outputs: tuple[tuple[str, Schema], ...]
+    state_root: str
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def read(self, start: int, end: int) -> pa.Table:
+        """The rows committed in versions ``(start, end]``, in append order, with ``_hw_seq``."""
+        from headwater.storage.stream_table import iter_file_batches, read_commit
+
+        arrow_schema = self.input_schema.to_arrow()
+        tables = []
+        for version in range(start + 1, end + 1):
+            commit = read_commit(self.input_path, version)
+            if commit.rewrites:
+                continue
+            batches = [b for f in commit.files for b in iter_file_batches(f, arrow_schema)]
+            if not batches:
+                continue
+            t = pa.Table.from_batches(batches, schema=arrow_schema)
+            seq = (np.int64(version) << np.int64(SEQ_SHIFT)) + np.arange(t.num_rows, dtype=np.int64)
+            tables.append(t.append_column(SEQ, pa.array(seq)))
+        if not tables:
+            return arrow_schema.append(pa.field(SEQ, pa.int64())).empty_table()
+        return pa.concat_tables(tables)
+
+    def select(self, table: pa.Table, task: int) -> pa.Table:
+        """Rows of ``task`` (rows with a NULL partition key are dropped, as in Orca)."""
+        if self.partition_key is None:
+            return table
+        key = table[self.partition_key]
+        valid = key.is_valid().to_numpy(zero_copy_only=False)
+        if not valid.all():
+            table, key = table.filter(pa.array(valid)), key.filter(pa.array(valid))
+        return table.filter(pa.array(task_of([key], self.n_tasks) == task))
+
+    def processors(self) -> list[Processor | None]:
+        return [_processor(n) if isinstance(n, EngineNode) else None for n in self.chain]
+
+    def file_name(self, end: int, task: int) -> str:
+        return f"hw-{self.run}-sg{self.subgraph}-v{end:012d}-t{task:04d}.parquet"
+
+    # -- the task ------------------------------------------------------------------------------------
+    def run_task(self, task: int, start: int, end: int) -> list[OutputFile]:
+        """Process versions ``(start, end]`` for ``task``; return the output files written."""
+        rows = self.select(self.read(start, end), task)
+        if rows.num_rows == 0:
+            return []
+        new_states: list[tuple[SnapshotStore, Any]] = []
+        for node, processor in zip(self.chain, self.processors(), strict=True):
+            if processor is not None:
+                store = SnapshotStore(os.path.join(self.state_root, node.name))
+                state = store.load(task, start + 1)
+                state, rows = processor.process(processor.new_state() if state is None else state, rows)
+                new_states.append((store, state))
+            else:
+                assert isinstance(node, MapNode)
+                rows = apply_map(node, rows)
+        for store, state in new_states:
+            store.save(task, end, state)
+        return self.write(rows, task, end)
+
+    def write(self, rows: pa.Table, task: int, end: int) -> list[OutputFile]:
+        if rows.num_rows == 0:
+            return []
+        files = []
+        for index, (path, schema) in enumerate(self.outputs):
+            name = self.file_name(end, task)
+            target = os.path.join(path, name)
+            if not os.path.exists(target):  # a replay finds the identical file already written
+                tmp = os.path.join(path, f".{name}.{os.getpid()}.tmp")
+                pq.write_table(rows.select(list(schema.names)).cast(schema.to_arrow()), tmp, compression="snappy")
+                os.replace(tmp, target)
+            files.append(OutputFile(index, name, os.path.getsize(target), rows.num_rows))
+        return files
+
+
+_PROCESSORS: dict[int, Processor] = {}
+
+
+def _processor(node: EngineNode) -> Processor:
+    """Build each engine's processor once per Python worker (kernels load once)."""
+    key = hash((node.fqn, pickle.dumps(node.spec)))
+    if key not in _PROCESSORS:
+        assert node.spec is not None
+        _PROCESSORS[key] = node.spec.processor()
+    return _PROCESSORS[key]
+
+
+def apply_map(node: MapNode, rows: pa.Table) -> pa.Table:
+    """A stateless map on a batch (NumPy for expressions, the user's function otherwise)."""
+    schema = Schema.from_arrow(rows.schema.remove(rows.schema.get_field_index(SEQ)))
+    if node.filter is not None:
+        cols = {c: to_numpy(rows[c], schema[c]) for c in node.filter.columns()}
+        rows = rows.filter(pa.array(filter_mask(evaluate_rowwise(node.filter, cols, rows.num_rows))))
+    if node.fn is not None:
+        seq = rows[SEQ].to_numpy()
+        result = pa.Table.from_pandas(node.fn(rows.drop_columns([SEQ]).to_pandas()), preserve_index=False)
+        out_seq = seq if result.num_rows == len(seq) else np.full(result.num_rows, seq[0] if len(seq) else 0)
+        result = result.select(list(node.schema.names)).cast(node.schema.to_arrow())
+        return result.append_column(SEQ, pa.array(out_seq, pa.int64()))
+    needed = {c for _, e in node.exprs for c in e.columns()}
+    cols = {c: to_numpy(rows[c], schema[c]) for c in needed}
+    arrays = []
+    for (name, expr), (_, typ) in zip(node.exprs, node.schema, strict=True):
+        if expr.columns() == [name] and str(expr) == name:
+            arrays.append(rows[name])
+        else:
+            arrays.append(to_arrow(evaluate_rowwise(expr, cols, rows.num_rows), typ))
+    return pa.table([*arrays, rows[SEQ]], schema=node.schema.to_arrow().append(pa.field(SEQ, pa.int64())))

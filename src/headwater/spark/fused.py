@@ -1,0 +1,137 @@
+"""The fused route: one Spark task per stream task and micro-batch does read → engines → write.
+
+A Python data source (``headwater_subgraph``) turns each micro-batch, an input-table
+version range ``(start, end]`` checkpointed by Spark, into one input partition per
+stream task. ``read()`` runs :meth:`SubgraphTask.run_task` in Spark's Python worker and
+returns only the names of the Parquet files it wrote; ``foreachBatch`` on the driver
+commits them to the output tables in one Delta transaction per table tagged with
+(run, batch id), which a replayed batch skips. Rows never cross into the JVM, there is
+no shuffle, and Spark still provides scheduling, retries and exactly-once offsets.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from headwater.runtime.task import SubgraphTask
+
+SOURCE_NAME = "headwater_subgraph"
+RESULT_SCHEMA = "tbl INT, name STRING, size BIGINT, num_rows BIGINT, task INT"
+
+
+@dataclass(frozen=True)
+class TaskPartition(InputPartition):
+    task: int
+    start: int
+    end: int
+
+
+def _load(plan_path: str) -> SubgraphTask:
+    with open(plan_path, "rb") as f:
+        plan: SubgraphTask = pickle.load(f)
+    return plan
+
+
+class SubgraphStreamReader(DataSourceStreamReader):
+    def __init__(self, plan_path: str) -> None:
+        self.plan_path = plan_path
+        plan = _load(plan_path)
+        self.input_path = plan.input_path
+        self.n_tasks = plan.n_tasks
+        self._known = 0
+
+    def initialOffset(self) -> dict:
+        return {"version": 0}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        from headwater.storage.stream_table import latest_version
+
+        self._known = latest_version(self.input_path, self._known)
+        return {"version": self._known}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        a, b = int(start["version"]), int(end["version"])
+        if b <= a:
+            return []
+        return [TaskPartition(t, a, b) for t in range(self.n_tasks)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:  # type: ignore[override]
+        assert isinstance(partition, TaskPartition)
+        plan = _cached_plan(self.plan_path)
+        for f in plan.run_task(partition.task, partition.start, partition.end):
+            yield (f.table, f.name, f.size, f.rows, partition.task)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to acknowledge: the input table is replayable."""
+
+
+_PLANS: dict[str, SubgraphTask] = {}
+
+
+def _cached_plan(path: str) -> SubgraphTask:
+    if path not in _PLANS:
+        _PLANS[path] = _load(path)
+    return _PLANS[path]
+
+
+class SubgraphDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return RESULT_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return SubgraphStreamReader(self.options["plan"])
+
+
+def start_fused_subgraph(
+    spark: SparkSession,
+    plan: SubgraphTask,
+    checkpoint: Path,
+    *,
+    app_id: str,
+    trigger_interval: timedelta,
+    on_batch: Any = None,
+) -> Any:
+    """Start the streaming query of a fused subgraph; returns the StreamingQuery."""
+    from headwater.storage.stream_table import StreamTable
+
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    plan_path = checkpoint / "task_plan.pkl"
+    tmp = checkpoint / f".task_plan.{os.getpid()}.tmp"
+    tmp.write_bytes(pickle.dumps(plan))
+    os.replace(tmp, plan_path)
+    spark.dataSource.register(SubgraphDataSource)
+
+    def commit_batch(batch_df: DataFrame, batch_id: int) -> None:
+        files = batch_df.collect()
+        rows_out = 0
+        for index, (path, _schema) in enumerate(plan.outputs):
+            mine = sorted((r for r in files if r["tbl"] == index), key=lambda r: (r["task"], r["name"]))
+            if mine:
+                StreamTable.open(path).commit_files([(r["name"], r["size"], r["num_rows"]) for r in mine],
+                                                    txn=(app_id, batch_id))
+                rows_out = sum(r["num_rows"] for r in mine)
+        if on_batch is not None:
+            on_batch(batch_id, rows_out)
+
+    interval = f"{max(int(trigger_interval.total_seconds() * 1000), 1)} milliseconds"
+    return (
+        spark.readStream.format(SOURCE_NAME).option("plan", str(plan_path)).load()
+        .writeStream.foreachBatch(commit_batch)
+        .option("checkpointLocation", str(checkpoint / "spark"))
+        .queryName(f"{plan.run}/subgraph_{plan.subgraph}")
+        .trigger(processingTime=interval)
+        .start()
+    )
