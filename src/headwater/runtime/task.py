@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -186,7 +187,7 @@ _PROCESSORS: dict[int, Processor] = {}
 
 def _processor(node: EngineNode) -> Processor:
     """Build each engine's processor once per Python worker (kernels load once)."""
-    key = hash((node.fqn, pickle.dumps(node.spec)))
+    key = hash((node.fqn, cloudpickle.dumps(node.spec)))
     if key not in _PROCESSORS:
         assert node.spec is not None
         _PROCESSORS[key] = node.spec.processor()

@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -110,7 +111,7 @@ def start_fused_subgraph(
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"
     tmp = checkpoint / f".task_plan.{os.getpid()}.tmp"
-    tmp.write_bytes(pickle.dumps(plan))
+    tmp.write_bytes(cloudpickle.dumps(plan))
     os.replace(tmp, plan_path)
     spark.dataSource.register(SubgraphDataSource)
 

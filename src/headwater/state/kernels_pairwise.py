@@ -391,3 +391,484 @@ def kama(slots, x, window, ring, count, sum_roc, prev):  # pragma: no cover - nu
         prev[k] = kp
         out[i] = kp
     return out
+
+
+# ---------------------------------------------------------------- order statistics on count windows
+
+RANK, PCTL, MAD_MEAN, MAD_MEDIAN = 0, 1, 2, 3
+PROD, POS_STREAK = 0, 1
+SKEW, KURT = 0, 1
+TIES_MIN, TIES_MAX, TIES_AVG = 0, 1, 2
+I_LINEAR, I_LOWER, I_HIGHER, I_NEAREST, I_MIDPOINT = 0, 1, 2, 3, 4
+
+
+@njit(cache=True, inline="always")
+def _bisect_left(row, cnt, v):  # pragma: no cover - numba
+    lo, hi = 0, cnt
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if row[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, inline="always")
+def _bisect_right(row, cnt, v):  # pragma: no cover - numba
+    lo, hi = 0, cnt
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if row[mid] <= v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, inline="always")
+def _quantile(lo_v, hi_v, frac, idx, interpolation):  # pragma: no cover - numba
+    """pandas' rolling quantile rules between the idx-th and (idx+1)-th smallest values."""
+    if frac == 0.0 or interpolation == I_LOWER:
+        return lo_v
+    if interpolation == I_LINEAR:
+        return lo_v + (hi_v - lo_v) * frac
+    if interpolation == I_HIGHER:
+        return hi_v
+    if interpolation == I_MIDPOINT:
+        return (lo_v + hi_v) / 2.0
+    # nearest, ties to the even index like round()
+    if frac == 0.5:
+        return lo_v if idx % 2 == 0 else hi_v
+    return lo_v if frac < 0.5 else hi_v
+
+
+@njit(cache=True)
+def sorted_window(
+    op, slots, x, window, minp, full_only, ascending, ignore_na, ties, percent, q, interpolation,
+    ring, srt, n_rows, wpos, nobs,
+):  # pragma: no cover - numba  # fmt: skip
+    """mrank / mpercentile / mmad over the last ``window`` rows, keeping a sorted copy of the window.
+
+    Insert and delete are a binary search plus a shift of the sorted copy
+    (O(window) per row, a memmove); the percentile is then O(1), the rank
+    O(log window) and the mean or median absolute deviation O(window).
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        r = n_rows[k]
+        pos = wpos[k]
+        row = srt[k]
+        cnt = nobs[k]
+        if r >= window:
+            old = ring[k, pos]
+            if old == old:
+                j = _bisect_left(row, cnt, old)
+                for t in range(j, cnt - 1):
+                    row[t] = row[t + 1]
+                cnt -= 1
+        ring[k, pos] = v
+        if v == v:
+            j = _bisect_right(row, cnt, v)
+            for t in range(cnt, j, -1):
+                row[t] = row[t - 1]
+            row[j] = v
+            cnt += 1
+        nobs[k] = cnt
+        n_rows[k] = r + 1
+        wpos[k] = pos + 1 if pos + 1 < window else 0
+        if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
+            out[i] = np.nan
+            continue
+        if op == RANK:
+            n_null = min(r + 1, window) - cnt
+            if v == v:
+                lo = _bisect_left(row, cnt, v)
+                eq = _bisect_right(row, cnt, v) - lo
+                before = lo if ascending else cnt - lo - eq
+                if ascending and not ignore_na:
+                    before += n_null  # NULL ranks lowest
+            elif ignore_na:
+                out[i] = np.nan
+                continue
+            else:
+                eq = n_null
+                before = 0 if ascending else cnt
+            if ties == TIES_MIN:
+                rank = float(before)
+            elif ties == TIES_MAX:
+                rank = float(before + eq - 1)
+            else:
+                rank = before + (eq - 1) / 2.0
+            total = cnt if ignore_na else cnt + n_null
+            out[i] = (rank + 1.0) / total if percent else rank
+        elif op == PCTL:
+            h = q * (cnt - 1)
+            idx = int(h)
+            hi_v = row[idx + 1] if idx + 1 < cnt else row[idx]
+            out[i] = _quantile(row[idx], hi_v, h - idx, idx, interpolation)
+        elif op == MAD_MEAN:
+            s = 0.0
+            for t in range(cnt):
+                s += row[t]
+            mean = s / cnt
+            d = 0.0
+            for t in range(cnt):
+                d += abs(row[t] - mean)
+            out[i] = d / cnt
+        else:  # MAD_MEDIAN: merge the deviations on both sides of the median in increasing order
+            a = (cnt - 1) // 2
+            med = (row[a] + row[cnt // 2]) / 2.0
+            lo_i = a
+            hi_i = a + 1
+            want_lo = (cnt - 1) // 2
+            want_hi = cnt // 2
+            m_lo = 0.0
+            res = 0.0
+            for t in range(want_hi + 1):
+                if hi_i >= cnt or (lo_i >= 0 and med - row[lo_i] <= row[hi_i] - med):
+                    dev = med - row[lo_i]
+                    lo_i -= 1
+                else:
+                    dev = row[hi_i] - med
+                    hi_i += 1
+                if t == want_lo:
+                    m_lo = dev
+                if t == want_hi:
+                    res = (m_lo + dev) / 2.0
+            out[i] = res
+    return out
+
+
+@njit(cache=True)
+def window_scan(op, slots, x, window, minp, full_only, ring, n_rows, wpos, nobs):  # pragma: no cover - numba
+    """mprod / mmax_positive_streak by scanning the ring oldest to newest (O(window) per row)."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        r = n_rows[k]
+        pos = wpos[k]
+        if r >= window and ring[k, pos] == ring[k, pos]:
+            nobs[k] -= 1
+        ring[k, pos] = v
+        if v == v:
+            nobs[k] += 1
+        n_rows[k] = r + 1
+        pos = pos + 1 if pos + 1 < window else 0
+        wpos[k] = pos
+        cnt = nobs[k]
+        if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
+            out[i] = np.nan
+            continue
+        lim = min(r + 1, window)
+        start = pos if r + 1 >= window else 0
+        if op == PROD:
+            acc = 1.0
+            for t in range(lim):
+                e = ring[k, (start + t) % window]
+                if e == e:
+                    acc *= e
+            out[i] = acc
+        else:
+            cur = 0.0
+            best = 0.0
+            for t in range(lim):
+                e = ring[k, (start + t) % window]
+                if e > 0:  # a NULL ends a streak like a non-positive value
+                    cur += e
+                    if cur > best:
+                        best = cur
+                else:
+                    cur = 0.0
+            out[i] = best
+    return out
+
+
+@njit(cache=True, inline="always")
+def _moments_add(k, v, cnt, mean, m2, m3, m4):  # pragma: no cover - numba
+    # Pébay's one-pass update of central moment sums; cnt is the count after adding v
+    n1 = cnt - 1
+    delta = v - mean[k]
+    dn = delta / cnt
+    dn2 = dn * dn
+    term1 = delta * dn * n1
+    mean[k] += dn
+    m4[k] += term1 * dn2 * (cnt * cnt - 3 * cnt + 3) + 6 * dn2 * m2[k] - 4 * dn * m3[k]
+    m3[k] += term1 * dn * (cnt - 2) - 3 * dn * m2[k]
+    m2[k] += term1
+
+
+@njit(cache=True, inline="always")
+def _moments_remove(k, v, cnt, mean, m2, m3, m4):  # pragma: no cover - numba
+    # The inverse of _moments_add; cnt is the count before removing v (>= 2)
+    old_mean = mean[k] - (v - mean[k]) / (cnt - 1)
+    delta = v - old_mean
+    dn = delta / cnt
+    dn2 = dn * dn
+    term1 = delta * dn * (cnt - 1)
+    mean[k] = old_mean
+    m2[k] -= term1
+    m3[k] -= term1 * dn * (cnt - 2) - 3 * dn * m2[k]
+    m4[k] -= term1 * dn2 * (cnt * cnt - 3 * cnt + 3) + 6 * dn2 * m2[k] - 4 * dn * m3[k]
+
+
+@njit(cache=True)
+def moving_moments(
+    op,
+    slots,
+    x,
+    window,
+    minp,
+    full_only,
+    biased,
+    ring,
+    n_rows,
+    wpos,
+    nobs,
+    n_inf,
+    mean,
+    m2,
+    m3,
+    m4,
+    run_val,
+    run_len,
+):  # pragma: no cover - numba
+    """mskew / mkurtosis (moment kurtosis, not excess) by O(1) add/remove of central moment sums.
+
+    A window whose values are all equal outputs NULL (zero variance); one holding
+    an infinite value outputs NULL.
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        r = n_rows[k]
+        pos = wpos[k]
+        if r >= window:
+            old = ring[k, pos]
+            if old == old:
+                if np.isinf(old):
+                    n_inf[k] -= 1
+                else:
+                    c = nobs[k] - n_inf[k]
+                    if c <= 1:
+                        mean[k] = 0.0
+                        m2[k] = 0.0
+                        m3[k] = 0.0
+                        m4[k] = 0.0
+                    else:
+                        _moments_remove(k, old, c, mean, m2, m3, m4)
+                nobs[k] -= 1
+        ring[k, pos] = v
+        if v == v:
+            nobs[k] += 1
+            if np.isinf(v):
+                n_inf[k] += 1
+            else:
+                _moments_add(k, v, nobs[k] - n_inf[k], mean, m2, m3, m4)
+                if v == run_val[k]:
+                    run_len[k] += 1
+                else:
+                    run_val[k] = v
+                    run_len[k] = 1
+        n_rows[k] = r + 1
+        wpos[k] = pos + 1 if pos + 1 < window else 0
+        cnt = nobs[k]
+        out[i] = np.nan
+        if cnt == 0 or cnt < minp or (full_only and r + 1 < window) or n_inf[k] > 0 or run_len[k] >= cnt:
+            continue
+        s2 = m2[k]
+        if s2 <= 0.0:
+            continue
+        nf = float(cnt)
+        if op == SKEW:
+            if cnt < 2 or (not biased and cnt < 3):
+                continue
+            g = np.sqrt(nf) * m3[k] / (s2 * np.sqrt(s2))
+            out[i] = g if biased else g * np.sqrt(nf * (nf - 1.0)) / (nf - 2.0)
+        else:
+            if cnt < 3 or (not biased and cnt < 4):
+                continue
+            b = nf * m4[k] / (s2 * s2)
+            if biased:
+                out[i] = b
+            else:
+                out[i] = ((nf * nf - 1.0) * b - 3.0 * (nf - 1.0) ** 2) / ((nf - 2.0) * (nf - 3.0)) + 3.0
+    return out
+
+
+# ---------------------------------------------------------------- cumulative order statistics
+
+
+@njit(cache=True)
+def cum_simple(op, slots, x, ratio, acc, peak):  # pragma: no cover - numba
+    """cum_positive_streak (op 0) and cummdd (op 1)."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        if op == 0:
+            # a NULL ends a streak like a non-positive value (as in mmax_positive_streak)
+            acc[k] = acc[k] + v if v > 0 else 0.0
+        elif v == v:
+            p = peak[k]
+            if p != p:
+                peak[k] = v
+                acc[k] = 0.0
+            else:
+                if v > p:
+                    p = v
+                    peak[k] = p
+                if ratio:
+                    if p != 0.0:
+                        dd = (p - v) / p
+                        if dd > acc[k]:
+                            acc[k] = dd
+                elif p - v > acc[k]:
+                    acc[k] = p - v
+        out[i] = acc[k]
+    return out
+
+
+@njit(cache=True, inline="always")
+def _heap_push(h, size, v):  # pragma: no cover - numba
+    """Push v onto the max-heap h[:size]."""
+    j = size
+    while j > 0:
+        parent = (j - 1) >> 1
+        if h[parent] >= v:
+            break
+        h[j] = h[parent]
+        j = parent
+    h[j] = v
+
+
+@njit(cache=True, inline="always")
+def _heap_pop(h, size):  # pragma: no cover - numba
+    """Remove and return the top of the max-heap h[:size]."""
+    top = h[0]
+    last = h[size - 1]
+    size -= 1
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and h[c + 1] > h[c]:
+            c += 1
+        if h[c] <= last:
+            break
+        h[j] = h[c]
+        j = c
+    if size > 0:
+        h[j] = last
+    return top
+
+
+@njit(cache=True)
+def cum_percentile(slots, x, q, interpolation, lo, hi, n_lo, n_hi, last):  # pragma: no cover - numba
+    """Running percentile from two heaps: ``lo`` (max-heap of the smallest values) and ``hi``
+    (max-heap of the negated largest ones), O(log n) per row. NULL rows repeat the last result.
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        v = x[i]
+        if v == v:
+            a = n_lo[k]
+            b = n_hi[k]
+            if a > 0 and v <= lo[k, 0]:
+                _heap_push(lo[k], a, v)
+                a += 1
+            else:
+                _heap_push(hi[k], b, -v)
+                b += 1
+            cnt = a + b
+            h = q * (cnt - 1)
+            idx = int(h)
+            want = idx + 1  # the lower heap holds the idx+1 smallest values
+            if a > want:
+                _heap_push(hi[k], b, -_heap_pop(lo[k], a))
+                a -= 1
+                b += 1
+            elif a < want:
+                _heap_push(lo[k], a, -_heap_pop(hi[k], b))
+                a += 1
+                b -= 1
+            n_lo[k] = a
+            n_hi[k] = b
+            lo_v = lo[k, 0]
+            hi_v = -hi[k, 0] if b > 0 else lo_v
+            last[k] = _quantile(lo_v, hi_v, h - idx, idx, interpolation)
+        out[i] = last[k]
+    return out
+
+
+_EMPTY = 0x7FF8000000000000  # the bits of NaN: never a stored value
+
+
+@njit(cache=True, inline="always")
+def _hash(b, mask):  # pragma: no cover - numba
+    h = b ^ (b >> 31)
+    h *= 0x7FB5D329728EA185
+    h ^= h >> 27
+    h *= 0x1CE4E5B9BF58476D
+    h ^= h >> 33
+    return h & mask
+
+
+@njit(cache=True)
+def nunique_insert(
+    slots, x, bits, start, ignore_null, table, count, has_null, out
+):  # pragma: no cover - numba
+    """cumnunique over rows ``start..``: an open-addressing set of value bits per key.
+
+    Returns the row at which a key's table would pass half full (the caller grows
+    every table and calls again from there), or ``len(x)`` when done.
+    """
+    n = x.shape[0]
+    cap = table.shape[1]
+    mask = cap - 1
+    for i in range(start, n):
+        k = slots[i]
+        if x[i] != x[i]:
+            if not ignore_null:
+                has_null[k] = 1
+        else:
+            if 2 * (count[k] + 1) > cap:
+                return i
+            b = bits[i]
+            j = _hash(b, mask)
+            while True:
+                t = table[k, j]
+                if t == _EMPTY:
+                    table[k, j] = b
+                    count[k] += 1
+                    break
+                if t == b:
+                    break
+                j = (j + 1) & mask
+        out[i] = count[k] + has_null[k]
+    return n
+
+
+@njit(cache=True)
+def rehash(old, new):  # pragma: no cover - numba
+    """Insert every stored value of ``old`` into the empty tables ``new``."""
+    mask = new.shape[1] - 1
+    for k in range(old.shape[0]):
+        for j in range(old.shape[1]):
+            b = old[k, j]
+            if b != _EMPTY:
+                p = _hash(b, mask)
+                while new[k, p] != _EMPTY:
+                    p = (p + 1) & mask
+                new[k, p] = b

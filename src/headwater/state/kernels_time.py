@@ -743,7 +743,10 @@ def range_count(
     cap = stack_v.shape[1]
     for i in range(i0, n):
         k = slots[i]
+        vi = v[i]
         d = depth[k]
+        while d > 0 and stack_v[k, d - 1] < vi:
+            d -= 1  # only the local depth moves: stopping below leaves the state as it was
         if d == cap:
             if cap < max_rows:
                 return i
@@ -752,11 +755,8 @@ def range_count(
                 stack_v[k, j] = stack_v[k, j + 1]
                 stack_i[k, j] = stack_i[k, j + 1]
             d -= 1
-        vi = v[i]
         idx = rows[k]
         rows[k] = idx + 1
-        while d > 0 and stack_v[k, d - 1] < vi:
-            d -= 1
         below = stack_i[k, d - 1] if d > 0 else wall[k]
         stack_v[k, d] = vi
         stack_i[k, d] = idx

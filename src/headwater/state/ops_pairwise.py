@@ -55,13 +55,21 @@ from headwater.state.ops import (
 )
 
 __all__ = [
+    "CumNunique",
     "CumPairMoment",
+    "CumPercentile",
+    "CumSimple",
     "CumWeighted",
     "EwmCov",
     "Kama",
     "LinearTimeTrend",
     "Ma",
+    "MovingMad",
+    "MovingMoments",
     "MovingPairMoment",
+    "MovingPercentile",
+    "MovingRank",
+    "MovingScan",
     "MovingWeighted",
     "TaCascade",
     "Trima",
@@ -596,6 +604,409 @@ class Ma(StateOp):
         return self.inner.run(state, slots, n_keys, args)
 
 
+# ---------------------------------------------------------------- order statistics
+
+_INTERPOLATIONS = {
+    "linear": kp.I_LINEAR, "lower": kp.I_LOWER, "higher": kp.I_HIGHER, "nearest": kp.I_NEAREST,
+    "midpoint": kp.I_MIDPOINT,
+}  # fmt: skip
+_TIES = {"min": kp.TIES_MIN, "max": kp.TIES_MAX, "average": kp.TIES_AVG}
+
+
+def _check_choice(func: str, param: str, value: Any, choices: dict[str, int]) -> int:
+    if not isinstance(value, str) or value not in choices:
+        raise _bad(func, param, value, f"one of {', '.join(map(repr, choices))}", "")
+    return choices[value]
+
+
+def _check_percent(func: str, value: Any) -> float:
+    return _check_float(func, "percent", value, lambda p: 0 <= p <= 100, "a number in [0, 100]")
+
+
+def _ring_layout(window: int) -> dict[str, _Field]:
+    return {"ring": _f64(shape=(window,)), "n_rows": _i64(), "wpos": _i64(), "nobs": _i64()}
+
+
+class _SortedWindowOp(_ArrayOp):
+    """A count window that keeps a sorted copy of its non-NULL values: O(window) per row (a memmove)."""
+
+    window: int
+
+    def _layout(self) -> dict[str, _Field]:
+        return {**_ring_layout(self.window), "srt": _f64(shape=(self.window,))}
+
+    def _sorted(
+        self, st: State, slots: np.ndarray, x: np.ndarray, op: int, min_periods: int | None, *,
+        ascending: bool = True, ignore_na: bool = True, ties: int = 0, percent: bool = False, q: float = 0.5,
+        interpolation: int = 0,
+    ) -> list[np.ndarray]:  # fmt: skip
+        minp, full_only = _minp(min_periods)
+        return [
+            kp.sorted_window(
+                op, slots, x, self.window, minp, full_only, ascending, ignore_na, ties, percent, q, interpolation,
+                st["ring"], st["srt"], st["n_rows"], st["wpos"], st["nobs"],
+            )
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MovingRank(_SortedWindowOp):
+    """``mrank(x, ascending, window, ignore_na=True, ties_method='min', percent=False, min_periods=None)``.
+
+    The 0-based rank of the current row within its window (``percent``: rank+1
+    over the number of ranked values, as pandas' ``pct``). With ``ignore_na=False``
+    NULLs take part and rank lowest; otherwise a NULL row outputs NULL.
+    ``min_periods`` counts non-NULL values. O(window) per row.
+
+    Example:
+        >>> import numpy as np
+        >>> op = MovingRank(ascending=False, window=3)
+        >>> x = np.array([3, 2, 4, 4, 4, np.nan, 1])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(7, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [nan, nan, 0.0, 0.0, 0.0, nan, 1.0]
+    """
+
+    ascending: bool
+    window: int
+    ignore_na: bool = True
+    ties_method: str = "min"
+    percent: bool = False
+    min_periods: int | None = None
+    name = "mrank"
+
+    def __post_init__(self) -> None:
+        for flag in ("ascending", "ignore_na", "percent"):
+            _check_bool(self.name, flag, getattr(self, flag))
+        _check_window(self.name, self.window)
+        _check_choice(self.name, "ties_method", self.ties_method, _TIES)
+        _check_min_periods(self.name, self.min_periods, self.window)
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        return self._sorted(
+            st, slots, args[0], kp.RANK, self.min_periods, ascending=self.ascending, ignore_na=self.ignore_na,
+            ties=_TIES[self.ties_method], percent=self.percent,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MovingPercentile(_SortedWindowOp):
+    """``mpercentile(x, percent, window, interpolation='linear')`` and ``mmed(x, window)``.
+
+    ``percent`` is in [0, 100]; ``interpolation`` as numpy/pandas (linear, lower,
+    higher, nearest, midpoint). O(window) per row.
+
+    Example:
+        >>> import numpy as np
+        >>> op = MovingPercentile("mpercentile", window=3, percent=25, interpolation="lower")
+        >>> x = np.array([2.0, 1, 3, 7, 6, 5, 4])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(7, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [nan, nan, 1.0, 1.0, 3.0, 5.0, 4.0]
+    """
+
+    name: str
+    window: int
+    percent: float = 50.0
+    interpolation: str = "linear"
+    min_periods: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("MovingPercentile", self.name, ("mmed", "mpercentile"))
+        _check_window(self.name, self.window)
+        _check_percent(self.name, self.percent)
+        _check_choice(self.name, "interpolation", self.interpolation, _INTERPOLATIONS)
+        _check_min_periods(self.name, self.min_periods, self.window)
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        return self._sorted(
+            st, slots, args[0], kp.PCTL, self.min_periods, q=float(self.percent) / 100,
+            interpolation=_INTERPOLATIONS[self.interpolation],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MovingMad(_SortedWindowOp):
+    """``mmad(x, window, use_median=False)``: mean(|x − mean(x)|), or med(|x − med(x)|). O(window) per row.
+
+    Example:
+        >>> import numpy as np
+        >>> op = MovingMad(window=3, use_median=True)
+        >>> x = np.array([7.0, 4, 6, 0, -5, 32])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(6, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [nan, nan, 1.0, 2.0, 5.0, 5.0]
+    """
+
+    window: int
+    use_median: bool = False
+    min_periods: int | None = None
+    name = "mmad"
+
+    def __post_init__(self) -> None:
+        _check_window(self.name, self.window)
+        _check_bool(self.name, "use_median", self.use_median)
+        _check_min_periods(self.name, self.min_periods, self.window)
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        return self._sorted(
+            st, slots, args[0], kp.MAD_MEDIAN if self.use_median else kp.MAD_MEAN, self.min_periods
+        )
+
+
+@dataclass(frozen=True)
+class MovingScan(_ArrayOp):
+    """``mprod`` and ``mmax_positive_streak`` (largest sum of consecutive positive values in the window).
+
+    Both scan the window per row (O(window)); in a streak a NULL counts as a
+    non-positive value, as in DolphinDB's examples.
+
+    Example:
+        >>> import numpy as np
+        >>> op = MovingScan("mmax_positive_streak", window=5)
+        >>> x = np.array([1, -1, 1, -2, 10, 3, 3, 9, 0, 6, 5], dtype=float)
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(11, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [nan, nan, nan, nan, 10.0, 13.0, 16.0, 25.0, 25.0, 15.0, 12.0]
+    """
+
+    name: str
+    window: int
+    min_periods: int | None = None
+
+    _OPS: ClassVar[dict[str, int]] = {"mprod": kp.PROD, "mmax_positive_streak": kp.POS_STREAK}
+
+    def __post_init__(self) -> None:
+        _check_name("MovingScan", self.name, tuple(self._OPS))
+        _check_window(self.name, self.window)
+        _check_min_periods(self.name, self.min_periods, self.window)
+
+    def _layout(self) -> dict[str, _Field]:
+        return _ring_layout(self.window)
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        minp, full_only = _minp(self.min_periods)
+        return [
+            kp.window_scan(
+                self._OPS[self.name], slots, args[0], self.window, minp, full_only,
+                st["ring"], st["n_rows"], st["wpos"], st["nobs"],
+            )
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MovingMoments(_ArrayOp):
+    """``mskew(x, window, biased=True)`` and ``mkurtosis(x, window, biased=True)``, O(1) per row.
+
+    DolphinDB's definitions: biased skewness m3/m2^1.5 and moment kurtosis
+    m4/m2² (3 for a normal sample, not excess); ``biased=False`` applies the
+    sample corrections (pandas' ``skew()`` and ``kurt() + 3``). Skewness needs 2
+    values (3 unbiased), kurtosis 3 (4 unbiased); a window of equal values or
+    holding an infinite value outputs NULL.
+
+    Example:
+        >>> import numpy as np
+        >>> op = MovingMoments("mskew", window=3)
+        >>> x = np.array([1.0, 2, 3, 10, 100, 4, 3])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(7, dtype=np.int64), 1, [x])
+        >>> np.round(out, 6).tolist()
+        [nan, nan, 0.0, 0.665469, 0.69381, 0.697217, 0.706851]
+    """
+
+    name: str
+    window: int
+    biased: bool = True
+    min_periods: int | None = None
+
+    _OPS: ClassVar[dict[str, int]] = {"mskew": kp.SKEW, "mkurtosis": kp.KURT}
+
+    def __post_init__(self) -> None:
+        _check_name("MovingMoments", self.name, tuple(self._OPS))
+        _check_window(self.name, self.window)
+        _check_bool(self.name, "biased", self.biased)
+        _check_min_periods(self.name, self.min_periods, self.window)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {
+            **_ring_layout(self.window), "n_inf": _i64(), "mean": _f64(0.0), "m2": _f64(0.0), "m3": _f64(0.0),
+            "m4": _f64(0.0), "run_val": _f64(), "run_len": _i64(),
+        }  # fmt: skip
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        minp, full_only = _minp(self.min_periods)
+        return [
+            kp.moving_moments(
+                self._OPS[self.name], slots, args[0], self.window, minp, full_only, self.biased,
+                st["ring"], st["n_rows"], st["wpos"], st["nobs"], st["n_inf"], st["mean"], st["m2"], st["m3"],
+                st["m4"], st["run_val"], st["run_len"],
+            )
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CumSimple(_ArrayOp):
+    """``cum_positive_streak(x)`` and ``cummdd(x, ratio=True)`` per key.
+
+    ``cum_positive_streak``: the running sum of the current streak of positive
+    values, 0 on a non-positive or NULL value. ``cummdd``: the running maximum
+    drawdown, (peak − x)/peak with ``ratio`` (NULL rows and a zero peak are
+    skipped) or peak − x without; 0 at the first value.
+
+    Example:
+        >>> import numpy as np
+        >>> op = CumSimple("cummdd")
+        >>> x = np.array([36.0, 96, 42, 100, 59, 86, 25, 64, 72])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(9, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [0.0, 0.0, 0.5625, 0.5625, 0.5625, 0.5625, 0.75, 0.75, 0.75]
+    """
+
+    name: str
+    ratio: bool = True
+
+    _OPS: ClassVar[dict[str, int]] = {"cum_positive_streak": 0, "cummdd": 1}
+
+    def __post_init__(self) -> None:
+        _check_name("CumSimple", self.name, tuple(self._OPS))
+        _check_bool(self.name, "ratio", self.ratio)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {"acc": _f64(0.0 if self.name == "cum_positive_streak" else math.nan), "peak": _f64()}
+
+    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        return [kp.cum_simple(self._OPS[self.name], slots, args[0], self.ratio, st["acc"], st["peak"])]
+
+
+def _pow2(n: int, floor: int = 8) -> int:
+    return max(floor, 1 << max(int(n) - 1, 0).bit_length())
+
+
+def _regrown(func: str, state: State, name: str, n_keys: int, width: int, fill: float | int) -> np.ndarray:
+    """A copy of the growable ``state[name]`` with ``n_keys`` rows and at least ``width`` columns."""
+    old = state.get(name)
+    if old is None or old.ndim != 2:
+        raise ValueError(
+            f"state function {func!r}: state array {name!r} is missing or not 2-D; "
+            "was the state made by another operator or parameter set?"
+        )
+    new = np.full((n_keys, max(width, old.shape[1])), fill, dtype=old.dtype)
+    new[: old.shape[0], : old.shape[1]] = old
+    return new
+
+
+@dataclass(frozen=True)
+class CumPercentile(StateOp):
+    """``cumpercentile(x, percent, interpolation='linear')`` and ``cummed(x)`` per key.
+
+    Two heaps split the key's values at the percentile, so a row costs
+    O(log n). The state keeps every non-NULL value of the key: it grows with the
+    key's history (each key's arrays are as wide as the longest one needs).
+
+    Example:
+        >>> import numpy as np
+        >>> op = CumPercentile("cummed")
+        >>> x = np.array([5.0, 1, np.nan, 3, 2])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(5, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [5.0, 3.0, 3.0, 3.0, 2.5]
+    """
+
+    name: str
+    percent: float = 50.0
+    interpolation: str = "linear"
+    n_args = 1
+
+    _FIXED: ClassVar[dict[str, _Field]] = {"n_lo": _i64(), "n_hi": _i64(), "last": _f64()}
+
+    def __post_init__(self) -> None:
+        _check_name("CumPercentile", self.name, ("cummed", "cumpercentile"))
+        _check_percent(self.name, self.percent)
+        _check_choice(self.name, "interpolation", self.interpolation, _INTERPOLATIONS)
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        empty: State = {n: np.full((0, *f.shape), f.fill, dtype=f.dtype) for n, f in self._FIXED.items()}
+        return {**empty, "lo": np.full((0, 8), np.nan), "hi": np.full((0, 8), np.nan)}
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        slots_, (x,) = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = _grown_copy(self.name, self._FIXED, state, n_keys)
+        q = float(self.percent) / 100
+        # widest heap any key needs by the end of the batch (each may hold one extra value while rebalancing)
+        n_end = st["n_lo"] + st["n_hi"] + np.bincount(slots_[x == x], minlength=n_keys)
+        want = np.floor(q * np.maximum(n_end - 1, 0)) + 1
+        lo_need = int(np.minimum(n_end, want + 1).max(initial=0))
+        hi_need = int(np.minimum(n_end, n_end - want + 1).max(initial=0))
+        st["lo"] = _regrown(self.name, state, "lo", n_keys, _pow2(lo_need), np.nan)
+        st["hi"] = _regrown(self.name, state, "hi", n_keys, _pow2(hi_need), np.nan)
+        out = kp.cum_percentile(
+            slots_,
+            x,
+            q,
+            _INTERPOLATIONS[self.interpolation],
+            st["lo"],
+            st["hi"],
+            st["n_lo"],
+            st["n_hi"],
+            st["last"],
+        )
+        return st, [out]
+
+
+@dataclass(frozen=True)
+class CumNunique(StateOp):
+    """``cumnunique(x, ignore_null=False)``: the number of distinct values of the key so far.
+
+    NULL counts as one value unless ``ignore_null``. Each key keeps an
+    open-addressing hash set of its distinct values (O(1) per row); the state
+    grows with the number of distinct values (each key's table is as wide as the
+    fullest one needs).
+
+    Example:
+        >>> import numpy as np
+        >>> op = CumNunique()
+        >>> x = np.array([np.nan, 1, 2, -6, 0, 1, 2])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(7, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [1.0, 2.0, 3.0, 4.0, 5.0, 5.0, 5.0]
+    """
+
+    ignore_null: bool = False
+    name = "cumnunique"
+    n_args = 1
+
+    _FIXED: ClassVar[dict[str, _Field]] = {"count": _i64(), "has_null": _i64()}
+
+    def __post_init__(self) -> None:
+        _check_bool(self.name, "ignore_null", self.ignore_null)
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        empty: State = {n: np.full((0, *f.shape), f.fill, dtype=f.dtype) for n, f in self._FIXED.items()}
+        return {**empty, "table": np.full((0, 8), kp._EMPTY, dtype=np.int64)}
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        slots_, (x,) = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = _grown_copy(self.name, self._FIXED, state, n_keys)
+        table = _regrown(self.name, state, "table", n_keys, 8, kp._EMPTY)
+        bits = (x + 0.0).view(np.int64)  # + 0.0 turns -0.0 into 0.0: equal values, equal bits
+        out = np.empty(x.shape[0])
+        start = 0
+        while True:
+            start = kp.nunique_insert(
+                slots_, x, bits, start, self.ignore_null, table, st["count"], st["has_null"], out
+            )
+            if start == x.shape[0]:
+                break
+            bigger = np.full((n_keys, 2 * table.shape[1]), kp._EMPTY, dtype=np.int64)
+            kp.rehash(table, bigger)
+            table = bigger
+        st["table"] = table
+        return st, [out]
+
+
 # ---------------------------------------------------------------- registry
 
 
@@ -622,6 +1033,10 @@ def _ewm_cov_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
 
 def _ta_cascade_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
     return lambda p: TaCascade(name, p["window"], p.get("vfactor"))
+
+
+def _moments_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: MovingMoments(name, p["window"], p.get("biased", True), p.get("min_periods"))
 
 
 def _specs() -> list[StateOpSpec]:
@@ -657,6 +1072,59 @@ def _specs() -> list[StateOpSpec]:
             "linear_time_trend", "linear_time_trend(x, window)", ("window",), ("window",),
             lambda p: LinearTimeTrend(p["window"]), n_outputs=2,
         ),
+        StateOpSpec(
+            "mrank",
+            "mrank(x, ascending, window, ignore_na=True, ties_method='min', percent=False, min_periods=None)",
+            ("ascending", "window", "ignore_na", "ties_method", "percent", "min_periods"), ("ascending", "window"),
+            lambda p: MovingRank(
+                p["ascending"], p["window"], p.get("ignore_na", True), p.get("ties_method", "min"),
+                p.get("percent", False), p.get("min_periods"),
+            ),
+        ),
+        StateOpSpec(
+            "mmed", "mmed(x, window, min_periods=None)", ("window", "min_periods"), ("window",),
+            lambda p: MovingPercentile("mmed", p["window"], min_periods=p.get("min_periods")),
+        ),
+        StateOpSpec(
+            "mpercentile", "mpercentile(x, percent, window, interpolation='linear', min_periods=None)",
+            ("percent", "window", "interpolation", "min_periods"), ("percent", "window"),
+            lambda p: MovingPercentile(
+                "mpercentile", p["window"], p["percent"], p.get("interpolation", "linear"), p.get("min_periods")
+            ),
+        ),
+        StateOpSpec(
+            "mmad", "mmad(x, window, use_median=False, min_periods=None)", ("window", "use_median", "min_periods"),
+            ("window",), lambda p: MovingMad(p["window"], p.get("use_median", False), p.get("min_periods")),
+        ),
+        *(
+            StateOpSpec(
+                n, f"{n}(x, window, biased=True, min_periods=None)", ("window", "biased", "min_periods"),
+                ("window",), _moments_builder(n),
+            )
+            for n in MovingMoments._OPS
+        ),
+        StateOpSpec(
+            "mprod", "mprod(x, window, min_periods=None)", ("window", "min_periods"), ("window",),
+            lambda p: MovingScan("mprod", p["window"], p.get("min_periods")),
+        ),
+        StateOpSpec(
+            "mmax_positive_streak", "mmax_positive_streak(x, window)", ("window",), ("window",),
+            lambda p: MovingScan("mmax_positive_streak", p["window"]), result="same",
+        ),
+        StateOpSpec("cummed", "cummed(x)", (), (), lambda p: CumPercentile("cummed")),
+        StateOpSpec(
+            "cumpercentile", "cumpercentile(x, percent, interpolation='linear')", ("percent", "interpolation"),
+            ("percent",), lambda p: CumPercentile("cumpercentile", p["percent"], p.get("interpolation", "linear")),
+        ),
+        StateOpSpec(
+            "cumnunique", "cumnunique(x, ignore_null=False)", ("ignore_null",), (),
+            lambda p: CumNunique(p.get("ignore_null", False)), result="long",
+        ),
+        StateOpSpec(
+            "cum_positive_streak", "cum_positive_streak(x)", (), (), lambda p: CumSimple("cum_positive_streak"),
+            result="same",
+        ),
+        StateOpSpec("cummdd", "cummdd(x, ratio=True)", ("ratio",), (), lambda p: CumSimple("cummdd", p.get("ratio", True))),
     ]  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import sqlalchemy as sa
 
 from headwater.types import Schema
@@ -139,7 +140,7 @@ class MetadataStore:
         with self.engine.begin() as c:
             res = c.execute(sa.insert(graphs).values(
                 fqn=fqn, status="building", semantics=semantics, create_time=time.time(), reason="",
-                definition=pickle.dumps(definition), graph_json=graph_json))
+                definition=cloudpickle.dumps(definition), graph_json=graph_json))
             return int(res.inserted_primary_key[0])  # type: ignore[index]
 
     def set_status(self, graph_id: int, status: str, reason: str = "") -> None:
