@@ -804,8 +804,23 @@ class StateOpSpec:
 
 
 _RESULTS = {
-    **dict.fromkeys(("mmax", "mmin", "mfirst", "mlast", "prev", "move", "ffill", "cummax", "cummin",
-                     "cumfirst_not", "cumlast_not", "prev_state"), "same"),
+    **dict.fromkeys(
+        (
+            "mmax",
+            "mmin",
+            "mfirst",
+            "mlast",
+            "prev",
+            "move",
+            "ffill",
+            "cummax",
+            "cummin",
+            "cumfirst_not",
+            "cumlast_not",
+            "prev_state",
+        ),
+        "same",
+    ),
     **dict.fromkeys(("mcount", "cumcount", "mimax", "mimin", "mimax_last", "mimin_last"), "long"),
     **dict.fromkeys(("msum", "cumsum"), "sum"),
     **dict.fromkeys(("deltas", "cumprod"), "numeric"),
@@ -949,4 +964,4 @@ def register(*specs: StateOpSpec) -> None:
 
 
 # Families kept in their own modules register themselves on import.
-from headwater.state import ops_pairwise, ops_time  # noqa: E402, F401
+from headwater.state import ops_higher, ops_pairwise, ops_time  # noqa: E402, F401
