@@ -73,6 +73,11 @@ _Y10 = [9, 5, 3, 4, 5, 4, 7, 1, 3, 4]
 _EMA_X = [12.1, 12.2, 12.6, 12.8, 11.9, 11.6, 11.2]
 _KAMA_X = [51.65, 81.18, 43.37, 11.26, 82.79, 13.4, 81.87, 63.53, 21.28, 94.23]
 _LTT_X = [3, 3, 5, 7, 8, 9, 10, 11, 15, 13, 12, 11, 10]
+_STREAK = [5, NAN, 3, 2, 1, 5, 10, 9, NAN, 9, 10, -1, NAN]
+_RANK_X = [3, 2, 4, 4, 4, NAN, 1]
+_MAD_X = [7, 4, 6, 0, -5, 32]
+_PCT_X = [2, 1, 3, 7, 6, 5, 4]
+_PCT_Y = [2, 1, 3, NAN, 6, 5, 4]
 
 DOC_EXAMPLES: list[tuple[str, tuple[list[float], ...], dict[str, Any], tuple[list[float], ...], int | None]] = [
     ("mwsum", ([2, 1, 3, 7, 6, 5, 4], [1, 0.5, 1, 1, 2, 2.1, 2]), {"window": 3},
@@ -104,6 +109,68 @@ DOC_EXAMPLES: list[tuple[str, tuple[list[float], ...], dict[str, Any], tuple[lis
     ("ma", (_EMA_X,), {"window": 3, "ma_type": 1}, ([NAN, NAN, 12.3, 12.55, 12.225, 11.9125, 11.55625],), 10),
     ("ma", (_EMA_X,), {"window": 3, "ma_type": 3},
      ([NAN, NAN, NAN, NAN, 12.091666666666668, 11.689583333333335, 11.266666666666665],), 12),
+    # part D
+    ("cum_positive_streak", ([1, 0, -1, 1, 2, 2, 2, 1, 0, -1, 0, 2],), {}, ([1, 0, 0, 1, 3, 5, 7, 8, 0, 0, 0, 2],), None),
+    ("cummdd", ([36, 96, 42, 100, 59, 86, 25, 64, 72],), {},
+     ([0, 0, 0.5625, 0.5625, 0.5625, 0.5625, 0.75, 0.75, 0.75],), None),
+    ("cummdd", ([36, 96, 42, 100, 59, 86, 25, 64, 72],), {"ratio": False}, ([0, 0, 54, 54, 54, 54, 75, 75, 75],), None),
+    ("mmax_positive_streak", ([1, -1, 1, -2, 10, 3, 3, 9, 0, 6, 5],), {"window": 5},
+     ([NAN] * 4 + [10, 13, 16, 25, 25, 15, 12],), None),
+    ("mmax_positive_streak", (_STREAK,), {"window": 5}, ([NAN] * 4 + [6, 11, 21, 27, 25, 24, 19, 19, 19],), None),
+    ("mmax_positive_streak", (list(np.sign(_STREAK)),), {"window": 5}, ([NAN] * 4 + [3, 4, 5, 5, 4, 3, 2, 2, 2],), None),
+    ("mrank", (_RANK_X,), {"ascending": False, "window": 3}, ([NAN, NAN, 0, 0, 0, NAN, 1],), None),
+    ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "min_periods": 2}, ([NAN, 1, 0, 0, 0, NAN, 1],), None),
+    ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "ignore_na": False, "ties_method": "max"},
+     ([NAN, NAN, 0, 1, 2, 2, 1],), None),
+    ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "ignore_na": False, "ties_method": "max", "min_periods": 2},
+     ([NAN, 1, 0, 1, 2, 2, 1],), None),
+    ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "ignore_na": False, "ties_method": "min"},
+     ([NAN, NAN, 0, 0, 0, 2, 1],), None),
+    ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "ignore_na": False, "ties_method": "min", "min_periods": 3},
+     ([NAN, NAN, 0, 0, 0, NAN, NAN],), None),
+    ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "ignore_na": False, "ties_method": "average"},
+     ([NAN, NAN, 0, 0.5, 1, 2, 1],), None),
+    ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "ignore_na": False, "ties_method": "average",
+                           "min_periods": 2}, ([NAN, 1, 0, 0.5, 1, 2, 1],), None),
+    ("mrank", ([1, 2, 5, 3, 4],), {"ascending": True, "window": 3}, ([NAN, NAN, 2, 1, 1],), None),
+    ("mrank", ([5, 4, 1, 2, 3],), {"ascending": True, "window": 3}, ([NAN, NAN, 0, 1, 2],), None),
+    ("mrank", ([1, 2, 5, 3, 4],), {"ascending": True, "window": 3, "percent": True}, ([NAN, NAN, 1, 0.6667, 0.6667],), 4),
+    ("mrank", ([5, 4, 1, 2, 3],), {"ascending": True, "window": 3, "percent": True}, ([NAN, NAN, 0.3333, 0.6667, 1],), 4),
+    ("mmad", (_MAD_X,), {"window": 3},
+     ([NAN, NAN, 1.111111111111111, 2.222222222222222, 3.777777777777777, 15.333333333333333],), 12),
+    ("mmad", (_MAD_X,), {"window": 3, "use_median": True}, ([NAN, NAN, 1, 2, 5, 5],), None),
+    ("mmad", ([NAN, NAN, 2, 5, 1, 7, -3, 0],), {"window": 3, "min_periods": 2},
+     ([NAN, NAN, NAN, 1.5, 1.555555555555555, 2.222222222222222, 3.555555555555556, 3.777777777777778],), 12),
+    ("mpercentile", (_PCT_X,), {"percent": 50, "window": 3}, ([NAN, NAN, 2, 3, 6, 6, 5],), None),
+    ("mpercentile", (_PCT_X,), {"percent": 25, "window": 3, "interpolation": "lower"}, ([NAN, NAN, 1, 1, 3, 5, 4],), None),
+    ("mpercentile", (_PCT_X,), {"percent": 75, "window": 3, "interpolation": "higher"}, ([NAN, NAN, 3, 7, 7, 7, 6],), None),
+    ("mpercentile", (_PCT_X,), {"percent": 5, "window": 3, "interpolation": "nearest"}, ([NAN, NAN, 1, 1, 3, 5, 4],), None),
+    ("mpercentile", (_PCT_X,), {"percent": 15, "window": 3, "interpolation": "midpoint"},
+     ([NAN, NAN, 1.5, 2, 4.5, 5.5, 4.5],), None),
+    ("mpercentile", (_PCT_X,), {"percent": 50, "window": 3, "min_periods": 1}, ([2, 1.5, 2, 3, 6, 6, 5],), None),
+    ("mmed", (_PCT_X,), {"window": 3}, ([NAN, NAN, 2, 3, 6, 6, 5],), None),
+    ("mmed", (_PCT_Y,), {"window": 3}, ([NAN, NAN, 2, 2, 4.5, 5.5, 5],), None),
+    ("mmed", (_PCT_Y,), {"window": 3, "min_periods": 1}, ([2, 1.5, 2, 2, 4.5, 5.5, 5],), None),
+    ("mprod", (_PCT_X,), {"window": 3}, ([NAN, NAN, 6, 21, 126, 210, 120],), None),
+    ("mprod", (_PCT_Y,), {"window": 3}, ([NAN, NAN, 6, 3, 18, 30, 120],), None),
+    ("mprod", (_PCT_Y,), {"window": 3, "min_periods": 1}, ([2, 2, 6, 3, 18, 30, 120],), None),
+    ("mskew", ([1, 2, 3, 10, 100, 4, 3],), {"window": 3},
+     ([NAN, NAN, 0, 0.665469, 0.693810, 0.697217, 0.706851],), 6),
+    ("mskew", ([1, 6, 2, 9, 4, 5, 100],), {"window": 3},
+     ([NAN, NAN, 0.595170064139498, -0.172800544078651, 0.470330460336986, 0.595170064139498,
+       0.706845142811354],), 12),
+    ("mskew", ([100, 11, 12, 18, 23, 21, 10],), {"window": 3},
+     ([NAN, NAN, 0.706802122668126, 0.65201211704403, -0.110780117654834, -0.239063146929565,
+       -0.642723256123865],), 12),
+    ("mkurtosis", ([1, 9, 3, 100, 3, 2, 1, -100, 9, 10000],), {"window": 8},
+     ([NAN] * 7 + [3.989653641279048, 3.989840910744778, 6.140237905908072],), 12),
+    ("mkurtosis", ([*range(1, 10), 100],), {"window": 8},
+     ([NAN] * 7 + [1.761904761904762, 1.761904761904762, 6.101712240467206],), 12),
+    # DolphinDB: mkurtosis(m, 4, false) - 3 equals pandas' rolling(4).kurt()
+    ("mkurtosis", ([1111, 323, 43, 51, 6],), {"window": 4, "biased": False}, ([NAN] * 3 + [5.504252, 6.675552],), 6),
+    ("mkurtosis", ([2, 9, 12, 32, 400],), {"window": 4, "biased": False}, ([NAN] * 3 + [5.366838, 6.941262],), 6),
+    ("cumnunique", ([NAN, 1, 2, -6, 0, 1, 2],), {}, ([1, 2, 3, 4, 5, 5, 5],), None),
+    ("cumnunique", ([NAN, 1, 2, -6, 0, 1, 2],), {"ignore_null": True}, ([0, 1, 2, 3, 4, 4, 4],), None),
 ]  # fmt: skip
 
 
@@ -371,6 +438,187 @@ REFERENCES: list[tuple[str, tuple[str, ...], dict[str, Any], Ref]] = [
 ]  # fmt: skip
 
 
+def _moving(agg: Callable[[pd.Series], pd.Series], window: int, min_periods: int | None) -> Ref:
+    """A moving aggregate of the non-NULL values with DolphinDB's NULL rules; ``agg`` gets the rolling object."""
+
+    def ref(s: pd.Series) -> list[pd.Series]:
+        nobs = s.notna().astype(float).rolling(window, min_periods=1).sum()
+        ok = nobs >= (min_periods or 1)
+        if min_periods is None:
+            ok &= np.arange(len(s)) >= window - 1
+        return [agg(s.rolling(window, min_periods=1)).where(ok)]
+
+    return ref
+
+
+def _apply(fn: Callable[[np.ndarray], float]) -> Callable[[Any], pd.Series]:
+    """Rolling apply of ``fn`` to the window's non-NULL values (NumPy reference)."""
+    return lambda roll: roll.apply(
+        lambda a: fn(a[~np.isnan(a)]) if (~np.isnan(a)).any() else np.nan, raw=True
+    )
+
+
+def _rank_brute(ascending: bool, ties: str, percent: bool, ignore_na: bool) -> Callable[[np.ndarray], float]:
+    def fn(a: np.ndarray) -> float:
+        v = a[-1]
+        vals = a[~np.isnan(a)] if ignore_na else a
+        if np.isnan(v) and ignore_na:
+            return np.nan
+        key = (
+            np.where(np.isnan(vals), -np.inf, vals) if ascending else np.where(np.isnan(vals), np.inf, -vals)
+        )
+        me = (-np.inf if ascending else np.inf) if np.isnan(v) else (v if ascending else -v)
+        # NULLs rank lowest: below every value ascending, above every value descending
+        before = int((key < me).sum()) if not np.isnan(v) else 0
+        eq = int((key == me).sum()) if not np.isnan(v) else int(np.isnan(vals).sum())
+        if np.isnan(v) and not ascending:
+            before = int((~np.isnan(vals)).sum())
+        rank = {"min": before, "max": before + eq - 1, "average": before + (eq - 1) / 2}[ties]
+        return (rank + 1) / len(vals) if percent else float(rank)
+
+    return fn
+
+
+def _mrank(window: int, ascending: bool = True, ties: str = "min", percent: bool = False,
+           ignore_na: bool = True, min_periods: int | None = None) -> Ref:  # fmt: skip
+    if ignore_na:  # pandas' rolling rank
+
+        def agg(roll: Any) -> pd.Series:
+            r = roll.rank(method=ties, ascending=ascending, pct=percent)
+            return r if percent else r - 1
+    else:
+
+        def agg(roll: Any) -> pd.Series:
+            return roll.apply(_rank_brute(ascending, ties, percent, ignore_na), raw=True)
+
+    return _moving(agg, window, min_periods)
+
+
+def _mad(a: np.ndarray, use_median: bool) -> float:
+    if use_median:
+        return float(np.median(np.abs(a - np.median(a))))
+    return float(np.mean(np.abs(a - a.mean())))
+
+
+def _moment(kind: str, biased: bool) -> Callable[[np.ndarray], float]:
+    def fn(a: np.ndarray) -> float:
+        n = len(a)
+        d = a - a.mean()
+        m2, m3, m4 = (d**2).mean(), (d**3).mean(), (d**4).mean()
+        if m2 == 0 or n < (2 if kind == "skew" else 3) + (not biased):
+            return np.nan
+        if kind == "skew":
+            g = m3 / m2**1.5
+            return g if biased else g * np.sqrt(n * (n - 1)) / (n - 2)
+        b = m4 / m2**2
+        return b if biased else ((n * n - 1) * b - 3 * (n - 1) ** 2) / ((n - 2) * (n - 3)) + 3
+
+    return fn
+
+
+def _max_streak(a: np.ndarray) -> float:
+    best = cur = 0.0
+    for v in a:
+        cur = cur + v if v > 0 else 0.0
+        best = max(best, cur)
+    return best
+
+
+def _mstreak(window: int) -> Ref:
+    def ref(s: pd.Series) -> list[pd.Series]:
+        nobs = s.notna().astype(float).rolling(window, min_periods=1).sum()
+        val = s.rolling(window, min_periods=1).apply(_max_streak, raw=True)
+        return [val.where((nobs > 0) & (np.arange(len(s)) >= window - 1))]
+
+    return ref
+
+
+def _cum_loop(fn: Callable[[np.ndarray], np.ndarray]) -> Ref:
+    return lambda s: [pd.Series(fn(s.to_numpy()), index=s.index)]
+
+
+def _streak(x: np.ndarray) -> np.ndarray:
+    out, cur = np.empty(len(x)), 0.0
+    for i, v in enumerate(x):
+        cur = cur + v if v > 0 else 0.0
+        out[i] = cur
+    return out
+
+
+def _mdd(ratio: bool) -> Callable[[np.ndarray], np.ndarray]:
+    def fn(x: np.ndarray) -> np.ndarray:
+        peak = pd.Series(x).cummax().ffill().to_numpy()
+        dd = (peak - x) / peak if ratio else peak - x
+        return pd.Series(dd).cummax().ffill().to_numpy()
+
+    return fn
+
+
+def _nunique(ignore_null: bool) -> Callable[[np.ndarray], np.ndarray]:
+    def fn(x: np.ndarray) -> np.ndarray:
+        seen: set[float] = set()
+        null = False
+        out = np.empty(len(x))
+        for i, v in enumerate(x):
+            if np.isnan(v):
+                null = null or not ignore_null
+            else:
+                seen.add(float(v))
+            out[i] = len(seen) + null
+        return out
+
+    return fn
+
+
+REFERENCES += [
+    *(
+        ("mrank", ("a",), {"ascending": asc, "window": w, "ties_method": t, "percent": pct, "min_periods": mp},
+         _mrank(w, asc, t, pct, True, mp))
+        for asc in (True, False) for t in ("min", "max", "average") for pct, w, mp in ((False, 4, None), (True, 7, 3))
+    ),
+    *(
+        ("mrank", ("a",), {"ascending": asc, "window": 5, "ignore_na": False, "ties_method": t},
+         _mrank(5, asc, t, False, False))
+        for asc in (True, False) for t in ("min", "average")
+    ),
+    ("mrank", ("a",), {"ascending": True, "window": 5, "ignore_na": False, "percent": True, "min_periods": 2},
+     _mrank(5, True, "min", True, False, 2)),
+    *(("mmed", ("a",), {"window": w, "min_periods": mp}, _moving(lambda r: r.median(), w, mp))
+      for w, mp in ((1, None), (4, None), (9, 3))),
+    *(
+        ("mpercentile", ("a",), {"percent": pct, "window": w, "interpolation": how},
+         _moving(lambda r, pct=pct, how=how: r.quantile(pct / 100, interpolation=how), w, None))
+        for how in ("linear", "lower", "higher", "nearest", "midpoint") for pct, w in ((15, 5), (50, 6), (90, 11))
+    ),
+    ("mpercentile", ("a",), {"percent": 0, "window": 4, "min_periods": 1}, _moving(lambda r: r.min(), 4, 1)),
+    ("mpercentile", ("a",), {"percent": 100, "window": 4}, _moving(lambda r: r.max(), 4, None)),
+    *(
+        ("mmad", ("a",), {"window": w, "use_median": med, "min_periods": mp},
+         _moving(_apply(lambda a, med=med: _mad(a, med)), w, mp))
+        for med in (False, True) for w, mp in ((1, None), (4, None), (8, 3))
+    ),
+    *(
+        (f"m{kind}", ("a",), {"window": w, "biased": biased, "min_periods": mp},
+         _moving(_apply(_moment(kind, biased)), w, mp))
+        for kind in ("skew", "kurtosis") for biased in (True, False) for w, mp in ((4, None), (6, 2), (12, None))
+    ),
+    *(("mprod", ("a",), {"window": w, "min_periods": mp}, _moving(_apply(np.prod), w, mp))
+      for w, mp in ((1, None), (3, None), (6, 2))),
+    *(("mmax_positive_streak", ("a",), {"window": w}, _mstreak(w)) for w in (1, 4, 10)),
+    ("cummed", ("a",), {}, lambda s: [s.expanding(1).median()]),
+    *(
+        ("cumpercentile", ("a",), {"percent": pct, "interpolation": how},
+         lambda s, pct=pct, how=how: [s.expanding(1).quantile(pct / 100, interpolation=how)])
+        for how in ("linear", "lower", "higher", "nearest", "midpoint") for pct in (0, 15, 50, 85, 100)
+    ),
+    ("cumnunique", ("a",), {}, _cum_loop(_nunique(False))),
+    ("cumnunique", ("a",), {"ignore_null": True}, _cum_loop(_nunique(True))),
+    ("cum_positive_streak", ("a",), {}, _cum_loop(_streak)),
+    ("cummdd", ("b",), {}, _cum_loop(_mdd(True))),
+    ("cummdd", ("b",), {"ratio": False}, _cum_loop(_mdd(False))),
+]  # fmt: skip
+
+
 def _reference(df: pd.DataFrame, cols: tuple[str, ...], ref: Ref) -> Outputs:
     parts: list[list[pd.Series]] = [ref(*(g[c] for c in cols)) for _, g in df.groupby("key", sort=False)]
     return [
@@ -403,12 +651,7 @@ def test_matches_reference_per_key(
 
 
 def test_every_function_of_the_family_has_a_reference() -> None:
-    covered = {n for n, _, _, _ in REFERENCES}
-    # cum_positive_streak, cummdd, mmax_positive_streak, mprod, ... are covered by NumPy references below
-    assert FAMILY - covered <= set(NUMPY_ONLY), sorted(FAMILY - covered - set(NUMPY_ONLY))
-
-
-NUMPY_ONLY: tuple[str, ...] = ()
+    assert {n for n, _, _, _ in REFERENCES} == FAMILY
 
 
 # ---------------------------------------------------------------- streaming == batch
@@ -425,6 +668,26 @@ PROPERTY_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("t3", {"window": 2, "vfactor": 0.2}),
     ("trima", {"window": 4}),
     *(("ma", {"window": 3, "ma_type": t}) for t in (0, 1, 2, 3, 4, 5, 6, 8)),
+    *(("mrank", {"ascending": asc, "window": w, "ignore_na": ign, "ties_method": t, "percent": pct})
+      for asc, w, ign, t, pct in ((True, 1, True, "min", False), (False, 3, False, "average", True),
+                                  (True, 4, False, "max", False))),
+    ("mrank", {"ascending": True, "window": 4, "min_periods": 2}),
+    *((n, {"window": w}) for n in ("mmed", "mmad", "mskew", "mkurtosis", "mprod", "mmax_positive_streak")
+      for w in (1, 3)),
+    *((n, {"window": 4, "min_periods": 2}) for n in ("mmed", "mmad", "mskew", "mkurtosis", "mprod")),
+    ("mmad", {"window": 4, "use_median": True}),
+    ("mskew", {"window": 5, "biased": False}),
+    ("mkurtosis", {"window": 5, "biased": False}),
+    *(("mpercentile", {"percent": p, "window": 4, "interpolation": how})
+      for p, how in ((30, "linear"), (50, "nearest"), (0, "higher"), (100, "midpoint"))),
+    ("cummed", {}),
+    *(("cumpercentile", {"percent": p, "interpolation": how}) for p, how in ((30, "linear"), (90, "lower"),
+                                                                            (0, "higher"), (100, "midpoint"))),
+    ("cumnunique", {}),
+    ("cumnunique", {"ignore_null": True}),
+    ("cum_positive_streak", {}),
+    ("cummdd", {}),
+    ("cummdd", {"ratio": False}),
 ]  # fmt: skip
 
 _values = st.one_of(

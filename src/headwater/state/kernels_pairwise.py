@@ -8,6 +8,10 @@ NULL. Validation, state growth and copying live in the Python wrappers.
 Two-argument kernels use a pair only when both values are non-NULL. Moving
 kernels take ``window > 0``; ``window == 0`` means cumulative (nothing ever
 leaves the window, and the ring arrays may have width 0).
+
+Kernels compile with numpy's error model: a float division by zero gives
+inf/NaN instead of raising, and every result that could divide by a zero or
+underflowed denominator checks it first.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ CORR, COVAR, COVARP, BETA, SLR = 0, 1, 2, 3, 4
 WSUM, WAVG = 0, 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _pair_add(
     k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy, run_x, run_xn, run_y, run_yn
 ):  # pragma: no cover
@@ -51,7 +55,7 @@ def _pair_add(
         run_yn[k] = 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _pair_remove(k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy):  # pragma: no cover
     m = nobs[k] - n_inf[k]
     nobs[k] -= 1
@@ -74,7 +78,38 @@ def _pair_remove(k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy):  # prag
     cxy[k] -= dx * (yv - mean_y[k])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
+def _pair_refresh(k, ring_x, ring_y, mean_x, mean_y, m2x, m2y, cxy):  # pragma: no cover - numba
+    """Recompute the co-moment sums of the window's finite pairs exactly (two passes over the ring)."""
+    c = 0
+    sx = 0.0
+    sy = 0.0
+    w = ring_x.shape[1]
+    for j in range(w):
+        a = ring_x[k, j]
+        b = ring_y[k, j]
+        if np.isfinite(a) and np.isfinite(b):
+            c += 1
+            sx += a
+            sy += b
+    mx = sx / c if c else 0.0
+    my = sy / c if c else 0.0
+    vx = vy = cv = 0.0
+    for j in range(w):
+        a = ring_x[k, j]
+        b = ring_y[k, j]
+        if np.isfinite(a) and np.isfinite(b):
+            vx += (a - mx) * (a - mx)
+            vy += (b - my) * (b - my)
+            cv += (a - mx) * (b - my)
+    mean_x[k] = mx
+    mean_y[k] = my
+    m2x[k] = vx
+    m2y[k] = vy
+    cxy[k] = cv
+
+
+@njit(cache=True, error_model="numpy")
 def pair_moment(
     op, slots, x, y, window, minp, full_only, row_x,
     ring_x, ring_y, n_rows, wpos, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy, run_x, run_xn, run_y, run_yn,
@@ -83,7 +118,9 @@ def pair_moment(
 
     ``row_x`` replaces x by the key's row counter (used by ``linear_time_trend``);
     the intercept is then reported at the window's first row. A window holding an
-    infinite value outputs NULL. Returns (out, slope); slope is empty unless op == SLR.
+    infinite value outputs NULL. Each time the ring wraps the sums are recomputed
+    from the window (amortised O(1)), so rounding drift never outlives one window
+    length. Returns (out, slope); slope is empty unless op == SLR.
     """
     n = x.shape[0]
     out = np.empty(n)
@@ -106,6 +143,9 @@ def pair_moment(
         if xv == xv and yv == yv:
             _pair_add(k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy, run_x, run_xn, run_y, run_yn)
         n_rows[k] = r + 1
+        if window > 0 and wpos[k] == 0:
+            # once per window length: drop the rounding drift of add/remove (amortised O(1))
+            _pair_refresh(k, ring_x, ring_y, mean_x, mean_y, m2x, m2y, cxy)
         m = nobs[k]
         res = np.nan
         beta = np.nan
@@ -139,7 +179,7 @@ def pair_moment(
     return out, slope
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def weighted_sum(
     op, slots, x, w, window, minp, full_only, ring_x, ring_w, n_rows, wpos, nobs, n_inf, s_xw, c_xw, s_w, c_w
 ):  # pragma: no cover - numba
@@ -192,7 +232,7 @@ def weighted_sum(
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ewm_cov(
     slots, x, y, com, adjust, ignore_na, bias, minp, corr,
     mean_x, mean_y, cov, var_x, var_y, sum_wt, sum_wt2, old_wt, nobs,
@@ -274,7 +314,7 @@ def ewm_cov(
 # for ema/sma in kernels.py) and scatter NULL back into their outputs.
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ema_cascade(slots, x, window, alpha, coef, count, ema, total):  # pragma: no cover - numba
     """``sum(coef[j] * EMA_j)`` where EMA_0 = ema(x) and EMA_j = ema(EMA_{j-1}), each TA-lib seeded.
 
@@ -307,7 +347,7 @@ def ema_cascade(slots, x, window, alpha, coef, count, ema, total):  # pragma: no
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def trima(slots, x, p1, p2, ring1, ring2, count, total, comp):  # pragma: no cover - numba
     """TA-lib TRIMA as an SMA of period ``p2`` over an SMA of period ``p1`` (Kahan-compensated sums).
 
@@ -344,7 +384,7 @@ def trima(slots, x, p1, p2, ring1, ring2, count, total, comp):  # pragma: no cov
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def kama(slots, x, window, ring, count, sum_roc, prev):  # pragma: no cover - numba
     """TA-lib KAMA (fast 2, slow 30), the same updates as ta_KAMA.c; ring holds the last window+1 values."""
     n = x.shape[0]
@@ -402,7 +442,7 @@ TIES_MIN, TIES_MAX, TIES_AVG = 0, 1, 2
 I_LINEAR, I_LOWER, I_HIGHER, I_NEAREST, I_MIDPOINT = 0, 1, 2, 3, 4
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _bisect_left(row, cnt, v):  # pragma: no cover - numba
     lo, hi = 0, cnt
     while lo < hi:
@@ -414,7 +454,7 @@ def _bisect_left(row, cnt, v):  # pragma: no cover - numba
     return lo
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _bisect_right(row, cnt, v):  # pragma: no cover - numba
     lo, hi = 0, cnt
     while lo < hi:
@@ -426,7 +466,7 @@ def _bisect_right(row, cnt, v):  # pragma: no cover - numba
     return lo
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _quantile(lo_v, hi_v, frac, idx, interpolation):  # pragma: no cover - numba
     """pandas' rolling quantile rules between the idx-th and (idx+1)-th smallest values."""
     if frac == 0.0 or interpolation == I_LOWER:
@@ -443,7 +483,7 @@ def _quantile(lo_v, hi_v, frac, idx, interpolation):  # pragma: no cover - numba
     return lo_v if frac < 0.5 else hi_v
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sorted_window(
     op, slots, x, window, minp, full_only, ascending, ignore_na, ties, percent, q, interpolation,
     ring, srt, n_rows, wpos, nobs,
@@ -543,7 +583,7 @@ def sorted_window(
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def window_scan(op, slots, x, window, minp, full_only, ring, n_rows, wpos, nobs):  # pragma: no cover - numba
     """mprod / mmax_positive_streak by scanning the ring oldest to newest (O(window) per row)."""
     n = x.shape[0]
@@ -589,59 +629,15 @@ def window_scan(op, slots, x, window, minp, full_only, ring, n_rows, wpos, nobs)
     return out
 
 
-@njit(cache=True, inline="always")
-def _moments_add(k, v, cnt, mean, m2, m3, m4):  # pragma: no cover - numba
-    # Pébay's one-pass update of central moment sums; cnt is the count after adding v
-    n1 = cnt - 1
-    delta = v - mean[k]
-    dn = delta / cnt
-    dn2 = dn * dn
-    term1 = delta * dn * n1
-    mean[k] += dn
-    m4[k] += term1 * dn2 * (cnt * cnt - 3 * cnt + 3) + 6 * dn2 * m2[k] - 4 * dn * m3[k]
-    m3[k] += term1 * dn * (cnt - 2) - 3 * dn * m2[k]
-    m2[k] += term1
-
-
-@njit(cache=True, inline="always")
-def _moments_remove(k, v, cnt, mean, m2, m3, m4):  # pragma: no cover - numba
-    # The inverse of _moments_add; cnt is the count before removing v (>= 2)
-    old_mean = mean[k] - (v - mean[k]) / (cnt - 1)
-    delta = v - old_mean
-    dn = delta / cnt
-    dn2 = dn * dn
-    term1 = delta * dn * (cnt - 1)
-    mean[k] = old_mean
-    m2[k] -= term1
-    m3[k] -= term1 * dn * (cnt - 2) - 3 * dn * m2[k]
-    m4[k] -= term1 * dn2 * (cnt * cnt - 3 * cnt + 3) + 6 * dn2 * m2[k] - 4 * dn * m3[k]
-
-
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def moving_moments(
-    op,
-    slots,
-    x,
-    window,
-    minp,
-    full_only,
-    biased,
-    ring,
-    n_rows,
-    wpos,
-    nobs,
-    n_inf,
-    mean,
-    m2,
-    m3,
-    m4,
-    run_val,
-    run_len,
-):  # pragma: no cover - numba
-    """mskew / mkurtosis (moment kurtosis, not excess) by O(1) add/remove of central moment sums.
+    op, slots, x, window, minp, full_only, biased, ring, n_rows, wpos, nobs
+):  # pragma: no cover
+    """mskew / mkurtosis (moment kurtosis, not excess) from two passes over the window: O(window) per row.
 
-    A window whose values are all equal outputs NULL (zero variance); one holding
-    an infinite value outputs NULL.
+    Add/remove updates of third and fourth moments lose most digits when a large
+    value leaves the window, so the central moments are recomputed each row. A
+    window of equal values (zero variance) or holding an infinite value outputs NULL.
     """
     n = x.shape[0]
     out = np.empty(n)
@@ -650,63 +646,59 @@ def moving_moments(
         v = x[i]
         r = n_rows[k]
         pos = wpos[k]
-        if r >= window:
-            old = ring[k, pos]
-            if old == old:
-                if np.isinf(old):
-                    n_inf[k] -= 1
-                else:
-                    c = nobs[k] - n_inf[k]
-                    if c <= 1:
-                        mean[k] = 0.0
-                        m2[k] = 0.0
-                        m3[k] = 0.0
-                        m4[k] = 0.0
-                    else:
-                        _moments_remove(k, old, c, mean, m2, m3, m4)
-                nobs[k] -= 1
+        if r >= window and ring[k, pos] == ring[k, pos]:
+            nobs[k] -= 1
         ring[k, pos] = v
         if v == v:
             nobs[k] += 1
-            if np.isinf(v):
-                n_inf[k] += 1
-            else:
-                _moments_add(k, v, nobs[k] - n_inf[k], mean, m2, m3, m4)
-                if v == run_val[k]:
-                    run_len[k] += 1
-                else:
-                    run_val[k] = v
-                    run_len[k] = 1
         n_rows[k] = r + 1
         wpos[k] = pos + 1 if pos + 1 < window else 0
         cnt = nobs[k]
         out[i] = np.nan
-        if cnt == 0 or cnt < minp or (full_only and r + 1 < window) or n_inf[k] > 0 or run_len[k] >= cnt:
+        if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
             continue
-        s2 = m2[k]
-        if s2 <= 0.0:
+        if cnt < (2 if op == SKEW else 3) + (0 if biased else 1):
             continue
+        total = 0.0
+        finite = True
+        for e in ring[k, : min(r + 1, window)]:
+            if e == e:
+                if np.isinf(e):
+                    finite = False
+                    break
+                total += e
+        if not finite:
+            continue
+        mu = total / cnt
+        s2 = s3 = s4 = 0.0
+        for e in ring[k, : min(r + 1, window)]:
+            if e == e:
+                d = e - mu
+                d2 = d * d
+                s2 += d2
+                s3 += d2 * d
+                s4 += d2 * d2
         nf = float(cnt)
         if op == SKEW:
-            if cnt < 2 or (not biased and cnt < 3):
-                continue
-            g = np.sqrt(nf) * m3[k] / (s2 * np.sqrt(s2))
-            out[i] = g if biased else g * np.sqrt(nf * (nf - 1.0)) / (nf - 2.0)
+            den = s2 * np.sqrt(s2)
+            if den > 0.0:  # zero for a constant window; may underflow for a tiny spread
+                g = np.sqrt(nf) * s3 / den
+                out[i] = g if biased else g * np.sqrt(nf * (nf - 1.0)) / (nf - 2.0)
         else:
-            if cnt < 3 or (not biased and cnt < 4):
-                continue
-            b = nf * m4[k] / (s2 * s2)
-            if biased:
-                out[i] = b
-            else:
-                out[i] = ((nf * nf - 1.0) * b - 3.0 * (nf - 1.0) ** 2) / ((nf - 2.0) * (nf - 3.0)) + 3.0
+            den = s2 * s2
+            if den > 0.0:
+                b = nf * s4 / den
+                if biased:
+                    out[i] = b
+                else:
+                    out[i] = ((nf * nf - 1.0) * b - 3.0 * (nf - 1.0) ** 2) / ((nf - 2.0) * (nf - 3.0)) + 3.0
     return out
 
 
 # ---------------------------------------------------------------- cumulative order statistics
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def cum_simple(op, slots, x, ratio, acc, peak):  # pragma: no cover - numba
     """cum_positive_streak (op 0) and cummdd (op 1)."""
     n = x.shape[0]
@@ -737,7 +729,7 @@ def cum_simple(op, slots, x, ratio, acc, peak):  # pragma: no cover - numba
     return out
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _heap_push(h, size, v):  # pragma: no cover - numba
     """Push v onto the max-heap h[:size]."""
     j = size
@@ -750,7 +742,7 @@ def _heap_push(h, size, v):  # pragma: no cover - numba
     h[j] = v
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _heap_pop(h, size):  # pragma: no cover - numba
     """Remove and return the top of the max-heap h[:size]."""
     top = h[0]
@@ -772,7 +764,7 @@ def _heap_pop(h, size):  # pragma: no cover - numba
     return top
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def cum_percentile(slots, x, q, interpolation, lo, hi, n_lo, n_hi, last):  # pragma: no cover - numba
     """Running percentile from two heaps: ``lo`` (max-heap of the smallest values) and ``hi``
     (max-heap of the negated largest ones), O(log n) per row. NULL rows repeat the last result.
@@ -815,7 +807,7 @@ def cum_percentile(slots, x, q, interpolation, lo, hi, n_lo, n_hi, last):  # pra
 _EMPTY = 0x7FF8000000000000  # the bits of NaN: never a stored value
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _hash(b, mask):  # pragma: no cover - numba
     h = b ^ (b >> 31)
     h *= 0x7FB5D329728EA185
@@ -825,7 +817,7 @@ def _hash(b, mask):  # pragma: no cover - numba
     return h & mask
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def nunique_insert(
     slots, x, bits, start, ignore_null, table, count, has_null, out
 ):  # pragma: no cover - numba
@@ -860,7 +852,7 @@ def nunique_insert(
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rehash(old, new):  # pragma: no cover - numba
     """Insert every stored value of ``old`` into the empty tables ``new``."""
     mask = new.shape[1] - 1

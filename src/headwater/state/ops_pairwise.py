@@ -796,7 +796,7 @@ class MovingScan(_ArrayOp):
 
 @dataclass(frozen=True)
 class MovingMoments(_ArrayOp):
-    """``mskew(x, window, biased=True)`` and ``mkurtosis(x, window, biased=True)``, O(1) per row.
+    """``mskew(x, window, biased=True)`` and ``mkurtosis(x, window, biased=True)``, O(window) per row.
 
     DolphinDB's definitions: biased skewness m3/m2^1.5 and moment kurtosis
     m4/m2² (3 for a normal sample, not excess); ``biased=False`` applies the
@@ -827,18 +827,14 @@ class MovingMoments(_ArrayOp):
         _check_min_periods(self.name, self.min_periods, self.window)
 
     def _layout(self) -> dict[str, _Field]:
-        return {
-            **_ring_layout(self.window), "n_inf": _i64(), "mean": _f64(0.0), "m2": _f64(0.0), "m3": _f64(0.0),
-            "m4": _f64(0.0), "run_val": _f64(), "run_len": _i64(),
-        }  # fmt: skip
+        return _ring_layout(self.window)
 
     def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         minp, full_only = _minp(self.min_periods)
         return [
             kp.moving_moments(
                 self._OPS[self.name], slots, args[0], self.window, minp, full_only, self.biased,
-                st["ring"], st["n_rows"], st["wpos"], st["nobs"], st["n_inf"], st["mean"], st["m2"], st["m3"],
-                st["m4"], st["run_val"], st["run_len"],
+                st["ring"], st["n_rows"], st["wpos"], st["nobs"],
             )
         ]  # fmt: skip
 
