@@ -103,6 +103,18 @@ class KeyTable:
             found[missing] = self._index.get_indexer(values[missing])
         return found.astype(np.int64)
 
+    def slots_from_arrow(self, columns: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndarray:
+        """Like :meth:`slots` for Arrow key columns; one key column is looked up once per distinct value."""
+        if len(columns) == 1:
+            column = columns[0]
+            if isinstance(column, pa.ChunkedArray):
+                column = column.combine_chunks()
+            encoded = column.dictionary_encode()
+            uniques = np.asarray(encoded.dictionary.to_pandas(), dtype=object)
+            indices = encoded.indices.to_numpy(zero_copy_only=False)
+            return self.slots([uniques])[indices]
+        return self.slots([np.asarray(c.to_pandas(), dtype=object) for c in columns])
+
     def values(self, slots: np.ndarray, column: int, n_columns: int) -> np.ndarray:
         """The key column ``column`` of each slot in ``slots``."""
         keys = np.empty(len(self.keys), dtype=object)

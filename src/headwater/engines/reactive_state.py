@@ -197,8 +197,8 @@ class ReactiveStateProcessor(Processor):
             return state, self.empty_output()
         schema = self.spec.input_schema
         keys = KeyTable(state["keys"])
-        key_arrays = [to_numpy(table[k], "string" if schema[k] == "string" else schema[k]) for k in self.spec.key_column]
-        slots = keys.slots(key_arrays) if key_arrays else np.zeros(n, dtype=np.int64)
+        key_columns = [table[k] for k in self.spec.key_column]
+        slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(n, dtype=np.int64)
         n_keys = max(len(keys), 1)
         columns = {c: to_numpy(table[c], schema[c]) for c in self.needed}
         ops_state, values = self.dag.evaluate(columns, n, slots, n_keys, state["ops"])

@@ -230,8 +230,8 @@ class TimeSeriesProcessor(Processor):
             return state, self.empty_output()
         schema = spec.input_schema
         keys = KeyTable(state["keys"])
-        key_arrays = [to_numpy(table[k], schema[k]) for k in spec.key_column]
-        slots = keys.slots(key_arrays) if key_arrays else np.zeros(n, dtype=np.int64)
+        key_columns = [table[k] for k in spec.key_column]
+        slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(n, dtype=np.int64)
         time_type = schema[spec.time_column]
         times = to_numpy(table[spec.time_column], time_type).astype(np.int64)
         if time_type == "date":

@@ -20,6 +20,7 @@ import contextlib
 import os
 import pickle
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,12 +78,23 @@ class SnapshotStore:
                     os.remove(os.path.join(d, f"{old}.pkl"))
 
 
+def _hash_column(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A stable 64-bit hash per row; strings are hashed once per distinct value."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        encoded = column.dictionary_encode()
+        uniques = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
+        return pd.util.hash_array(uniques)[encoded.indices.to_numpy(zero_copy_only=False)]
+    values = column.to_numpy(zero_copy_only=False)
+    return pd.util.hash_array(values)
+
+
 def task_of(columns: list[pa.ChunkedArray | pa.Array], n_tasks: int) -> np.ndarray:
     """The stream task of each row: a stable hash of its partition key, modulo the task count."""
     hashed = None
     for column in columns:
-        values = column.to_numpy(zero_copy_only=False)
-        h = pd.util.hash_array(values.astype(object) if values.dtype.kind in "OUS" else values)
+        h = _hash_column(column)
         hashed = h if hashed is None else pd.util.hash_array(hashed ^ (h * np.uint64(0x9E3779B97F4A7C15)))
     assert hashed is not None
     return (hashed % np.uint64(n_tasks)).astype(np.int64)
@@ -94,6 +106,18 @@ class OutputFile:
     name: str  # file name inside the table directory
     size: int
     rows: int
+
+
+STAGES = ("read", "partition", "kernel", "state", "write")
+
+
+@dataclass
+class TaskReport:
+    """What one task did in one micro-batch: files written, rows in, seconds per stage."""
+
+    files: list[OutputFile]
+    rows_in: int
+    seconds: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -148,24 +172,43 @@ class SubgraphTask:
         return f"hw-{self.run}-sg{self.subgraph}-v{end:012d}-t{task:04d}.parquet"
 
     # -- the task ------------------------------------------------------------------------------------
-    def run_task(self, task: int, start: int, end: int) -> list[OutputFile]:
-        """Process versions ``(start, end]`` for ``task``; return the output files written."""
-        rows = self.select(self.read(start, end), task)
-        if rows.num_rows == 0:
-            return []
+    def run_task(self, task: int, start: int, end: int) -> TaskReport:
+        """Process versions ``(start, end]`` for ``task``; report the output files written and the time split."""
+        clock = time.perf_counter
+        seconds = dict.fromkeys(STAGES, 0.0)
+        t = clock()
+        rows = self.read(start, end)
+        seconds["read"] = clock() - t
+        t = clock()
+        rows = self.select(rows, task)
+        seconds["partition"] = clock() - t
+        rows_in = rows.num_rows
+        if rows_in == 0:
+            return TaskReport([], 0, seconds)
         new_states: list[tuple[SnapshotStore, Any]] = []
         for node, processor in zip(self.chain, self.processors(), strict=True):
             if processor is not None:
+                t = clock()
                 store = SnapshotStore(os.path.join(self.state_root, node.name))
                 state = store.load(task, start + 1)
+                seconds["state"] += clock() - t
+                t = clock()
                 state, rows = processor.process(processor.new_state() if state is None else state, rows)
+                seconds["kernel"] += clock() - t
                 new_states.append((store, state))
             else:
                 assert isinstance(node, MapNode)
+                t = clock()
                 rows = apply_map(node, rows)
+                seconds["kernel"] += clock() - t
+        t = clock()
         for store, state in new_states:
             store.save(task, end, state)
-        return self.write(rows, task, end)
+        seconds["state"] += clock() - t
+        t = clock()
+        files = self.write(rows, task, end)
+        seconds["write"] = clock() - t
+        return TaskReport(files, rows_in, seconds)
 
     def write(self, rows: pa.Table, task: int, end: int) -> list[OutputFile]:
         if rows.num_rows == 0:

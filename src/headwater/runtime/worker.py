@@ -23,6 +23,7 @@ class RunningGraph:
     queries: dict[int, Any]  # subgraph id -> StreamingQuery
     batches: dict[int, int] = field(default_factory=dict)  # subgraph id -> last committed batch id
     rows: dict[int, int] = field(default_factory=dict)
+    stats: dict[int, dict[str, float]] = field(default_factory=dict)  # subgraph id -> cumulative rows_in, seconds
 
 
 class Worker:
@@ -54,9 +55,12 @@ class Worker:
         self._graphs[fqn] = running
         run = run_id or "0"
         for sg in physical.subgraphs:
-            def record(batch_id: int, rows: int, sg_id: int = sg.id) -> None:
+            def record(batch_id: int, rows: int, stats: dict[str, float] | None = None, sg_id: int = sg.id) -> None:
                 running.batches[sg_id] = batch_id
                 running.rows[sg_id] = running.rows.get(sg_id, 0) + rows
+                total = running.stats.setdefault(sg_id, {})
+                for k, v in (stats or {}).items():
+                    total[k] = total.get(k, 0.0) + v
 
             app_id = f"{fqn}#{run}/subgraph_{sg.id}"
             if sg.route == "fused":
@@ -107,7 +111,10 @@ class Worker:
         g = self._graphs.get(fqn)
         if g is None:
             return {}
-        return {f"subgraph_{k}": {"last_batch": g.batches.get(k), "rows_out": g.rows.get(k, 0)} for k in g.queries}
+        return {f"subgraph_{k}": {"last_batch": g.batches.get(k), "rows_out": g.rows.get(k, 0),
+                                  "task_seconds": {s: round(v, 3) for s, v in g.stats.get(k, {}).items() if s != "rows_in"},
+                                  "rows_in": int(g.stats.get(k, {}).get("rows_in", 0))}
+                for k in g.queries}
 
     def stop_graph(self, fqn: str) -> None:
         g = self._graphs.pop(fqn, None)

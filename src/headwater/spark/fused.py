@@ -23,10 +23,11 @@ import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headwater.runtime.task import SubgraphTask
+from headwater.runtime.task import STAGES, SubgraphTask
 
 SOURCE_NAME = "headwater_subgraph"
-RESULT_SCHEMA = "tbl INT, name STRING, size BIGINT, num_rows BIGINT, task INT"
+RESULT_SCHEMA = ("tbl INT, name STRING, size BIGINT, num_rows BIGINT, task INT, rows_in BIGINT, "
+                 + ", ".join(f"{s}_s DOUBLE" for s in STAGES))
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,14 @@ class SubgraphStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[tuple]:  # type: ignore[override]
         assert isinstance(partition, TaskPartition)
         plan = _cached_plan(self.plan_path)
-        for f in plan.run_task(partition.task, partition.start, partition.end):
-            yield (f.table, f.name, f.size, f.rows, partition.task)
+        report = plan.run_task(partition.task, partition.start, partition.end)
+        timings = tuple(report.seconds[s] for s in STAGES)
+        # one row per output file; the first also carries the task's input count and time split
+        for i, f in enumerate(report.files):
+            yield (f.table, f.name, f.size, f.rows, partition.task, report.rows_in if i == 0 else 0,
+                   *(timings if i == 0 else (0.0,) * len(STAGES)))
+        if not report.files:
+            yield (-1, None, 0, 0, partition.task, report.rows_in, *timings)
 
     def commit(self, end: dict) -> None:
         """Nothing to acknowledge: the input table is replayable."""
@@ -117,6 +124,8 @@ def start_fused_subgraph(
 
     def commit_batch(batch_df: DataFrame, batch_id: int) -> None:
         files = batch_df.collect()
+        stats = {"rows_in": sum(r["rows_in"] for r in files),
+                 **{s: sum(r[f"{s}_s"] for r in files) for s in STAGES}}
         rows_out = 0
         for index, (path, _schema) in enumerate(plan.outputs):
             mine = sorted((r for r in files if r["tbl"] == index), key=lambda r: (r["task"], r["name"]))
@@ -125,7 +134,7 @@ def start_fused_subgraph(
                                                     txn=(app_id, batch_id))
                 rows_out = sum(r["num_rows"] for r in mine)
         if on_batch is not None:
-            on_batch(batch_id, rows_out)
+            on_batch(batch_id, rows_out, stats)
 
     interval = f"{max(int(trigger_interval.total_seconds() * 1000), 1)} milliseconds"
     return (
