@@ -1,3 +1,406 @@
-"""State functions of the reactive state engine: see the module docstring of :mod:`headwater.state.ops`."""
+"""Higher-order state functions, TA-lib NULL handling and the special iterators.
+
+Conventions are those of :mod:`headwater.state.ops` (per-key state arrays with the
+key slot first, NaN = NULL, ``run`` never modifies the caller's state, snake_case
+DolphinDB names). A function argument is a *name* given as a string parameter
+(``func="cumsum"``), so every metric stays serialisable and readable in plans:
+
+- ``segmentby(x, segment, func)``: a cumulative function that restarts whenever
+  ``segment`` changes.
+- ``moving(x, window, func, min_periods=None)``: an aggregate over each count window.
+- ``window(x, d1, d2, func)``: an aggregate over rows ``[i+d1, i+d2]``, ``d1 <= d2 <= 0``.
+- ``accumulate(x, func, init=None)``: a running fold.
+
+Only causal forms exist: a function that would need later rows (``window`` with
+``d2 > 0``, ``move`` by a negative shift) is refused when the metric is built.
+
+Example:
+    >>> import numpy as np
+    >>> from headwater.state.ops import make_state_op
+    >>> op = make_state_op("segmentby", {"func": "cumsum"})
+    >>> x = np.array([1, 2, 3, 0, 3, 2, 1, 4, 5.0])
+    >>> seg = np.array([1, 1, 1, -1, -1, -1, 1, 1, 1.0])
+    >>> _, (out,) = op.run(op.init_state(), np.zeros(9, dtype=np.int64), 1, [x, seg])
+    >>> out.tolist()
+    [1.0, 3.0, 6.0, 0.0, 3.0, 5.0, 1.0, 5.0, 10.0]
+"""
 
 from __future__ import annotations
+
+import abc
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from headwater.state import kernels_higher as kh
+from headwater.state.ops import (
+    MAX_WINDOW,
+    StateOp,
+    StateOpSpec,
+    _bad,
+    _check_batch,
+    _check_int,
+    _check_window,
+    _f64,
+    _Field,
+    _grown_copy,
+    _i64,
+    _snake,
+    make_state_op,
+    register,
+)
+
+__all__ = [
+    "AGGREGATES",
+    "Accumulate",
+    "Moving",
+    "Segmentby",
+    "Window",
+]
+
+State = dict[str, np.ndarray]
+
+AGGREGATES: dict[str, int] = {
+    "sum": kh.AGG_SUM, "sum2": kh.AGG_SUM2, "avg": kh.AGG_AVG, "count": kh.AGG_COUNT,
+    "max": kh.AGG_MAX, "min": kh.AGG_MIN, "range": kh.AGG_RANGE, "std": kh.AGG_STD, "var": kh.AGG_VAR,
+    "stdp": kh.AGG_STDP, "varp": kh.AGG_VARP, "med": kh.AGG_MED, "prod": kh.AGG_PROD,
+    "first": kh.AGG_FIRST, "last": kh.AGG_LAST, "first_not": kh.AGG_FIRST_NOT, "last_not": kh.AGG_LAST_NOT,
+}  # fmt: skip
+"""Aggregates ``moving`` and ``window`` accept as ``func``."""
+
+
+def _choice(func: str, param: str, value: Any, choices: dict[str, Any] | tuple[str, ...], fix: str) -> str:
+    name = _snake(value) if isinstance(value, str) else value
+    if not isinstance(name, str) or name not in choices:
+        raise _bad(func, param, value, f"one of {', '.join(map(repr, choices))}", fix)
+    return name
+
+
+class _HigherOp(StateOp):
+    """An operator whose state is a fixed set of per-key arrays and whose work is one kernel call."""
+
+    @abc.abstractmethod
+    def _layout(self) -> dict[str, _Field]:
+        """Name, per-key shape, dtype and initial value of every state array."""
+
+    @abc.abstractmethod
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the kernel; it may update the (freshly copied) arrays of ``st`` in place."""
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return {name: np.full((0, *f.shape), f.fill, dtype=f.dtype) for name, f in self._layout().items()}
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = _grown_copy(self.name, self._layout(), state, n_keys)
+        return st, self._compute(st, slots_, cols)
+
+
+_INNER = "inner."  # prefix of a wrapped operator's state arrays
+
+
+def _inner_state(state: State) -> State:
+    return {k[len(_INNER) :]: v for k, v in state.items() if k.startswith(_INNER)}
+
+
+def _own_state(state: State) -> State:
+    return {k: v for k, v in state.items() if not k.startswith(_INNER)}
+
+
+def _prefixed(state: State) -> State:
+    return {_INNER + k: v for k, v in state.items()}
+
+
+# ---------------------------------------------------------------- segmentby
+
+
+@dataclass(frozen=True)
+class Segmentby(_HigherOp):
+    """``segmentby(x, segment, func)``: a cumulative function that restarts whenever ``segment`` changes.
+
+    ``func`` is one of ``cumsum``, ``cummax``, ``cummin``, ``cumcount``, ``cumavg``,
+    ``cumstd``, ``cumvar``, ``cumstdp`` and ``cumvarp`` (DolphinDB's list for the
+    reactive state engine). A segment is a run of equal consecutive ``segment``
+    values of a key; NULL equals NULL, so a run of NULLs is one segment. Within
+    a segment the function's own NULL rules hold (NULL rows carry the last result).
+
+    Example:
+        >>> import numpy as np
+        >>> op = Segmentby("cummax")
+        >>> x, seg = np.array([1, 3, 2, 0, 5.0]), np.array([0, 0, 0, 1, 1.0])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(5, dtype=np.int64), 1, [x, seg])
+        >>> out.tolist()
+        [1.0, 3.0, 3.0, 0.0, 5.0]
+    """
+
+    func: str
+    name = "segmentby"
+    n_args = 2
+
+    _FUNCS: ClassVar[dict[str, int]] = {
+        "cumsum": kh.SEG_SUM, "cumavg": kh.SEG_AVG, "cummax": kh.SEG_MAX, "cummin": kh.SEG_MIN,
+        "cumcount": kh.SEG_COUNT, "cumvar": kh.SEG_VAR, "cumvarp": kh.SEG_VARP, "cumstd": kh.SEG_STD,
+        "cumstdp": kh.SEG_STDP,
+    }  # fmt: skip
+
+    def __post_init__(self) -> None:
+        func = _choice(self.name, "func", self.func, self._FUNCS, "e.g. segmentby(x, seg, func='cumsum')")
+        object.__setattr__(self, "func", func)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {
+            "seg_last": _f64(), "n_rows": _i64(), "count": _i64(), "acc": _f64(), "mean": _f64(0.0),
+            "ssqdm": _f64(0.0),
+        }  # fmt: skip
+
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        x, seg = cols
+        return [
+            kh.segment_cum(
+                self._FUNCS[self.func], slots, x, seg, st["seg_last"], st["n_rows"], st["count"], st["acc"],
+                st["mean"], st["ssqdm"],
+            )
+        ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- moving / window
+
+
+def _check_aggregate(func: str, value: Any) -> str:
+    return _choice(func, "func", value, AGGREGATES, f"e.g. {func}(x, ..., func='sum')")
+
+
+class _WindowAgg(_HigherOp):
+    """The generic kernel: aggregate rows ``[i - a, i - b]`` of each key, O(a - b) per row."""
+
+    name: str
+    func: str
+    n_args = 1
+
+    @abc.abstractmethod
+    def _bounds(self) -> tuple[int, int, int, bool]:
+        """(a, b, min_periods, full_only) of :func:`kernels_higher.window_agg`."""
+
+    def _layout(self) -> dict[str, _Field]:
+        a = self._bounds()[0]
+        return {"ring": _f64(shape=(a + 1,)), "n_rows": _i64(), "wpos": _i64()}
+
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        a, b, minp, full_only = self._bounds()
+        scratch = np.empty(a + 1)
+        return [
+            kh.window_agg(
+                AGGREGATES[self.func], slots, cols[0], a, b, minp, full_only, st["ring"], st["n_rows"],
+                st["wpos"], scratch, np.empty(a + 1),
+            )
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Moving(_WindowAgg):
+    """``moving(x, window, func, min_periods=None)``: an aggregate over the last ``window`` rows of a key.
+
+    ``func`` is one of :data:`AGGREGATES`. The window rules are those of the
+    m-functions (DolphinDB calls them the optimised forms of ``moving``): without
+    ``min_periods`` a key's first ``window - 1`` rows are NULL; with it, a row is
+    NULL while its window holds fewer than ``min_periods`` non-NULL values.
+    Aggregates skip NULLs (``first``/``last`` return the window's oldest/newest
+    row even if NULL) and are NULL over a window without values.
+
+    ``sum``, ``avg``, ``max``, ``min``, ``std``, ``var``, ``stdp``, ``varp``,
+    ``first``, ``last`` (and ``count`` with ``min_periods``) run on the O(1)
+    m-function kernels (``msum``...); the others rescan the window, O(window) per
+    row (``med`` sorts it).
+
+    Example:
+        >>> import numpy as np
+        >>> op = Moving(window=3, func="med")
+        >>> x = np.array([2, 1, 3, np.nan, 6, 5, 4])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(7, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [nan, nan, 2.0, 2.0, 4.5, 5.5, 5.0]
+    """
+
+    window: int
+    func: str
+    min_periods: int | None = None
+    name = "moving"
+
+    # aggregates with an equivalent m-function; switched off in tests to compare both paths
+    fast_path: ClassVar[bool] = True
+    _FAST: ClassVar[dict[str, str]] = {
+        "sum": "msum", "avg": "mavg", "max": "mmax", "min": "mmin", "std": "mstd", "var": "mvar",
+        "stdp": "mstdp", "varp": "mvarp", "first": "mfirst", "last": "mlast",
+    }  # fmt: skip
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "func", _check_aggregate(self.name, self.func))
+        _check_window(self.name, self.window)
+        if self.min_periods is not None:
+            _check_int(
+                self.name, "min_periods", self.min_periods, 1, self.window,
+                f"min_periods must not exceed window={self.window}",
+            )  # fmt: skip
+
+    def _bounds(self) -> tuple[int, int, int, bool]:
+        if self.min_periods is None:
+            return self.window - 1, 0, 1, True
+        return self.window - 1, 0, self.min_periods, False
+
+    def _inner(self) -> StateOp | None:
+        if not self.fast_path:
+            return None
+        if self.func == "count" and self.min_periods is not None:
+            return make_state_op("mcount", {"window": self.window, "min_periods": self.min_periods})
+        name = self._FAST.get(self.func)
+        if name is None:
+            return None
+        return make_state_op(name, {"window": self.window, "min_periods": self.min_periods})
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        inner = self._inner()
+        return super().init_state() if inner is None else _prefixed(inner.init_state())
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        inner = self._inner()
+        if inner is None:
+            return super().run(state, slots, n_keys, args)
+        _check_batch(self.name, self.n_args, slots, n_keys, args)
+        st, outs = inner.run(_inner_state(state), slots, n_keys, args)
+        return _prefixed(st), outs
+
+
+@dataclass(frozen=True)
+class Window(_WindowAgg):
+    """``window(x, d1, d2, func)``: an aggregate over rows ``[i+d1, i+d2]`` of each key, ``d1 <= d2 <= 0``.
+
+    Row i is the current row, so ``d2 = 0`` includes it and ``d2 = -1`` ends at
+    the previous row. As in DolphinDB there is no minimum count: a window cut
+    short by the key's first row is aggregated as it is, and only an empty window
+    (``i + d2 < 0``) is NULL. ``func`` is one of :data:`AGGREGATES` (``count``
+    of a window of NULLs is 0). Costs O(d2 - d1) per row.
+
+    Example:
+        >>> import numpy as np
+        >>> op = Window(d1=-3, d2=-1, func="min")
+        >>> x = np.array([4, 2, -1, np.nan, 4, 5.0])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(6, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [nan, 4.0, 2.0, -1.0, -1.0, -1.0]
+    """
+
+    d1: int
+    d2: int
+    func: str
+    name = "window"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "func", _check_aggregate(self.name, self.func))
+        fix = "e.g. window(x, d1=-5, d2=0, func='sum') for the current row and the 5 before it"
+        for param in ("d1", "d2"):
+            value = getattr(self, param)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool | np.bool_):
+                raise _bad(self.name, param, value, "an integer <= 0", fix)
+        if self.d2 > 0:
+            raise _bad(
+                self.name, "d2", self.d2, "an integer <= 0",
+                f"d2={self.d2} looks at later rows, which is not causal in a stream; "
+                "shift the result instead, e.g. d1=-4, d2=0 in place of d1=-2, d2=2",
+            )  # fmt: skip
+        if self.d1 > self.d2:
+            raise _bad(self.name, "d1", self.d1, f"an integer <= d2={self.d2}", fix)
+        if self.d1 < 1 - MAX_WINDOW:
+            raise _bad(self.name, "d1", self.d1, f"an integer >= {1 - MAX_WINDOW}", "the window is too large")
+        object.__setattr__(self, "d1", int(self.d1))
+        object.__setattr__(self, "d2", int(self.d2))
+
+    def _bounds(self) -> tuple[int, int, int, bool]:
+        return -self.d1, -self.d2, 0, False
+
+
+# ---------------------------------------------------------------- accumulate
+
+
+@dataclass(frozen=True)
+class Accumulate(_HigherOp):
+    """``accumulate(x, func, init=None)``: the running fold ``out_k = func(out_{k-1}, x_k)``.
+
+    ``func`` is ``add`` (alias ``sum``), ``sub``, ``mul`` (alias ``prod``), ``max`` or
+    ``min``. The first value is ``x_0``, or ``func(init, x_0)`` with ``init``.
+    NULL rows are skipped and output the last result (NULL before the first value,
+    or ``init``), so ``accumulate(x, 'add')`` equals ``cumsum(x)``; DolphinDB's
+    ``add(out, NULL)`` would make every later output NULL.
+
+    Example:
+        >>> import numpy as np
+        >>> op = Accumulate("sub", init=10)
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(4, dtype=np.int64), 1,
+        ...                    [np.array([1, np.nan, 2, 3.0])])
+        >>> out.tolist()
+        [9.0, 9.0, 7.0, 4.0]
+    """
+
+    func: str
+    init: float | None = None
+    name = "accumulate"
+    n_args = 1
+
+    _FUNCS: ClassVar[dict[str, int]] = {
+        "add": kh.ACC_ADD, "sum": kh.ACC_ADD, "sub": kh.ACC_SUB, "mul": kh.ACC_MUL, "prod": kh.ACC_MUL,
+        "max": kh.ACC_MAX, "min": kh.ACC_MIN,
+    }  # fmt: skip
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "func", _choice(self.name, "func", self.func, self._FUNCS, "e.g. accumulate(x, func='add')")
+        )
+        if self.init is not None:
+            ok = isinstance(self.init, numbers.Real) and not isinstance(self.init, bool | np.bool_)
+            if not ok or not math.isfinite(self.init):
+                raise _bad(
+                    self.name, "init", self.init, "a finite number", "e.g. accumulate(x, 'mul', init=1)"
+                )
+
+    def _layout(self) -> dict[str, _Field]:
+        if self.init is None:
+            return {"acc": _f64(), "has": _i64()}
+        return {"acc": _f64(float(self.init)), "has": _Field((), np.int64, 1)}
+
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        return [kh.accumulate(self._FUNCS[self.func], slots, cols[0], st["acc"], st["has"])]
+
+
+# ---------------------------------------------------------------- registry
+
+
+def _specs() -> list[StateOpSpec]:
+    aggs = "|".join(AGGREGATES)
+    return [
+        StateOpSpec(
+            "segmentby", "segmentby(x, segment, func='cumsum'|'cummax'|'cummin'|'cumcount'|'cumavg'|...)",
+            ("func",), ("func",), lambda p: Segmentby(p["func"]), columns=("x", "segment"),
+        ),
+        StateOpSpec(
+            "moving", f"moving(x, window, func={aggs}, min_periods=None)",
+            ("window", "func", "min_periods"), ("window", "func"),
+            lambda p: Moving(p["window"], p["func"], p.get("min_periods")),
+        ),
+        StateOpSpec(
+            "window", f"window(x, d1, d2, func={aggs}) over rows [i+d1, i+d2], d1 <= d2 <= 0",
+            ("d1", "d2", "func"), ("d1", "d2", "func"), lambda p: Window(p["d1"], p["d2"], p["func"]),
+        ),
+        StateOpSpec(
+            "accumulate", "accumulate(x, func='add'|'sub'|'mul'|'max'|'min', init=None)",
+            ("func", "init"), ("func",), lambda p: Accumulate(p["func"], p.get("init")),
+        ),
+    ]  # fmt: skip
+
+
+register(*_specs())

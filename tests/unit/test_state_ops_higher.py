@@ -1,0 +1,432 @@
+"""Higher-order state functions, talib and the iterators: doc examples, independent references, streaming == batch."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+from unittest.mock import patch
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headwater.engines.base import SEQ
+from headwater.engines.reactive_state import ReactiveStateEngine
+from headwater.errors import GraphDefinitionError
+from headwater.parse import to_metric
+from headwater.state import ops_higher
+from headwater.state.ops import StateOp, make_state_op
+from headwater.state.ops_higher import AGGREGATES, Moving
+from headwater.types import Schema
+
+NAN = math.nan
+HIGHER_NAMES = {s.name for s in ops_higher._specs()}
+
+
+def run_batches(
+    op: StateOp, keys: Sequence[int], cols: Sequence[Sequence[float]], splits: Sequence[int] = ()
+) -> list[np.ndarray]:
+    """Feed the columns in batches cut at ``splits``, giving each key a slot on first sight like the engine."""
+    slot_of: dict[int, int] = {}
+    slots = np.array([slot_of.setdefault(int(k), len(slot_of)) for k in keys], dtype=np.int64)
+    arrays = [np.asarray(c, dtype=np.float64) for c in cols]
+    bounds = [0, *sorted(splits), len(slots)]
+    state = op.init_state()
+    outs: list[list[np.ndarray]] = []
+    for a, b in itertools.pairwise(bounds):
+        n_keys = int(slots[:b].max()) + 1 if b else 0
+        state, res = op.run(state, slots[a:b], n_keys, [c[a:b] for c in arrays])
+        assert len(res) == op.n_outputs
+        assert all(r.dtype == np.float64 and r.shape == (b - a,) for r in res)
+        outs.append(res)
+    return [np.concatenate([o[j] for o in outs]) for j in range(op.n_outputs)]
+
+
+def one_key(name: str, *cols: Sequence[float], **params: Any) -> np.ndarray:
+    (out,) = run_batches(make_state_op(name, params), [0] * len(cols[0]), cols)
+    return out
+
+
+def close(got: np.ndarray, expected: Sequence[float], decimals: int | None = None) -> None:
+    if decimals is not None:
+        got = np.round(got, decimals)
+    np.testing.assert_allclose(got, np.asarray(expected, dtype=np.float64), rtol=1e-12, atol=1e-12)
+
+
+def per_key(keys: np.ndarray, cols: Sequence[np.ndarray], ref: Callable[..., np.ndarray]) -> np.ndarray:
+    """Apply a one-key reference to every key's rows and put the results back in row order."""
+    out = np.full(len(keys), NAN)
+    for k in np.unique(keys):
+        rows = np.flatnonzero(keys == k)
+        out[rows] = ref(*(c[rows] for c in cols))
+    return out
+
+
+def _frame(seed: int, n: int = 400, n_keys: int = 4) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.normal(0, 3, n), 1)
+    x[rng.random(n) < 0.25] = np.nan
+    x[100:108] = 1.5  # a run of equal values
+    keys = rng.integers(0, n_keys, n)
+    keys[:4] = 0
+    x[:4] = np.nan  # key 0 starts with NULLs
+    seg = rng.choice([0.0, 1.0, NAN], n, p=[0.45, 0.45, 0.1])
+    return pd.DataFrame({"key": keys, "x": x, "seg": seg})
+
+
+def _splits(seed: int, n: int) -> list[int]:
+    return sorted(np.random.default_rng(seed).choice(n, 6, replace=False).tolist())
+
+
+# ---------------------------------------------------------------- group 1: segmentby, moving, window, accumulate
+
+DOC_EXAMPLES: list[tuple[str, list[list[float]], dict[str, Any], list[float], int | None]] = [
+    ("segmentby", [[1, 2, 3, 0, 3, 2, 1, 4, 5], [1, 1, 1, -1, -1, -1, 1, 1, 1]], {"func": "cumsum"},
+     [1, 3, 6, 0, 3, 5, 1, 5, 10], None),
+    # the m-function examples of D.2 are moving() with the matching aggregate
+    ("moving", [[2, 1, 3, 7, 6, 5, 4]], {"window": 3, "func": "sum"}, [NAN, NAN, 6, 11, 16, 18, 15], None),
+    ("moving", [[2, 1, 3, NAN, 6, 5, 4]], {"window": 3, "func": "sum"}, [NAN, NAN, 6, 4, 9, 11, 15], None),
+    ("moving", [[2, 1, 3, NAN, 6, 5, 4]], {"window": 3, "func": "sum", "min_periods": 1},
+     [2, 3, 6, 4, 9, 11, 15], None),
+    ("moving", [[7, 4, 6, NAN, -5, 32, 9, 8]], {"window": 4, "func": "avg"},
+     [NAN, NAN, NAN, 5.67, 1.67, 11, 12, 11], 2),
+    ("moving", [[2, 1, 3, NAN, 6, 5, 4]], {"window": 3, "func": "max"}, [NAN, NAN, 3, 3, 6, 6, 6], None),
+    ("moving", [[7, 4, 5, 8, 9]], {"window": 3, "func": "count", "min_periods": 1}, [1, 2, 3, 3, 3], None),
+    # window(min, 5 4 NULL -1 2 4, 1:3) -> [-1,-1,-1,2,4,]: the causal mirror image reads the input backwards
+    ("window", [[4, 2, -1, NAN, 4, 5]], {"d1": -3, "d2": -1, "func": "min"}, [NAN, 4, 2, -1, -1, -1], None),
+    # accumulate(+, X) is cumsum(X) (cum-function doc example); init starts the fold
+    ("accumulate", [[1, 1, 2, 3, 4, 5, NAN, 8, 9, 1, 3]], {"func": "add"},
+     [1, 2, 4, 7, 11, 16, 16, 24, 33, 34, 37], None),
+    ("accumulate", [[1, 2, 3]], {"func": "add", "init": 10}, [11, 13, 16], None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "cols", "params", "expected", "decimals"), DOC_EXAMPLES)
+def test_documented_example(
+    name: str, cols: list[list[float]], params: dict[str, Any], expected: list[float], decimals: int | None
+) -> None:
+    close(one_key(name, *cols, **params), expected, decimals)
+
+
+def test_segmentby_treats_a_run_of_null_segments_as_one_segment() -> None:
+    x = [1, 2, 3, 4, 5, NAN, 7]
+    seg = [NAN, NAN, 1, 1, NAN, NAN, NAN]
+    close(one_key("segmentby", x, seg, func="cumsum"), [1, 3, 3, 7, 5, 5, 12])
+    close(one_key("segmentby", x, seg, func="cumcount"), [1, 2, 1, 2, 1, 1, 2])
+
+
+def _cum_ref(func: str) -> Callable[[pd.Series], pd.Series]:
+    refs: dict[str, Callable[[pd.Series], pd.Series]] = {
+        "cumsum": lambda s: s.cumsum().ffill(),
+        "cumavg": lambda s: s.cumsum().ffill() / s.notna().cumsum(),
+        "cummax": lambda s: s.cummax().ffill(),
+        "cummin": lambda s: s.cummin().ffill(),
+        "cumcount": lambda s: s.notna().cumsum().astype(float),
+        "cumvar": lambda s: s.expanding().var(),
+        "cumvarp": lambda s: s.expanding().var(ddof=0),
+        "cumstd": lambda s: s.expanding().std(),
+        "cumstdp": lambda s: s.expanding().std(ddof=0),
+    }
+    return refs[func]
+
+
+def _segment_ids(df: pd.DataFrame) -> pd.Series:
+    prev = df.groupby("key")["seg"].shift()
+    first = ~df.duplicated("key")
+    same = (df["seg"] == prev) | (df["seg"].isna() & prev.isna())
+    return (first | ~same).astype(int).groupby(df["key"]).cumsum()
+
+
+@pytest.mark.parametrize("func", sorted(ops_higher.Segmentby._FUNCS))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_segmentby_matches_pandas_per_key_and_segment(func: str, seed: int) -> None:
+    df = _frame(seed)
+    df["run"] = _segment_ids(df)
+    expected = df.groupby(["key", "run"])["x"].transform(_cum_ref(func)).to_numpy(dtype=np.float64)
+    op = make_state_op("segmentby", {"func": func})
+    for cuts in ((), _splits(seed, len(df))):
+        (got,) = run_batches(op, df["key"], [df["x"], df["seg"]], cuts)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize("func", sorted(ops_higher.Segmentby._FUNCS))
+def test_segmentby_with_one_segment_equals_the_cumulative_function(func: str) -> None:
+    df = _frame(5)
+    (got,) = run_batches(make_state_op("segmentby", {"func": func}), df["key"], [df["x"], np.zeros(len(df))])
+    (want,) = run_batches(make_state_op(func, {}), df["key"], [df["x"]])
+    np.testing.assert_array_equal(got, want)
+
+
+_NP_AGGS: dict[str, Callable[[np.ndarray], float]] = {
+    "sum": np.sum, "sum2": lambda v: float(np.sum(v * v)), "avg": np.mean, "count": len, "max": np.max,
+    "min": np.min, "range": np.ptp, "std": lambda v: np.std(v, ddof=1) if len(v) > 1 else NAN,
+    "var": lambda v: np.var(v, ddof=1) if len(v) > 1 else NAN, "stdp": np.std, "varp": np.var,
+    "med": np.median, "prod": np.prod, "first_not": lambda v: v[0], "last_not": lambda v: v[-1],
+}  # fmt: skip
+
+
+def _window_ref(
+    agg: str, a: int, b: int, min_periods: int, full_only: bool
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Aggregate rows [i - a, i - b] with NumPy, independently of the kernels."""
+
+    def ref(x: np.ndarray) -> np.ndarray:
+        out = np.full(len(x), NAN)
+        for i in range(len(x)):
+            if i - b < 0 or (full_only and i < a):
+                continue
+            w = x[max(0, i - a) : i - b + 1]
+            vals = w[~np.isnan(w)]
+            if len(vals) < min_periods:
+                continue
+            if agg in ("first", "last"):
+                out[i] = w[0] if agg == "first" else w[-1]
+            elif agg == "count" or len(vals):
+                out[i] = _NP_AGGS[agg](vals)
+        return out
+
+    return ref
+
+
+MOVING_CASES = [(3, None), (4, 2), (1, None), (6, 6)]
+
+
+@pytest.mark.parametrize("agg", sorted(AGGREGATES))
+@pytest.mark.parametrize(("window", "min_periods"), MOVING_CASES)
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_moving_matches_numpy_reference(
+    agg: str, window: int, min_periods: int | None, fast_path: bool
+) -> None:
+    df = _frame(3)
+    keys, x = df["key"].to_numpy(), df["x"].to_numpy()
+    ref = _window_ref(agg, window - 1, 0, min_periods or 1, min_periods is None)
+    expected = per_key(keys, [x], ref)
+    op = make_state_op("moving", {"window": window, "func": agg, "min_periods": min_periods})
+    with patch.object(Moving, "fast_path", fast_path):
+        for cuts in ((), _splits(3, len(x))):
+            (got,) = run_batches(op, keys, [x], cuts)
+            np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize(("agg", "pandas_agg"), [("sum", "sum"), ("avg", "mean"), ("std", "std"),
+                                                 ("var", "var"), ("med", "median"), ("max", "max")])  # fmt: skip
+def test_moving_with_min_periods_matches_pandas_rolling(agg: str, pandas_agg: str) -> None:
+    # pandas' min_periods counts non-NULL values, as DolphinDB's does
+    df = _frame(4)
+    expected = df.groupby("key")["x"].transform(lambda s: getattr(s.rolling(5, min_periods=2), pandas_agg)())
+    (got,) = run_batches(
+        make_state_op("moving", {"window": 5, "func": agg, "min_periods": 2}), df["key"], [df["x"]]
+    )
+    np.testing.assert_allclose(got, expected.to_numpy(), rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize("agg", sorted(AGGREGATES))
+@pytest.mark.parametrize(("d1", "d2"), [(-3, -1), (-2, 0), (0, 0), (-4, -4), (-1, -1)])
+def test_window_matches_numpy_reference(agg: str, d1: int, d2: int) -> None:
+    df = _frame(6)
+    keys, x = df["key"].to_numpy(), df["x"].to_numpy()
+    expected = per_key(keys, [x], _window_ref(agg, -d1, -d2, 0, False))
+    op = make_state_op("window", {"d1": d1, "d2": d2, "func": agg})
+    for cuts in ((), _splits(6, len(x))):
+        (got,) = run_batches(op, keys, [x], cuts)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_window_ending_at_the_current_row_is_moving_without_a_minimum() -> None:
+    df = _frame(7)
+    (got,) = run_batches(make_state_op("window", {"d1": -4, "d2": 0, "func": "sum"}), df["key"], [df["x"]])
+    (want,) = run_batches(make_state_op("msum", {"window": 5, "min_periods": 1}), df["key"], [df["x"]])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def _fold_ref(func: str, init: float | None) -> Callable[[np.ndarray], np.ndarray]:
+    ops: dict[str, Callable[[float, float], float]] = {
+        "add": lambda a, v: a + v, "sub": lambda a, v: a - v, "mul": lambda a, v: a * v, "max": max, "min": min,
+    }  # fmt: skip
+
+    def ref(x: np.ndarray) -> np.ndarray:
+        acc, out = init, []
+        for v in x:
+            if not math.isnan(v):
+                acc = v if acc is None else ops[func](acc, v)
+            out.append(NAN if acc is None else acc)
+        return np.array(out)
+
+    return ref
+
+
+@pytest.mark.parametrize("func", ["add", "sub", "mul", "max", "min"])
+@pytest.mark.parametrize("init", [None, 2.0])
+def test_accumulate_matches_a_python_fold(func: str, init: float | None) -> None:
+    df = _frame(8, n=200)
+    x = np.clip(df["x"].to_numpy(), -2, 2)  # keeps products finite
+    expected = per_key(df["key"].to_numpy(), [x], _fold_ref(func, init))
+    op = make_state_op("accumulate", {"func": func, "init": init})
+    for cuts in ((), _splits(8, len(x))):
+        (got,) = run_batches(op, df["key"], [x], cuts)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize(("func", "cum"), [("add", "cumsum"), ("mul", "cumprod"), ("max", "cummax"),
+                                           ("min", "cummin"), ("sum", "cumsum"), ("prod", "cumprod")])  # fmt: skip
+def test_accumulate_equals_the_cumulative_function(func: str, cum: str) -> None:
+    df = _frame(9, n=200)
+    x = np.clip(df["x"].to_numpy(), -2, 2)
+    (got,) = run_batches(make_state_op("accumulate", {"func": func}), df["key"], [x])
+    (want,) = run_batches(make_state_op(cum, {}), df["key"], [x])
+    np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- streaming == batch (all groups)
+
+PROPERTY_CONFIGS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    *(("segmentby", {"func": f}, ("x", "s")) for f in ops_higher.Segmentby._FUNCS),
+    *(("moving", {"window": w, "func": a, "min_periods": mp}, ("x",))
+      for a in AGGREGATES for w, mp in ((3, None), (4, 2))),
+    *(("window", {"d1": d1, "d2": d2, "func": a}, ("x",)) for a in ("sum", "med", "first", "count")
+      for d1, d2 in ((-3, -1), (-2, 0))),
+    *(("accumulate", {"func": f, "init": i}, ("x",)) for f in ("add", "sub", "max") for i in (None, 1.0)),
+]  # fmt: skip
+
+
+def test_property_configs_cover_every_function() -> None:
+    assert {n for n, _, _ in PROPERTY_CONFIGS} == HIGHER_NAMES
+
+
+_values = st.one_of(
+    st.just(NAN),
+    st.floats(-50, 50, allow_nan=False),
+    st.sampled_from([0.0, 1.0, 1.0, 2.5, math.inf, -math.inf]),
+)
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> tuple[dict[str, np.ndarray], np.ndarray, list[int]]:
+    n = draw(st.integers(0, 50))
+    x = np.array(draw(st.lists(_values, min_size=n, max_size=n)), dtype=np.float64)
+    s = np.array(draw(st.lists(st.sampled_from([0.0, 1.0, NAN]), min_size=n, max_size=n)), dtype=np.float64)
+    keys = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
+    splits = draw(st.lists(st.integers(0, n), max_size=5))
+    return {"x": x, "s": s}, keys, sorted(splits)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=_batches())
+def test_streaming_equals_batch(data: tuple) -> None:
+    cols, keys, splits = data
+    for name, params, columns in PROPERTY_CONFIGS:
+        op = make_state_op(name, params)
+        args = [cols[c] for c in columns]
+        with np.errstate(all="ignore"):
+            batch = run_batches(op, keys, args)
+            streamed = run_batches(op, keys, args, splits)
+        for b, s in zip(batch, streamed, strict=True):
+            np.testing.assert_array_equal(s, b, err_msg=f"{name}{params}")
+
+
+@pytest.mark.parametrize(("name", "params", "columns"), PROPERTY_CONFIGS[::4])
+def test_state_is_snapshot_safe_and_picklable(
+    name: str, params: dict[str, Any], columns: tuple[str, ...]
+) -> None:
+    op = make_state_op(name, params)
+    init = op.init_state()
+    assert all(a.shape[0] == 0 for a in init.values())
+    df = _frame(3, n=200, n_keys=3)
+    slots = df["key"].to_numpy()
+    args = [df["x" if c == "x" else "seg"].to_numpy() for c in columns]
+    s1, _o1 = op.run(init, slots[:100], 3, [a[:100] for a in args])
+    frozen = {k: v.copy() for k, v in s1.items()}
+    _, o2 = op.run(s1, slots[100:], 3, [a[100:] for a in args])
+    assert all(np.array_equal(frozen[k], s1[k], equal_nan=True) for k in s1)
+    _, o3 = op.run(pickle.loads(pickle.dumps(s1)), slots[100:], 3, [a[100:] for a in args])
+    for a, b in zip(o2, o3, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_moving_fast_path_state_differs_from_the_scan_but_both_are_keyed() -> None:
+    op = make_state_op("moving", {"window": 3, "func": "sum"})
+    assert all(k.startswith("inner.") for k in op.init_state())
+    with patch.object(Moving, "fast_path", False):
+        assert set(op.init_state()) == {"ring", "n_rows", "wpos"}
+
+
+# ---------------------------------------------------------------- parameter validation
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "fragment"),
+    [
+        ("segmentby", {"func": "cumprod"}, r"func='cumprod' is invalid; expected one of 'cumsum'"),
+        ("segmentby", {}, "missing required parameter func="),
+        ("moving", {"window": 3, "func": "mode"}, r"func='mode' is invalid; expected one of 'sum'"),
+        ("moving", {"window": 0, "func": "sum"}, r"window=0 is invalid"),
+        ("moving", {"window": 3, "func": "sum", "min_periods": 4}, "must not exceed window=3"),
+        ("moving", {"window": 3, "func": "sum", "minPeriods": 1}, "did you mean min_periods="),
+        ("window", {"d1": -2, "d2": 1, "func": "sum"}, "d2=1 looks at later rows, which is not causal"),
+        ("window", {"d1": 0, "d2": -1, "func": "sum"}, r"d1=0 is invalid; expected an integer <= d2=-1"),
+        ("window", {"d1": -2.5, "d2": 0, "func": "sum"}, r"d1=-2.5 is invalid"),
+        ("window", {"d1": -200_000, "d2": 0, "func": "sum"}, "too large"),
+        ("accumulate", {"func": "div"}, r"func='div' is invalid; expected one of 'add'"),
+        ("accumulate", {"func": "add", "init": "zero"}, r"init='zero' is invalid; expected a finite number"),
+    ],
+)
+def test_bad_parameters_are_explained(name: str, params: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(GraphDefinitionError, match=fragment):
+        make_state_op(name, params)
+
+
+def test_camel_case_function_names_are_accepted() -> None:
+    assert make_state_op("moving", {"window": 3, "func": "firstNot"}) == Moving(3, "first_not")
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _engine_out(metrics: Sequence[Any], df: pd.DataFrame, cuts: Sequence[int]) -> pd.DataFrame:
+    schema = Schema.parse({"sym": "string", "x": "double", "seg": "double"})
+    engine = ReactiveStateEngine(name="higher", input_schema=schema,
+                                 metrics=tuple(to_metric(m, where="t") for m in metrics), key_column=("sym",))  # fmt: skip
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.append_column(SEQ, pa.array(np.arange(len(df), dtype=np.int64)))
+    proc = engine.processor()
+    state, outs = proc.new_state(), []
+    for a, b in itertools.pairwise([0, *cuts, len(df)]):
+        state, out = proc.process(state, table.slice(a, b - a))
+        outs.append(out)
+    return pa.concat_tables(outs).to_pandas().sort_values(SEQ).reset_index(drop=True)
+
+
+def test_higher_order_functions_run_in_the_reactive_state_engine() -> None:
+    from headwater.functions import moving, segmentby  # generated from the registry
+
+    assert str(segmentby("x", "seg", "cumsum")) == "segmentby(x, seg, func='cumsum')"
+    assert str(moving("x", 3, "med")) == "moving(x, window=3, func='med')"
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"sym": list("abcab" * 8), "x": np.round(rng.normal(size=40), 2),
+                       "seg": rng.integers(0, 2, 40).astype(float)})  # fmt: skip
+    df.loc[[0, 1, 7], "x"] = NAN
+    metrics = [
+        "segmentby(x, seg, func='cumsum') as s",
+        moving("x", 3, "med", min_periods=2).alias("m"),
+        "window(x, -2, -1, 'max') as w",
+        "accumulate(x, 'max') as a",
+    ]
+    expected = {
+        "s": ("segmentby", ("x", "seg"), {"func": "cumsum"}),
+        "m": ("moving", ("x",), {"window": 3, "func": "med", "min_periods": 2}),
+        "w": ("window", ("x",), {"d1": -2, "d2": -1, "func": "max"}),
+        "a": ("accumulate", ("x",), {"func": "max"}),
+    }
+    for cuts in ((), (1, 17, 18)):
+        out = _engine_out(metrics, df, cuts)
+        for col, (name, columns, params) in expected.items():
+            (want,) = run_batches(make_state_op(name, params), df["sym"].map(ord), [df[c] for c in columns])
+            np.testing.assert_allclose(
+                out[col].to_numpy(float), want, rtol=1e-12, equal_nan=True, err_msg=col
+            )
