@@ -283,6 +283,77 @@ def test_accumulate_equals_the_cumulative_function(func: str, cum: str) -> None:
     np.testing.assert_array_equal(got, want)
 
 
+# ---------------------------------------------------------------- group 2: talib, talib_null
+
+
+def test_talib_documented_example() -> None:
+    x = [NAN, NAN, NAN, 1, 2, 3, 4, 5, 6, NAN, 8, 9]
+    close(one_key("talib", x, func="msum", window=3), [NAN] * 5 + [6, 9, 12, 15, 11, 14, 17])
+
+
+def _talib_ref(inner: Callable[[pd.Series], pd.Series]) -> Callable[[np.ndarray], np.ndarray]:
+    def ref(x: np.ndarray) -> np.ndarray:
+        out = np.full(len(x), NAN)
+        valid = np.flatnonzero(~np.isnan(x))
+        if len(valid):
+            out[valid[0] :] = inner(pd.Series(x[valid[0] :])).to_numpy()
+        return out
+
+    return ref
+
+
+def _rolling(window: int, agg: str, min_periods: int | None = None) -> Callable[[pd.Series], pd.Series]:
+    def ref(s: pd.Series) -> pd.Series:
+        val = getattr(s.rolling(window, min_periods=min_periods or 1), agg)()
+        if min_periods is None:
+            val[np.arange(len(s)) < window - 1] = NAN
+        return val
+
+    return ref
+
+
+TALIB_CASES: list[tuple[dict[str, Any], Callable[[pd.Series], pd.Series]]] = [
+    ({"func": "msum", "window": 3}, _rolling(3, "sum")),
+    ({"func": "mavg", "window": 4, "min_periods": 2}, _rolling(4, "mean", 2)),
+    ({"func": "mmax", "window": 1}, _rolling(1, "max")),
+    ({"func": "cumsum"}, lambda s: s.cumsum().ffill()),
+    ({"func": "prev"}, lambda s: s.shift()),
+]
+
+
+@pytest.mark.parametrize(("params", "inner"), TALIB_CASES, ids=[str(p) for p, _ in TALIB_CASES])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_talib_matches_pandas_after_the_leading_nulls(
+    params: dict[str, Any], inner: Callable[[pd.Series], pd.Series], seed: int
+) -> None:
+    df = _frame(seed)
+    keys, x = df["key"].to_numpy(), df["x"].to_numpy()
+    expected = per_key(keys, [x], _talib_ref(inner))
+    op = make_state_op("talib", params)
+    for cuts in ((), _splits(seed, len(x))):
+        (got,) = run_batches(op, keys, [x], cuts)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_talib_of_a_function_that_skips_leading_nulls_changes_nothing() -> None:
+    df = _frame(3)
+    (got,) = run_batches(make_state_op("talib", {"func": "ema", "window": 3}), df["key"], [df["x"]])
+    (want,) = run_batches(make_state_op("ema", {"window": 3}), df["key"], [df["x"]])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_talib_null_matches_pandas(seed: int) -> None:
+    df = _frame(seed)
+    df["y"] = df["seg"].where(np.random.default_rng(seed).random(len(df)) < 0.8)
+    started = (df["x"].notna() & df["y"].notna()).astype(int).groupby(df["key"]).cummax().astype(bool)
+    op = make_state_op("talib_null", {})
+    for cuts in ((), _splits(seed, len(df))):
+        got_x, got_y = run_batches(op, df["key"], [df["x"], df["y"]], cuts)
+        np.testing.assert_array_equal(got_x, df["x"].where(started).to_numpy())
+        np.testing.assert_array_equal(got_y, df["y"].where(started).to_numpy())
+
+
 # ---------------------------------------------------------------- streaming == batch (all groups)
 
 PROPERTY_CONFIGS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
@@ -292,6 +363,11 @@ PROPERTY_CONFIGS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     *(("window", {"d1": d1, "d2": d2, "func": a}, ("x",)) for a in ("sum", "med", "first", "count")
       for d1, d2 in ((-3, -1), (-2, 0))),
     *(("accumulate", {"func": f, "init": i}, ("x",)) for f in ("add", "sub", "max") for i in (None, 1.0)),
+    ("talib", {"func": "msum", "window": 3}, ("x",)),
+    ("talib", {"func": "mavg", "window": 2, "min_periods": 1}, ("x",)),
+    ("talib", {"func": "ema", "window": 2}, ("x",)),
+    ("talib", {"func": "cummax"}, ("x",)),
+    ("talib_null", {}, ("x", "s")),
 ]  # fmt: skip
 
 
@@ -374,6 +450,17 @@ def test_moving_fast_path_state_differs_from_the_scan_but_both_are_keyed() -> No
         ("window", {"d1": -200_000, "d2": 0, "func": "sum"}, "too large"),
         ("accumulate", {"func": "div"}, r"func='div' is invalid; expected one of 'add'"),
         ("accumulate", {"func": "add", "init": "zero"}, r"init='zero' is invalid; expected a finite number"),
+        (
+            "talib",
+            {"func": "nope"},
+            r"func='nope' is invalid; expected the name of a one-column.*usable: .*msum",
+        ),
+        ("talib", {"func": "mcorr", "window": 3}, "one-column, one-output"),
+        ("talib", {"func": "linear_time_trend", "window": 3}, "one-column, one-output"),
+        ("talib", {"func": "talib"}, "one-column, one-output"),
+        ("talib", {"func": "msum"}, r"talib': func='msum': .*missing required parameter window="),
+        ("talib", {"func": "msum", "window": 3, "alpha": 0.5}, r"func='msum': .*unknown parameter alpha="),
+        ("talib", {"func": "msum", "window": 3, "top": 2}, r"unknown parameter top=2"),
     ],
 )
 def test_bad_parameters_are_explained(name: str, params: dict[str, Any], fragment: str) -> None:
@@ -416,12 +503,15 @@ def test_higher_order_functions_run_in_the_reactive_state_engine() -> None:
         moving("x", 3, "med", min_periods=2).alias("m"),
         "window(x, -2, -1, 'max') as w",
         "accumulate(x, 'max') as a",
+        "talib(x, func='msum', window=3) as t",
+        "talib_null(x, seg) as n1, n2",
     ]
     expected = {
         "s": ("segmentby", ("x", "seg"), {"func": "cumsum"}),
         "m": ("moving", ("x",), {"window": 3, "func": "med", "min_periods": 2}),
         "w": ("window", ("x",), {"d1": -2, "d2": -1, "func": "max"}),
         "a": ("accumulate", ("x",), {"func": "max"}),
+        "t": ("talib", ("x",), {"func": "msum", "window": 3}),
     }
     for cuts in ((), (1, 17, 18)):
         out = _engine_out(metrics, df, cuts)

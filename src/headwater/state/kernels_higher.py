@@ -228,3 +228,26 @@ def accumulate(op, slots, x, acc, has):  # pragma: no cover - numba
             acc[k] = a
         out[i] = acc[k] if has[k] else np.nan
     return out
+
+
+# ---------------------------------------------------------------- talib
+
+
+@njit(cache=True)
+def started_rows(slots, cols, started):  # pragma: no cover - numba
+    """Mark rows at or after the key's first row where every column of ``cols`` is non-NULL."""
+    n = slots.shape[0]
+    out = np.empty(n, dtype=np.bool_)
+    for i in range(n):
+        k = slots[i]
+        if started[k] == 0:
+            ok = True
+            for c in range(cols.shape[0]):
+                v = cols[c, i]
+                if v != v:
+                    ok = False
+                    break
+            if ok:
+                started[k] = 1
+        out[i] = started[k] == 1
+    return out

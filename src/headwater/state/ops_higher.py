@@ -10,6 +10,7 @@ DolphinDB names). A function argument is a *name* given as a string parameter
 - ``moving(x, window, func, min_periods=None)``: an aggregate over each count window.
 - ``window(x, d1, d2, func)``: an aggregate over rows ``[i+d1, i+d2]``, ``d1 <= d2 <= 0``.
 - ``accumulate(x, func, init=None)``: a running fold.
+- ``talib(x, func, window=..., ...)`` and ``talib_null(x, y)``: TA-lib style leading NULLs.
 
 Only causal forms exist: a function that would need later rows (``window`` with
 ``d2 > 0``, ``move`` by a negative shift) is refused when the metric is built.
@@ -30,14 +31,16 @@ from __future__ import annotations
 import abc
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
+from headwater.errors import GraphDefinitionError
 from headwater.state import kernels_higher as kh
 from headwater.state.ops import (
     MAX_WINDOW,
+    STATE_OPS,
     StateOp,
     StateOpSpec,
     _bad,
@@ -58,6 +61,8 @@ __all__ = [
     "Accumulate",
     "Moving",
     "Segmentby",
+    "Talib",
+    "TalibNull",
     "Window",
 ]
 
@@ -377,7 +382,104 @@ class Accumulate(_HigherOp):
         return [kh.accumulate(self._FUNCS[self.func], slots, cols[0], st["acc"], st["has"])]
 
 
+# ---------------------------------------------------------------- talib
+
+
+_TALIB_PASS = (
+    "window", "min_periods", "alpha", "warmup", "vfactor", "ma_type", "biased", "percent", "interpolation",
+    "use_median", "ascending", "ignore_na", "ties_method",
+)  # fmt: skip
+"""Parameters ``talib`` passes on to its ``func``."""
+
+
+@dataclass(frozen=True)
+class Talib(StateOp):
+    """``talib(x, func, window=..., ...)``: TA-lib's leading-NULL rule around another state function.
+
+    A key's rows before its first non-NULL ``x`` output NULL and are not shown to
+    ``func``; from that row on every row goes to ``func`` unchanged (its own NULL
+    rules apply). ``func`` names a one-column, one-output state function
+    (``msum``, ``mavg``, ``ema``...); ``window`` and the other parameters in
+    ``params`` are passed on to it.
+
+    Example:
+        >>> import numpy as np
+        >>> op = Talib("msum", (("window", 3),))
+        >>> x = np.array([np.nan, np.nan, np.nan, 1, 2, 3, 4, 5, 6, np.nan, 8, 9])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(12, dtype=np.int64), 1, [x])
+        >>> out.tolist()
+        [nan, nan, nan, nan, nan, 6.0, 9.0, 12.0, 15.0, 11.0, 14.0, 17.0]
+    """
+
+    func: str
+    params: tuple[tuple[str, Any], ...] = ()
+    inner: StateOp = field(init=False, repr=False, compare=False)
+    name = "talib"
+    n_args = 1
+
+    def __post_init__(self) -> None:
+        spec = STATE_OPS.get(self.func) if isinstance(self.func, str) else None
+        if spec is None or spec.columns != ("x",) or spec.n_outputs != 1 or self.func == self.name:
+            usable = sorted(
+                n for n, s in STATE_OPS.items() if s.columns == ("x",) and s.n_outputs == 1 and n != self.name
+            )
+            raise _bad(
+                self.name, "func", self.func, "the name of a one-column, one-output state function",
+                f"e.g. talib(x, func='msum', window=3); usable: {', '.join(usable)}",
+            )  # fmt: skip
+        try:
+            inner = make_state_op(self.func, dict(self.params))
+        except GraphDefinitionError as exc:
+            raise GraphDefinitionError(f"state function 'talib': func={self.func!r}: {exc}") from None
+        object.__setattr__(self, "inner", inner)
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return {"started": np.zeros(0, dtype=np.int64), **_prefixed(self.inner.init_state())}
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        slots_, (x,) = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = _grown_copy(self.name, {"started": _i64()}, _own_state(state), n_keys)
+        fed = kh.started_rows(slots_, x[np.newaxis, :], st["started"])
+        inner_st, (inner_out,) = self.inner.run(_inner_state(state), slots_[fed], n_keys, [x[fed]])
+        out = np.full(x.shape[0], np.nan)
+        out[fed] = inner_out
+        return {**st, **_prefixed(inner_st)}, [out]
+
+
+@dataclass(frozen=True)
+class TalibNull(_HigherOp):
+    """``talib_null(x, y)``: NULL for a key's rows before the first row where x and y are both non-NULL.
+
+    Returns two outputs, x and y; from that row on both pass through unchanged.
+
+    Example:
+        >>> import numpy as np
+        >>> op = TalibNull()
+        >>> x, y = np.array([1, np.nan, 3, 4.0]), np.array([np.nan, 2, 3, np.nan])
+        >>> _, outs = op.run(op.init_state(), np.zeros(4, dtype=np.int64), 1, [x, y])
+        >>> [o.tolist() for o in outs]
+        [[nan, nan, 3.0, 4.0], [nan, nan, 3.0, nan]]
+    """
+
+    name = "talib_null"
+    n_args = 2
+    n_outputs = 2
+
+    def _layout(self) -> dict[str, _Field]:
+        return {"started": _i64()}
+
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        started = kh.started_rows(slots, np.stack(cols), st["started"])
+        return [np.where(started, c, np.nan) for c in cols]
+
+
 # ---------------------------------------------------------------- registry
+
+
+def _talib_builder(p: dict[str, Any]) -> StateOp:
+    return Talib(p["func"], tuple((k, v) for k, v in p.items() if k != "func"))
 
 
 def _specs() -> list[StateOpSpec]:
@@ -399,6 +501,13 @@ def _specs() -> list[StateOpSpec]:
         StateOpSpec(
             "accumulate", "accumulate(x, func='add'|'sub'|'mul'|'max'|'min', init=None)",
             ("func", "init"), ("func",), lambda p: Accumulate(p["func"], p.get("init")),
+        ),
+        StateOpSpec(
+            "talib", f"talib(x, func, window=None, ...parameters of func: {', '.join(_TALIB_PASS[1:])})",
+            ("func", *_TALIB_PASS), ("func",), _talib_builder,
+        ),
+        StateOpSpec(
+            "talib_null", "talib_null(x, y)", (), (), lambda p: TalibNull(), columns=("x", "y"), n_outputs=2,
         ),
     ]  # fmt: skip
 
