@@ -4,10 +4,10 @@ Same contract as :mod:`headwater.state.kernels`: every kernel walks one
 micro-batch row by row in arrival order, updates per-key state arrays in place
 at ``slots[i]`` and writes one float64 output per row; NaN is NULL everywhere.
 
-Kernels whose per-key buffers can fill up (time windows, cumulative TopN with
-``ties_method='all'``, the range stacks, ``sumbars``) take a start row and
-return the row at which they stopped because a key's buffer is full while it
-may still grow; the wrapper widens the buffers and calls again from that row.
+Kernels whose per-key buffers can fill up (a time window, for one) take a
+start row and return the row at which they stopped because a key's buffer is
+full while it may still grow; the wrapper widens the buffers and calls again
+from that row.
 Re-running a row from its start is harmless: everything a kernel did for that
 row before stopping (evicting expired rows) is idempotent.
 """

@@ -33,6 +33,7 @@ can still be picked.
 ``top_range`` / ``low_range``, ``true_range``, ``sumbars`` and the linear recursion
 ``iterate``; each class documents its NULL rules.
 
+
 Example:
     >>> import numpy as np
     >>> from headwater.state.ops import make_state_op
@@ -55,7 +56,6 @@ from datetime import timedelta
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from headwater.durations import parse_duration, to_micros
 from headwater.state import kernels_time as kt
@@ -79,6 +79,7 @@ __all__ = [
     "MovingTopN",
     "RangeCount",
     "SumBars",
+    "TimeMoment",
     "TimePercentile",
     "TimeRank",
     "TimeWindow",
@@ -196,7 +197,7 @@ def _widen(layout: dict[str, _Arr], st: State, width: int) -> State:
         if a.kind not in _GROWING:
             continue
         old = st[name]
-        new = np.full((old.shape[0], width), a.fill, dtype=a.dtype)
+        new: np.ndarray = np.full((old.shape[0], width), a.fill, dtype=a.dtype)
         if a.kind == "ring":
             kt.widen_ring(old, new, st["start"], st["count"])
         elif a.kind == "deque":
@@ -214,9 +215,9 @@ def _widen(layout: dict[str, _Arr], st: State, width: int) -> State:
 def _window_units(func: str, window: Any) -> float:
     """A tm-window in the units of the time column: an integer, or a duration in microseconds."""
     if isinstance(window, numbers.Integral) and not isinstance(window, bool | np.bool_):
-        if window >= 1:
+        if int(window) >= 1:
             return float(window)
-    elif isinstance(window, str | timedelta | pd.Timedelta) and not isinstance(window, bool):
+    elif isinstance(window, str | timedelta):
         return float(to_micros(parse_duration(window, where=f"state function {func!r}: window")))
     raise _bad(
         func, "window", window,
@@ -840,45 +841,11 @@ def _moment_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
     return lambda p: TimeMoment(name, p["window"], biased=p.get("biased", True))
 
 
-def _mtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
-    return lambda p: MovingTopN(
-        name, p["window"], p["top"], p.get("ascending", True), p.get("ties_method"), p.get("biased", True)
-    )
-
-
-def _mtop_spec(name: str) -> StateOpSpec:
-    agg = _top_agg(name, "m")
-    cols = ("x", "y", "s") if agg in _PAIR_AGGS else ("x", "s")
-    moment = agg in ("skew", "kurtosis")
-    params = ("window", "top", *(("biased",) if moment else ()), "ascending", "ties_method")
-    shown = [
-        *cols,
-        "window",
-        "top",
-        *(("biased=True",) if moment else ()),
-        "ascending=True",
-        f"ties_method={'latest' if moment else 'oldest'!r}",
-    ]
-    return StateOpSpec(
-        name, f"{name}({', '.join(shown)})", params, ("window", "top"), _mtop_builder(name), columns=cols
-    )
-
-
-def _cumtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
-    return lambda p: CumTopN(name, p["top"], p.get("ascending", True), p.get("ties_method"))
-
-
-def _group_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
-    return lambda p: DynamicGroup(name, p["group_count"])
-
-
-def _range_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
-    return lambda p: RangeCount(name)
-
-
-def _specs() -> list[StateOpSpec]:
+def _tm_specs() -> list[StateOpSpec]:
     plain = [n for n in TimeWindow._OPS if n not in TimeWindow._PAIRS]
-    specs = [
+    pairs = {"tmcorr": "x, y", "tmcovar": "x, y", "tmcovarp": "x, y", "tmwsum": "x, y", "tmwavg": "x, y",
+             "tmbeta": "y, x"}  # fmt: skip
+    return [
         *(
             StateOpSpec(n, f"{n}(t, x, window)", ("window",), ("window",), _tm_builder(n), columns=("t", "x"),
                         result="long" if n == "tmcount" else "double")
@@ -887,8 +854,7 @@ def _specs() -> list[StateOpSpec]:
         *(
             StateOpSpec(n, f"{n}(t, {cols}, window)", ("window",), ("window",), _tm_builder(n),
                         columns=("t", *cols.split(", ")))
-            for n, cols in (("tmcorr", "x, y"), ("tmcovar", "x, y"), ("tmcovarp", "x, y"), ("tmwsum", "x, y"),
-                            ("tmwavg", "x, y"), ("tmbeta", "y, x"))
+            for n, cols in pairs.items()
         ),
         StateOpSpec(
             "tmpercentile", "tmpercentile(t, x, percent, window, interpolation='linear')",
@@ -908,12 +874,52 @@ def _specs() -> list[StateOpSpec]:
                         _moment_builder(n), columns=("t", "x"))
             for n in TimeMoment._OPS
         ),
+    ]  # fmt: skip
+
+
+def _mtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: MovingTopN(
+        name, p["window"], p["top"], p.get("ascending", True), p.get("ties_method"), p.get("biased", True)
+    )
+
+
+def _mtop_spec(name: str) -> StateOpSpec:
+    agg = _top_agg(name, "m")
+    cols = ("x", "y", "s") if agg in _PAIR_AGGS else ("x", "s")
+    moment = agg in ("skew", "kurtosis")
+    params = ("window", "top", *(("biased",) if moment else ()), "ascending", "ties_method")
+    shown = [*cols, "window", "top", *(("biased=True",) if moment else ()), "ascending=True",
+             f"ties_method={'latest' if moment else 'oldest'!r}"]  # fmt: skip
+    return StateOpSpec(
+        name, f"{name}({', '.join(shown)})", params, ("window", "top"), _mtop_builder(name), columns=cols
+    )
+
+
+def _cumtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: CumTopN(name, p["top"], p.get("ascending", True), p.get("ties_method"))
+
+
+def _top_specs() -> list[StateOpSpec]:
+    return [
         *(_mtop_spec(n) for n in MovingTopN._NAMES),
         *(
             StateOpSpec(n, f"{n}(x, s, top, ascending=True, ties_method='latest')",
                         ("top", "ascending", "ties_method"), ("top",), _cumtop_builder(n), columns=("x", "s"))
             for n in CumTopN._NAMES
         ),
+    ]  # fmt: skip
+
+
+def _group_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: DynamicGroup(name, p["group_count"])
+
+
+def _range_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: RangeCount(name)
+
+
+def _helper_specs() -> list[StateOpSpec]:
+    return [
         StateOpSpec(
             "dynamic_group_cumsum",
             "dynamic_group_cumsum(cum_value, prev_cum_value, membership, prev_membership, group_count)",
@@ -932,7 +938,15 @@ def _specs() -> list[StateOpSpec]:
         StateOpSpec("iterate", "iterate(x, init, coeff)", ("init", "coeff"), ("init", "coeff"),
                     lambda p: Iterate(p["init"], p["coeff"])),
     ]  # fmt: skip
-    return specs
+
+
+def _specs() -> list[StateOpSpec]:
+    """Every state function of this module."""
+    return [
+        *_tm_specs(),
+        *_top_specs(),
+        *_helper_specs(),
+    ]
 
 
 register(*_specs())
