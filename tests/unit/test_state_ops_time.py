@@ -23,6 +23,7 @@ NAN = math.nan
 DAY = 86_400_000_000  # microseconds
 HOUR = 3_600_000_000
 TIME_NAMES = {s.name for s in ops_time._tm_specs()}
+TIME_NAMES |= {s.name for s in ops_time._top_specs()}
 
 
 def run_batches(
@@ -145,6 +146,30 @@ DOC_EXAMPLES: list[tuple[str, list[list[float]], dict[str, Any], list[float], in
      [NAN, NAN, 1, 1, 3, 5, 4], None, slice(2, None)),
     ("tmpercentile", [list(range(7)), MPCT_X], {"percent": 15, "window": 3, "interpolation": "midpoint"},
      [NAN, NAN, 1.5, 2, 4.5, 5.5, 4.5], None, slice(2, None)),
+    # TopN
+    ("msum_top_n", [list(range(1, 8)), [0.3, 0.5, 0.1, 0.1, 0.5, 0.2, 0.4]], {"window": 4, "top": 2},
+     [1, 3, 4, 7, 7, 7, 10], None, slice(None)),
+    ("msum_top_n", [[2, 1, 5, 3, 4, 3, 1, 9, 0, 5, 2, 3], [5, 8, 1, 9, 7, 3, 1, NAN, 0, 8, 7, 7]],
+     {"window": 6, "top": 3}, [2, 3, 8, 8, 11, 10, 9, 9, 4, 4, 4, 3], None, slice(None)),
+    ("msum_top_n", [[2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 3, 1]], {"window": 6, "top": 3},
+     [2, 3, 7, 9, 11, 11, 11], None, slice(None)),
+    ("msum_top_n", [[2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 3, 1]], {"window": 6, "top": 3, "ties_method": "latest"},
+     [2, 3, 7, 9, 11, 11, 8], None, slice(None)),
+    ("msum_top_n", [[2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 3, 1]], {"window": 6, "top": 3, "ties_method": "all"},
+     [2, 3, 7, 9, 11, 11, 12], None, slice(None)),
+    ("mbeta_top_n", [[NAN, 3, 8, 4, 0], [2, 3, 1, 7, 3], [5, NAN, 8, 9, 4]], {"window": 3, "top": 2},
+     [NAN, NAN, NAN, -2 / 3, -4], None, slice(None)),
+    ("mbeta_top_n", [[NAN, 3, 8, 4, 0], [2, 3, 1, 7, 3],
+                     days("2021-01-01", "2021-02-03", "2021-01-23", "2021-04-06", "2021-12-29")],
+     {"window": 3, "top": 2}, [NAN, NAN, NAN, -2.5, -2 / 3], None, slice(None)),
+    ("cumsum_top_n", [[2, 1, 5, 3, 4, 3, 1, 9, 0, 5, 2, 3], [5, 8, 1, 9, 7, 3, 1, NAN, 0, 8, 7, 7]], {"top": 3},
+     [2, 3, 8, 8, 11, 10, 9, 9, 6, 6, 6, 6], None, slice(None)),
+    ("cumsum_top_n", [[2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 3, 1]], {"top": 3}, [2, 3, 7, 9, 11, 11, 8], None,
+     slice(None)),
+    ("cumsum_top_n", [[2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 3, 1]], {"top": 3, "ties_method": "oldest"},
+     [2, 3, 7, 9, 11, 11, 11], None, slice(None)),
+    ("cumsum_top_n", [[2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 3, 1]], {"top": 3, "ties_method": "all"},
+     [2, 3, 7, 9, 11, 11, 12], None, slice(None)),
 ]  # fmt: skip
 
 
@@ -284,11 +309,54 @@ def tm_reference(name: str, params: dict[str, Any], keys: np.ndarray, cols: list
     return out
 
 
+def _pick_top(s: np.ndarray, top: int, ascending: bool, ties: str) -> list[int]:
+    """Positions (oldest first) DolphinDB's TopN takes: stable sort by s, NULL s ignored."""
+    cand = [j for j in range(len(s)) if not np.isnan(s[j])]
+    order = sorted(cand, key=lambda j: s[j] if ascending else -s[j])
+    if len(order) <= top:
+        return sorted(order)
+    edge = s[order[top - 1]]
+    better = [j for j in order if (s[j] < edge if ascending else s[j] > edge)]
+    tied = [j for j in cand if s[j] == edge]  # oldest first
+    need = top - len(better)
+    chosen = {"oldest": tied[:need], "latest": tied[len(tied) - need :], "all": tied}[ties]
+    return sorted(better + chosen)
+
+
+def _top_value(agg: str, x: np.ndarray, y: np.ndarray | None, params: dict[str, Any]) -> float:
+    if y is not None:
+        return _agg_pairs({"covar": "covar", "corr": "corr", "wsum": "wsum", "beta": "beta"}[agg], x, y)
+    return _agg_values(agg, x[~np.isnan(x)], params)
+
+
+def top_reference(name: str, params: dict[str, Any], keys: np.ndarray, cols: list[np.ndarray]) -> np.ndarray:
+    cum = name.startswith("cum")
+    agg = name[3 if cum else 1 : -len("_top_n")]
+    default = "latest" if cum or agg in ("skew", "kurtosis") else "oldest"
+    ties = params.get("ties_method") or default
+    x, s = cols[0], cols[-1]
+    y = cols[1] if len(cols) == 3 else None
+    out = np.full(len(x), NAN)
+    for i in range(len(x)):
+        rows = np.flatnonzero(keys[: i + 1] == keys[i])
+        if not cum:
+            rows = rows[-params["window"] :]
+        if cum and np.isnan(s[i]):
+            out[i] = out[rows[-2]] if len(rows) > 1 else NAN
+            continue
+        picked = rows[_pick_top(s[rows], params["top"], params.get("ascending", True), ties)]
+        if len(picked):
+            out[i] = _top_value(agg, x[picked], None if y is None else y[picked], params)
+    return out
+
+
 def reference(
     name: str, params: dict[str, Any], keys: np.ndarray, cols: list[np.ndarray]
 ) -> list[np.ndarray]:
     if name.startswith("tm"):
         return [tm_reference(name, params, keys, cols)]
+    if name.endswith("_top_n"):
+        return [top_reference(name, params, keys, cols)]
     raise AssertionError(name)
 
 
@@ -297,6 +365,8 @@ def reference(
 TM_PLAIN = ["tmsum", "tmsum2", "tmavg", "tmcount", "tmvar", "tmvarp", "tmstd", "tmstdp", "tmmax", "tmmin",
             "tmfirst", "tmlast", "tmove", "tmprod", "tmmed"]  # fmt: skip
 TM_PAIRS = ["tmwsum", "tmwavg", "tmcovar", "tmcovarp", "tmcorr", "tmbeta"]
+M_TOP = [n for n in STATE_OPS if n.startswith("m") and n.endswith("_top_n")]
+M_TOP_PAIRS = ["mcorr_top_n", "mbeta_top_n", "mcovar_top_n", "mwsum_top_n"]
 
 # (name, params, column kinds): t = time, v = value, s = sort key, m = membership, p = positive value
 CONFIGS: list[tuple[str, dict[str, Any], str]] = [
@@ -312,6 +382,14 @@ CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     ("tmskew", {"window": 6, "biased": False}, "tv"),
     ("tmkurtosis", {"window": 4}, "tv"),
     ("tmkurtosis", {"window": 6, "biased": False}, "tv"),
+    *((n, {"window": 4, "top": 2}, "vvs" if n in M_TOP_PAIRS else "vs") for n in M_TOP),
+    ("msum_top_n", {"window": 5, "top": 3, "ascending": False, "ties_method": "all"}, "vs"),
+    ("mavg_top_n", {"window": 3, "top": 1, "ties_method": "latest"}, "vs"),
+    ("mskew_top_n", {"window": 6, "top": 4, "biased": False, "ties_method": "oldest"}, "vs"),
+    ("mcorr_top_n", {"window": 6, "top": 4, "ties_method": "all"}, "vvs"),
+    *((n, {"top": 2}, "vs") for n in ops_time.CumTopN._NAMES),
+    ("cumsum_top_n", {"top": 3, "ties_method": "all"}, "vs"),
+    ("cumavg_top_n", {"top": 2, "ascending": False, "ties_method": "oldest"}, "vs"),
 ]  # fmt: skip
 
 
@@ -502,6 +580,13 @@ def test_window_holds_at_most_max_rows_and_evicts_the_oldest() -> None:
     close(one_key("tmove", [t, x], window=10), [NAN] * 5 + [2, 4])
 
 
+def test_cum_top_n_keeps_at_most_max_rows_tied_rows() -> None:
+    with patch.object(ops_time.CumTopN, "max_rows", 4):
+        # five rows tie for the top place; only the latest four are kept
+        close(one_key("cumsum_top_n", [[1, 2, 3, 4, 5, 0], [1, 1, 1, 1, 1, 0]], top=1, ties_method="all"),
+              [1, 3, 6, 10, 14, 0])  # fmt: skip
+
+
 # ---------------------------------------------------------------- state contract
 
 
@@ -552,6 +637,12 @@ BAD_PARAMETERS: list[tuple[str, dict[str, Any], str]] = [
     ("tmrank", {"window": 3, "ascending": True, "ties_method": "first"}, "ties_method='first'"),
     ("tmrank", {"window": 3, "ascending": "yes"}, "ascending='yes'"),
     ("tmskew", {"window": 3, "biased": 1}, "biased=1"),
+    ("msum_top_n", {"window": 3, "top": 4}, "top must not exceed window=3"),
+    ("msum_top_n", {"window": 0, "top": 1}, "window=0"),
+    ("msum_top_n", {"window": 3, "top": 2, "ties_method": "newest"}, "ties_method='newest'.*'latest'"),
+    ("msum_top_n", {"window": 3, "top": 2, "biased": False}, "unknown parameter biased="),
+    ("msum_top_n", {"window": 3, "top": 2, "tiesMethod": "all"}, "did you mean ties_method="),
+    ("cumsum_top_n", {"top": 0}, "top=0"),
 ]  # fmt: skip
 
 
@@ -567,6 +658,9 @@ def test_defaults_are_resolved_and_compare_equal() -> None:
     assert make_state_op("tmavg", {"window": "60s"}) != make_state_op(
         "tmavg", {"window": "1min"}
     )  # as written
+    assert make_state_op("msum_top_n", {"window": 3, "top": 2}).ties_method == "oldest"
+    assert make_state_op("mskew_top_n", {"window": 3, "top": 2}).ties_method == "latest"
+    assert make_state_op("cumavg_top_n", {"top": 2}).ties_method == "latest"
 
 
 # ---------------------------------------------------------------- end to end
@@ -604,6 +698,7 @@ def test_registered_functions_run_in_the_reactive_state_engine() -> None:
     schema = {"sym": "string", "time": "long", "price": "double", "volume": "long", "member": "long"}
     metrics = [
         "time", "tmsum(time, price, 3) as s", "tmcount(time, price, 3) as n",
+        "msum_top_n(price, volume, 3, 2, false) as top2",
     ]  # fmt: skip
     for cuts in ((), (1, 5)):
         out = _engine_out(metrics, schema, df, cuts)
@@ -612,6 +707,8 @@ def test_registered_functions_run_in_the_reactive_state_engine() -> None:
             cols = [src["time"].to_numpy(float), src["price"].to_numpy()]
             close(g["s"].to_numpy(float), one_key("tmsum", cols, window=3))
             close(g["n"].to_numpy(float), one_key("tmcount", cols, window=3))
+            top2 = one_key("msum_top_n", [src.price, src.volume], window=3, top=2, ascending=False)
+            close(g["top2"].to_numpy(float), top2)
         assert out["n"].dtype.kind == "i" and out["s"].dtype == np.float64
 
 
