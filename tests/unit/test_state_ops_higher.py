@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from headwater.engines.base import SEQ
 from headwater.engines.reactive_state import ReactiveStateEngine
-from headwater.errors import GraphDefinitionError
+from headwater.errors import ExecutionError, GraphDefinitionError
 from headwater.parse import to_metric
 from headwater.state import ops_higher
 from headwater.state.ops import StateOp, make_state_op
@@ -354,6 +354,175 @@ def test_talib_null_matches_pandas(seed: int) -> None:
         np.testing.assert_array_equal(got_y, df["y"].where(started).to_numpy())
 
 
+# ---------------------------------------------------------------- group 3: the iterators
+
+
+def test_state_iterate_documented_example() -> None:
+    # two keys (sym A then B), val0 = 1..12, val1 = 10: initial window 3, msum over 3, coeff (0.5, 0.5)
+    op = make_state_op(
+        "state_iterate",
+        {"initial_window": 3, "iterate_func": "msum", "iterate_window": 3, "combine_coeff": (0.5, 0.5)},
+    )
+    keys = [0] * 6 + [1] * 6
+    (out,) = run_batches(op, keys, [np.arange(1, 13.0), np.full(12, 10.0)])
+    close(out, [10, 10, 10, 17, 21, 27, 10, 10, 10, 20, 25.5, 33.75])
+    # the same rows interleaved and cut into batches
+    order = [0, 6, 1, 7, 2, 3, 8, 9, 4, 10, 5, 11]
+    (mixed,) = run_batches(
+        op, [keys[i] for i in order], [np.arange(1, 13.0)[order], np.full(12, 10.0)], [3, 4, 9]
+    )
+    close(mixed, out[order])
+
+
+def test_conditional_iterate_documented_example() -> None:
+    # val0 = take(1 3 6, 10), cond = val0 > 5, true value val1 = 10, false branch msum over 3
+    val0 = np.resize([1.0, 3, 6], 10)
+    out = one_key("conditional_iterate", val0 > 5, np.full(10, 10.0), false_iter_func="msum", func_window=3)
+    close(out, [NAN, NAN, 10, 10, 20, 10, 40, 70, 10, 120])
+
+
+def _history_op(func: str, window: int | None) -> StateOp:
+    if func in ("msum", "mavg", "mmax", "mmin", "mcount"):
+        return make_state_op(func, {"window": window})
+    return make_state_op("move", {"k": window}) if func == "move" else make_state_op(func, {})
+
+
+def _iterate_ref(kind: str, func: str, window: int | None, **kw: Any) -> Callable[..., np.ndarray]:
+    """The documented recursion, literally: f(out)[k-1] runs the registered function over all outputs so far."""
+    hist = _history_op(func, window)
+
+    def f_of_out(out: list[float]) -> float:
+        if not out:
+            return NAN
+        (values,) = run_batches(hist, [0] * len(out), [out])
+        return float(values[-1])
+
+    def ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out: list[float] = []
+        for k in range(len(a)):
+            if kind == "state":
+                c0, c1 = kw["coeff"]
+                out.append(b[k] if k < kw["initial_window"] else c0 * a[k] + c1 * f_of_out(out))
+            else:
+                out.append(b[k] if a[k] == a[k] and a[k] != 0 else f_of_out(out))
+        return np.array(out)
+
+    return ref
+
+
+ITER_FUNCS = [("msum", 3), ("mavg", 2), ("mmax", 3), ("mmin", 1), ("mcount", 3), ("move", 2), ("move", 1),
+              ("cumfirst_not", None), ("cumlast_not", None), ("ffill", None)]  # fmt: skip
+
+
+def _iter_frame(seed: int) -> pd.DataFrame:
+    df = _frame(seed, n=150, n_keys=3)
+    df["x"] = np.clip(df["x"], -3, 3)
+    df["cond"] = df["seg"]  # 0 / 1 / NULL
+    df["initial"] = np.where(np.random.default_rng(seed).random(len(df)) < 0.1, NAN, df.index % 7)
+    return df
+
+
+@pytest.mark.parametrize(("func", "window"), ITER_FUNCS)
+@pytest.mark.parametrize("initial_window", [1, 3])
+def test_state_iterate_matches_the_literal_recursion(
+    func: str, window: int | None, initial_window: int
+) -> None:
+    df = _iter_frame(initial_window)
+    coeff = (0.7, 0.4)
+    ref = _iterate_ref("state", func, window, coeff=coeff, initial_window=initial_window)
+    expected = per_key(df["key"].to_numpy(), [df["x"].to_numpy(), df["initial"].to_numpy()], ref)
+    op = make_state_op("state_iterate", {"initial_window": initial_window, "iterate_func": func,
+                                         "iterate_window": window, "combine_coeff": coeff})  # fmt: skip
+    for cuts in ((), _splits(initial_window, len(df))):
+        (got,) = run_batches(op, df["key"], [df["x"], df["initial"]], cuts)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize(("func", "window"), ITER_FUNCS)
+def test_conditional_iterate_matches_the_literal_recursion(func: str, window: int | None) -> None:
+    df = _iter_frame(4)
+    expected = per_key(df["key"].to_numpy(), [df["cond"].to_numpy(), df["x"].to_numpy()],
+                       _iterate_ref("cond", func, window))  # fmt: skip
+    op = make_state_op("conditional_iterate", {"false_iter_func": func, "func_window": window})
+    for cuts in ((), _splits(4, len(df))):
+        (got,) = run_batches(op, df["key"], [df["cond"], df["x"]], cuts)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def _nan_or(vals: np.ndarray, f: Callable[[np.ndarray], float]) -> float:
+    v = vals[~np.isnan(vals)]
+    return f(v) if len(v) else NAN
+
+
+PY_COMBINERS: dict[str, Callable[[np.ndarray, float], float]] = {
+    "sum_add": lambda last, x: _nan_or(last, np.sum) + x,
+    "avg_add": lambda last, x: _nan_or(last, np.mean) + x,
+    "prod_mul": lambda last, x: _nan_or(last, np.prod) * x,
+    "max": lambda last, x: _nan_or(np.append(last, x), np.max),
+    "min": lambda last, x: _nan_or(np.append(last, x), np.min),
+}
+
+
+def _generic_ref(window: int, fn: Callable[[np.ndarray, float], float]) -> Callable[..., np.ndarray]:
+    def ref(x: np.ndarray, initial: np.ndarray) -> np.ndarray:
+        out: list[float] = []
+        for k in range(len(x)):
+            if window == 0:
+                out.append(fn(np.array([out[-1] if out else initial[k]]), x[k]))
+            elif k < window:
+                out.append(initial[k])
+            else:
+                out.append(fn(np.array(out[k - window :]), x[k]))
+        return np.array(out)
+
+    return ref
+
+
+@pytest.mark.parametrize("combiner", sorted(PY_COMBINERS))
+@pytest.mark.parametrize("window", [0, 1, 3])
+@pytest.mark.parametrize("as_callable", [False, True])
+def test_generic_state_iterate_matches_a_python_loop(combiner: str, window: int, as_callable: bool) -> None:
+    df = _iter_frame(5)
+    fn = PY_COMBINERS[combiner]
+    # a NULL x makes a NULL output (see the NULL test below), which would hide most of the comparison
+    x = np.clip(df["x"].fillna(0.25).to_numpy(), -1.1, 1.1)
+    initial = df["initial"].to_numpy()
+    if combiner == "prod_mul":  # products of past outputs must shrink, not overflow
+        x, initial = np.clip(x, -1, 1), initial / 7
+    expected = per_key(df["key"].to_numpy(), [x, initial], _generic_ref(window, fn))
+    assert np.isfinite(expected).sum() > len(df) // 2
+    op = make_state_op("generic_state_iterate", {"window": window, "func": fn if as_callable else combiner})
+    for cuts in ((), _splits(5, len(df))):
+        (got,) = run_batches(op, df["key"], [x, initial], cuts)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_generic_state_iterate_nulls() -> None:
+    # window 0: a NULL x gives a NULL output, and the next row iterates on it
+    close(one_key("generic_state_iterate", [1, NAN, 2], [0, 0, 0], window=0, func="sum_add"), [1, NAN, NAN])
+    # window 2: combiners skip NULL outputs; the first two rows are the initial values, NULL included
+    out = one_key("generic_state_iterate", [9, 9, NAN, 1, 1], [NAN, 2, 5, 5, 5], window=2, func="sum_add")
+    close(out, [NAN, 2, NAN, 3, 4])
+
+
+def test_generic_state_iterate_callable_errors_name_the_function() -> None:
+    def broken(last: np.ndarray, x: float) -> float:
+        raise ZeroDivisionError("boom")
+
+    op = make_state_op("generic_state_iterate", {"window": 0, "func": broken})
+    with pytest.raises(ExecutionError, match=r"func=<function .*broken.* raised ZeroDivisionError: boom"):
+        op.run(op.init_state(), np.zeros(1, dtype=np.int64), 1, [np.ones(1), np.ones(1)])
+
+
+def test_iterate_functions_accept_dolphindb_names() -> None:
+    op = make_state_op("conditional_iterate", {"false_iter_func": "cumlastNot"})
+    assert op == make_state_op("conditional_iterate", {"false_iter_func": "cumlast_not"})
+
+
+def _last_plus(last: np.ndarray, x: float) -> float:
+    return float(last[-1] + x)
+
+
 # ---------------------------------------------------------------- streaming == batch (all groups)
 
 PROPERTY_CONFIGS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
@@ -368,6 +537,11 @@ PROPERTY_CONFIGS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("talib", {"func": "ema", "window": 2}, ("x",)),
     ("talib", {"func": "cummax"}, ("x",)),
     ("talib_null", {}, ("x", "s")),
+    *(("state_iterate", {"initial_window": 2, "iterate_func": f, "iterate_window": w, "combine_coeff": (0.5, 0.5)},
+       ("x", "s")) for f, w in ITER_FUNCS),
+    *(("conditional_iterate", {"false_iter_func": f, "func_window": w}, ("s", "x")) for f, w in ITER_FUNCS[::2]),
+    *(("generic_state_iterate", {"window": w, "func": f}, ("x", "s")) for f in ops_higher.COMBINERS for w in (0, 2)),
+    ("generic_state_iterate", {"window": 2, "func": _last_plus}, ("x", "s")),
 ]  # fmt: skip
 
 
@@ -461,6 +635,48 @@ def test_moving_fast_path_state_differs_from_the_scan_but_both_are_keyed() -> No
         ("talib", {"func": "msum"}, r"talib': func='msum': .*missing required parameter window="),
         ("talib", {"func": "msum", "window": 3, "alpha": 0.5}, r"func='msum': .*unknown parameter alpha="),
         ("talib", {"func": "msum", "window": 3, "top": 2}, r"unknown parameter top=2"),
+        *(
+            ("state_iterate", {"initial_window": 1, "combine_coeff": (1, 1), **p}, frag)
+            for p, frag in [
+                (
+                    {"iterate_func": "mmed", "iterate_window": 3},
+                    r"iterate_func='mmed' is invalid; expected one of 'msum'",
+                ),
+                ({"iterate_func": "msum"}, r"iterate_window=None is invalid; expected the window of msum"),
+                ({"iterate_func": "msum", "iterate_window": 0}, r"iterate_window=0 is invalid"),
+                ({"iterate_func": "ffill", "iterate_window": 2}, "ffill takes no window"),
+                ({"iterate_func": "move", "iterate_window": 0}, "do not exist yet"),
+                ({"iterate_func": "move", "iterate_window": -1}, "do not exist yet"),
+                ({"iterate_func": "tmsum", "iterate_window": 3}, "iterate_func='tmsum' is invalid"),
+            ]
+        ),
+        (
+            "state_iterate",
+            {"initial_window": 0, "iterate_func": "ffill", "combine_coeff": (1, 1)},
+            "initial_window=0",
+        ),
+        (
+            "state_iterate",
+            {"initial_window": 1, "iterate_func": "ffill", "combine_coeff": (1,)},
+            "two finite numbers",
+        ),
+        (
+            "state_iterate",
+            {"initial_window": 1, "iterate_func": "ffill", "combine_coeff": "0.5 0.5"},
+            "combine_coeff",
+        ),
+        (
+            "state_iterate",
+            {"initial_window": 1, "iterate_func": "ffill"},
+            "missing required parameter combine_coeff=",
+        ),
+        ("conditional_iterate", {"false_iter_func": "mavg"}, r"func_window=None is invalid"),
+        ("generic_state_iterate", {"window": -1, "func": "sum_add"}, r"window=-1 is invalid"),
+        (
+            "generic_state_iterate",
+            {"window": 1, "func": "nope"},
+            r"one of 'sum_add', .* or pass a Python callable",
+        ),
     ],
 )
 def test_bad_parameters_are_explained(name: str, params: dict[str, Any], fragment: str) -> None:
@@ -490,7 +706,7 @@ def _engine_out(metrics: Sequence[Any], df: pd.DataFrame, cuts: Sequence[int]) -
 
 
 def test_higher_order_functions_run_in_the_reactive_state_engine() -> None:
-    from headwater.functions import moving, segmentby  # generated from the registry
+    from headwater.functions import generic_state_iterate, moving, segmentby, state_iterate
 
     assert str(segmentby("x", "seg", "cumsum")) == "segmentby(x, seg, func='cumsum')"
     assert str(moving("x", 3, "med")) == "moving(x, window=3, func='med')"
@@ -505,6 +721,9 @@ def test_higher_order_functions_run_in_the_reactive_state_engine() -> None:
         "accumulate(x, 'max') as a",
         "talib(x, func='msum', window=3) as t",
         "talib_null(x, seg) as n1, n2",
+        "conditional_iterate(seg > 0, x, 'msum', func_window=2) as c",
+        state_iterate("x", "seg", 2, "mavg", (0.5, 0.5), iterate_window=2).alias("si"),
+        generic_state_iterate("x", "seg", 1, _last_plus).alias("g"),
     ]
     expected = {
         "s": ("segmentby", ("x", "seg"), {"func": "cumsum"}),
@@ -512,9 +731,17 @@ def test_higher_order_functions_run_in_the_reactive_state_engine() -> None:
         "w": ("window", ("x",), {"d1": -2, "d2": -1, "func": "max"}),
         "a": ("accumulate", ("x",), {"func": "max"}),
         "t": ("talib", ("x",), {"func": "msum", "window": 3}),
+        "c": ("conditional_iterate", ("pos", "x"), {"false_iter_func": "msum", "func_window": 2}),
+        "si": (
+            "state_iterate",
+            ("x", "seg"),
+            {"initial_window": 2, "iterate_func": "mavg", "iterate_window": 2, "combine_coeff": (0.5, 0.5)},
+        ),
+        "g": ("generic_state_iterate", ("x", "seg"), {"window": 1, "func": _last_plus}),
     }
+    df["pos"] = (df["seg"] > 0).astype(float)
     for cuts in ((), (1, 17, 18)):
-        out = _engine_out(metrics, df, cuts)
+        out = _engine_out(metrics, df.drop(columns="pos"), cuts)
         for col, (name, columns, params) in expected.items():
             (want,) = run_batches(make_state_op(name, params), df["sym"].map(ord), [df[c] for c in columns])
             np.testing.assert_allclose(

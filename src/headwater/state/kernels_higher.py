@@ -23,6 +23,12 @@ SEG_SUM, SEG_AVG, SEG_MAX, SEG_MIN, SEG_COUNT, SEG_VAR, SEG_VARP, SEG_STD, SEG_S
 # Binary folds of accumulate().
 ACC_ADD, ACC_SUB, ACC_MUL, ACC_MAX, ACC_MIN = range(5)
 
+# Functions an iterator applies to its own past outputs.
+H_MSUM, H_MAVG, H_MMAX, H_MMIN, H_MCOUNT, H_CUMFIRST, H_CUMLAST, H_FFILL, H_MOVE = range(9)
+
+# Built-in combiners of generic_state_iterate().
+C_SUM_ADD, C_AVG_ADD, C_MAX, C_MIN, C_PROD_MUL = range(5)
+
 
 # ---------------------------------------------------------------- moving / window
 
@@ -250,4 +256,202 @@ def started_rows(slots, cols, started):  # pragma: no cover - numba
             if ok:
                 started[k] = 1
         out[i] = started[k] == 1
+    return out
+
+
+# ---------------------------------------------------------------- iterators
+
+
+@njit(cache=True)
+def _history(op, k, ring, n_out, wpos, first_not, last_not):  # pragma: no cover - numba
+    """``iterate_func(out)[j]`` for the key's latest output j, from the outputs kept in ``ring``.
+
+    ``ring`` keeps the last ``size`` outputs: the window of m-functions, or
+    ``shift + 1`` for ``move``. The m-functions follow the m-function rules (NULL
+    until ``size`` outputs exist, except ``mcount``; NULLs skipped).
+    """
+    no = n_out[k]
+    if no == 0:
+        return np.nan
+    if op == H_CUMFIRST:
+        return first_not[k]
+    if op in (H_CUMLAST, H_FFILL):
+        return last_not[k]
+    size = ring.shape[1]
+    if op == H_MOVE:
+        # the ring is full once `shift + 1` outputs exist; its oldest slot is the next to write
+        return ring[k, wpos[k]] if no >= size else np.nan
+    if op != H_MCOUNT and no < size:
+        return np.nan
+    m = no if no < size else size
+    cnt = 0
+    s = 0.0
+    hi = -np.inf
+    lo = np.inf
+    p = wpos[k]
+    for _ in range(m):
+        p = p - 1 if p > 0 else size - 1
+        v = ring[k, p]
+        if v == v:
+            cnt += 1
+            s += v
+            if v > hi:
+                hi = v
+            if v < lo:
+                lo = v
+    if cnt == 0:
+        return np.nan
+    if op == H_MSUM:
+        return s
+    if op == H_MAVG:
+        return s / cnt
+    if op == H_MMAX:
+        return hi
+    if op == H_MMIN:
+        return lo
+    return float(cnt)  # H_MCOUNT
+
+
+@njit(cache=True, inline="always")
+def _push(k, v, ring, n_out, wpos, first_not, last_not):  # pragma: no cover - numba
+    size = ring.shape[1]
+    p = wpos[k]
+    ring[k, p] = v
+    wpos[k] = p + 1 if p + 1 < size else 0
+    n_out[k] += 1
+    if v == v:
+        last_not[k] = v
+        if first_not[k] != first_not[k]:
+            first_not[k] = v
+
+
+@njit(cache=True)
+def state_iterate(
+    op, slots, x, initial, initial_window, c0, c1, ring, n_out, wpos, first_not, last_not
+):  # pragma: no cover - numba
+    """``out[k] = initial[k]`` for the key's first ``initial_window`` rows, then ``c0·x[k] + c1·f(out)[k-1]``."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        if n_out[k] < initial_window:
+            v = initial[i]
+        else:
+            v = c0 * x[i] + c1 * _history(op, k, ring, n_out, wpos, first_not, last_not)
+        _push(k, v, ring, n_out, wpos, first_not, last_not)
+        out[i] = v
+    return out
+
+
+@njit(cache=True)
+def conditional_iterate(
+    op, slots, cond, true_value, ring, n_out, wpos, first_not, last_not
+):  # pragma: no cover - numba
+    """``out[k] = true_value[k]`` where ``cond[k]`` is true, else ``f(out)[k-1]``; NULL cond is false."""
+    n = cond.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        k = slots[i]
+        c = cond[i]
+        v = true_value[i] if c == c and c != 0.0 else _history(op, k, ring, n_out, wpos, first_not, last_not)
+        _push(k, v, ring, n_out, wpos, first_not, last_not)
+        out[i] = v
+    return out
+
+
+@njit(cache=True)
+def _combine(op, prev, m, xv):  # pragma: no cover - numba
+    """A built-in combiner over ``prev[:m]`` (NULLs skipped) and the row's ``xv``."""
+    cnt = 0
+    s = 0.0
+    p = 1.0
+    hi = -np.inf
+    lo = np.inf
+    for j in range(m):
+        v = prev[j]
+        if v == v:
+            cnt += 1
+            s += v
+            p *= v
+            if v > hi:
+                hi = v
+            if v < lo:
+                lo = v
+    if op in (C_MAX, C_MIN):
+        if xv == xv:
+            cnt += 1
+            if xv > hi:
+                hi = xv
+            if xv < lo:
+                lo = xv
+        if cnt == 0:
+            return np.nan
+        return hi if op == C_MAX else lo
+    if cnt == 0:
+        return np.nan
+    if op == C_SUM_ADD:
+        return s + xv
+    if op == C_AVG_ADD:
+        return s / cnt + xv
+    return p * xv  # C_PROD_MUL
+
+
+@njit(cache=True)
+def generic_iterate(op, slots, x, initial, window, ring, n_out, wpos, prev):  # pragma: no cover - numba
+    """``genericStateIterate`` with a built-in combiner; see :func:`generic_iterate_py` for the rules."""
+    n = x.shape[0]
+    out = np.empty(n)
+    size = ring.shape[1]
+    for i in range(n):
+        k = slots[i]
+        no = n_out[k]
+        if window > 0 and no < window:
+            v = initial[i]
+        else:
+            if no == 0:  # window == 0: the first row iterates on its initial value
+                prev[0] = initial[i]
+                m = 1
+            else:
+                m = size
+                p = wpos[k]
+                for j in range(size):  # oldest first
+                    prev[j] = ring[k, p]
+                    p = p + 1 if p + 1 < size else 0
+            v = _combine(op, prev, m, x[i])
+        p = wpos[k]
+        ring[k, p] = v
+        wpos[k] = p + 1 if p + 1 < size else 0
+        n_out[k] = no + 1
+        out[i] = v
+    return out
+
+
+def generic_iterate_py(fn, slots, x, initial, window, ring, n_out, wpos):
+    """``genericStateIterate`` with a Python callable ``fn(last_outputs, x_k) -> float``, per row.
+
+    With ``window == 0`` ``last_outputs`` holds the previous output (the row's
+    ``initial`` value on a key's first row); otherwise the key's first ``window``
+    rows output ``initial`` and later rows pass the last ``window`` outputs,
+    oldest first. Plain Python: one call per row.
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    size = ring.shape[1]
+    for i in range(n):
+        k = int(slots[i])
+        no = int(n_out[k])
+        if window > 0 and no < window:
+            v = float(initial[i])
+        else:
+            if no == 0:
+                last = np.array([initial[i]])
+            else:
+                p = int(wpos[k])
+                last = np.concatenate((ring[k, p:], ring[k, :p]))
+            v = float(fn(last, float(x[i])))
+        p = int(wpos[k])
+        ring[k, p] = v
+        wpos[k] = p + 1 if p + 1 < size else 0
+        n_out[k] = no + 1
+        out[i] = v
     return out
