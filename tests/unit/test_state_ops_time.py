@@ -24,6 +24,7 @@ DAY = 86_400_000_000  # microseconds
 HOUR = 3_600_000_000
 TIME_NAMES = {s.name for s in ops_time._tm_specs()}
 TIME_NAMES |= {s.name for s in ops_time._top_specs()}
+TIME_NAMES |= {s.name for s in ops_time._helper_specs()}
 
 
 def run_batches(
@@ -170,6 +171,21 @@ DOC_EXAMPLES: list[tuple[str, list[list[float]], dict[str, Any], list[float], in
      [2, 3, 7, 9, 11, 11, 11], None, slice(None)),
     ("cumsum_top_n", [[2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 3, 1]], {"top": 3, "ties_method": "all"},
      [2, 3, 7, 9, 11, 11, 12], None, slice(None)),
+    # financial helpers
+    ("top_range", [[13.5, 13.6, 13.4, 13.3, 13.5, 13.9, 13.1, 20.1, 20.2, 20.3]], {},
+     [0, 1, 0, 0, 2, 5, 0, 7, 8, 9], None, slice(None)),
+    ("top_range", [[1.5, 2.6, 3.2, 1.4, 2.5, 2.2, 3.7, 2.0]], {}, [0, 1, 2, 0, 1, 0, 6, 0], None, slice(None)),
+    ("top_range", [[1.6, 2.3, 4.2, 5.6, 4.1, 3.2, 4.4, 6.9]], {}, [0, 1, 2, 3, 0, 0, 2, 7], None, slice(None)),
+    ("top_range", [[39.70, 39.72, 39.80, 39.78, 39.83, 39.92, 40.00, 40.03]], {}, [0, 1, 2, 0, 4, 5, 6, 7], None,
+     slice(None)),
+    # tmTopRange's NULL rule (NULL is the smallest value, leading NULLs stay NULL) on a window covering all rows
+    ("top_range", [[NAN, 3.1, NAN, 3.0, 2.9, 2.8, 3.1, NAN, 3.2]], {}, [NAN, 1, 0, 1, 0, 0, 4, 0, 8], None,
+     slice(None)),
+    ("sumbars", [[1, 2, 3.3, 2, 5]], {"y": 3}, [0, 2, 1, 2, 1], None, slice(None)),
+    ("sumbars", [[100, 150, 80, 120, 220, 200, 180, 90, 100, 125]], {"y": 300}, [0, 0, 3, 3, 2, 2, 2, 3, 3, 3],
+     None, slice(None)),
+    ("iterate", [[0.1, 0.2, 0.3]], {"init": 1, "coeff": 0.8}, [0.9, 0.92, 1.036], 12, slice(None)),
+    ("iterate", [[1, 2, 3, 4, 5]], {"init": (1, 1), "coeff": (1, 1)}, [3, 6, 12, 22, 39], None, slice(None)),
 ]  # fmt: skip
 
 
@@ -183,6 +199,52 @@ def test_documented_example(
     rows: slice,
 ) -> None:  # fmt: skip
     close(one_key(name, cols, **params)[rows], expected[rows], decimals)
+
+
+# st0, st1 of the dynamicGroupCumsum example; orders 10001 10002 10001 / 10002 10003 10002
+SYMS = [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("name", "cols", "expected"),
+    [
+        ("dynamic_group_cumsum", [[2, 4, 8, 3, 2, 12], [NAN, NAN, 2, NAN, NAN, 3], [0, 0, 1, 0, 0, 2],
+                                  [NAN, NAN, 0, NAN, NAN, 0]],
+         [[2, 6, 4, 3, 5, 2], [0, 0, 8, 0, 0, 0], [0, 0, 0, 0, 0, 12]]),
+        ("dynamic_group_cumcount", [[0, 0, 1, 0, 0, 2], [NAN, NAN, 0, NAN, NAN, 0]],
+         [[1, 2, 1, 1, 2, 1], [0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 1]]),
+    ],
+)  # fmt: skip
+def test_dynamic_group_documented_example(
+    name: str, cols: list[list[float]], expected: list[list[float]]
+) -> None:
+    outs = run_batches(
+        make_state_op(name, {"group_count": 3}), SYMS, [np.array(c, dtype=float) for c in cols]
+    )
+    assert len(outs) == ops_time.MAX_GROUPS
+    for got, want in zip(outs[:3], expected, strict=True):
+        close(got, want)
+    assert all(np.isnan(o).all() for o in outs[3:])  # groups past group_count
+
+
+def test_true_range_documented_example() -> None:
+    sym = [0, 1] * 5
+    high = [11.48, 10.23, 12.26, 10.7, 12.24, 10.45, 12.3, 10.51, 12.24, 10.49]
+    low = [10.91, 9.41, 11.18, 10, 11.71, 9.83, 11.62, 9.91, 11.1, 9.6]
+    cls = [11.38, 10.22, 12.1, 10.31, 11.89, 10.21, 12.13, 10.47, 11.35, 9.81]
+    (out,) = run_batches(make_state_op("true_range", {}), sym, [np.array(c) for c in (high, low, cls)])
+    close(np.round(out[0::2], 2), [NAN, 1.08, 0.53, 0.68, 1.14])
+    close(np.round(out[1::2], 2), [NAN, 0.7, 0.62, 0.6, 0.89])
+
+
+def test_dynamic_group_sum_follows_an_entity_that_stays_in_its_group() -> None:
+    # order A: 2 (small), 4 (still small), 8 (large); order B: 1 (small)
+    cum, prev = [2, 4, 1, 8], [NAN, 2, NAN, 4]
+    member, prev_member = [0, 0, 0, 1], [NAN, 0, NAN, 0]
+    outs = run_batches(make_state_op("dynamic_group_cumsum", {"group_count": 2}), [0] * 4,
+                       [np.array(c, dtype=float) for c in (cum, prev, member, prev_member)])  # fmt: skip
+    close(outs[0], [2, 4, 5, 1])
+    close(outs[1], [0, 0, 0, 8])
 
 
 # ---------------------------------------------------------------- references
@@ -350,6 +412,76 @@ def top_reference(name: str, params: dict[str, Any], keys: np.ndarray, cols: lis
     return out
 
 
+def other_reference(
+    name: str, params: dict[str, Any], keys: np.ndarray, cols: list[np.ndarray]
+) -> list[np.ndarray]:
+    n = len(keys)
+    out = np.full(n, NAN)
+    if name in ("top_range", "low_range"):
+        x = cols[0]
+        for i in range(n):
+            mine = np.flatnonzero(keys[:i] == keys[i])
+            vals = np.where(np.isnan(x), -np.inf, x)  # NULL is the smallest value
+            if np.isnan(x[i]) and np.isnan(x[mine]).all():
+                continue
+            count = 0
+            for j in mine[::-1]:
+                if (vals[j] < vals[i]) if name == "top_range" else (vals[j] > vals[i]):
+                    count += 1
+                else:
+                    break
+            out[i] = count
+        return [out]
+    if name == "sumbars":
+        x = np.where(cols[0] > 0, cols[0], 0.0)
+        for i in range(n):
+            mine = np.flatnonzero(keys[: i + 1] == keys[i])[::-1]
+            sums = np.cumsum(x[mine])
+            hit = np.flatnonzero(sums >= params["y"])
+            out[i] = hit[0] + 1 if len(hit) else 0
+        return [out]
+    if name == "true_range":
+        df = pd.DataFrame({"k": keys, "h": cols[0], "l": cols[1], "c": cols[2]})
+        pc = df.groupby("k")["c"].shift()
+        tr = pd.concat([(df.h - df.l).abs(), (df.h - pc).abs(), (pc - df.l).abs()], axis=1).max(
+            axis=1, skipna=False
+        )
+        return [tr.to_numpy(dtype=float)]
+    if name == "iterate":
+        init = np.atleast_1d(np.asarray(params["init"], dtype=float))
+        coeff = np.atleast_1d(np.asarray(params["coeff"], dtype=float))
+        hist: dict[int, list[float]] = {}
+        for i in range(n):
+            h = hist.setdefault(int(keys[i]), list(init))
+            if not np.isnan(cols[0][i]):
+                out[i] = float(np.dot(coeff, h[-len(coeff) :])) + cols[0][i]
+                h.append(out[i])
+        return [out]
+    if name.startswith("dynamic_group"):
+        count_only = name.endswith("cumcount")
+        cum, prev, member, prev_member = cols if not count_only else (None, None, *cols)
+        g = params["group_count"]
+        totals: dict[int, list[float]] = {}
+        outs = np.full((ops_time.MAX_GROUPS, n), NAN)
+        valid = lambda m: not np.isnan(m) and m == int(m) and 0 <= m < g  # noqa: E731
+        for i in range(n):
+            tot = totals.setdefault(int(keys[i]), [0.0] * g)
+            m, pm = member[i], prev_member[i]
+            if valid(m):
+                v = 1.0 if count_only else np.nan_to_num(cum[i])
+                pv = 1.0 if count_only else np.nan_to_num(prev[i])
+                if not valid(pm):
+                    tot[int(m)] += v
+                elif pm == m:
+                    tot[int(m)] += 0.0 if count_only else v - pv
+                else:
+                    tot[int(m)] += v
+                    tot[int(pm)] -= pv
+            outs[:g, i] = tot
+        return list(outs)
+    raise AssertionError(name)
+
+
 def reference(
     name: str, params: dict[str, Any], keys: np.ndarray, cols: list[np.ndarray]
 ) -> list[np.ndarray]:
@@ -357,6 +489,7 @@ def reference(
         return [tm_reference(name, params, keys, cols)]
     if name.endswith("_top_n"):
         return [top_reference(name, params, keys, cols)]
+    return other_reference(name, params, keys, cols)
     raise AssertionError(name)
 
 
@@ -390,11 +523,21 @@ CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     *((n, {"top": 2}, "vs") for n in ops_time.CumTopN._NAMES),
     ("cumsum_top_n", {"top": 3, "ties_method": "all"}, "vs"),
     ("cumavg_top_n", {"top": 2, "ascending": False, "ties_method": "oldest"}, "vs"),
+    ("dynamic_group_cumsum", {"group_count": 3}, "vvmm"),
+    ("dynamic_group_cumcount", {"group_count": 2}, "mm"),
+    ("top_range", {}, "v"),
+    ("low_range", {}, "v"),
+    ("true_range", {}, "vvv"),
+    ("sumbars", {"y": 2.5}, "p"),
+    ("sumbars", {"y": 0.5}, "v"),
+    ("iterate", {"init": 1.0, "coeff": 0.5}, "v"),
+    ("iterate", {"init": (1.0, -1.0, 0.5), "coeff": (0.25, -0.5, 1.0)}, "v"),
 ]  # fmt: skip
 
 
 def test_configs_cover_every_function_of_the_module() -> None:
     assert {n for n, _, _ in CONFIGS} == TIME_NAMES
+    assert {s.name for s in ops_time._specs()} == TIME_NAMES
     assert set(STATE_OPS) >= TIME_NAMES
 
 
@@ -587,6 +730,14 @@ def test_cum_top_n_keeps_at_most_max_rows_tied_rows() -> None:
               [1, 3, 6, 10, 14, 0])  # fmt: skip
 
 
+def test_range_and_sumbars_buffers_are_capped() -> None:
+    with patch.object(ops_time.RangeCount, "max_rows", 3):
+        # a falling series fills the stack; counts stop at the last candidate dropped
+        close(one_key("top_range", [[9, 8, 7, 6, 5, 10]]), [0, 0, 0, 0, 0, 3])
+    with patch.object(ops_time.SumBars, "max_rows", 2):
+        close(one_key("sumbars", [[1, 1, 1, 5]], y=3), [0, 0, 0, 1])
+
+
 # ---------------------------------------------------------------- state contract
 
 
@@ -643,6 +794,12 @@ BAD_PARAMETERS: list[tuple[str, dict[str, Any], str]] = [
     ("msum_top_n", {"window": 3, "top": 2, "biased": False}, "unknown parameter biased="),
     ("msum_top_n", {"window": 3, "top": 2, "tiesMethod": "all"}, "did you mean ties_method="),
     ("cumsum_top_n", {"top": 0}, "top=0"),
+    ("dynamic_group_cumsum", {"group_count": 1}, r"group_count=1 is invalid; expected an integer in \[2, 8\]"),
+    ("dynamic_group_cumcount", {"group_count": 9}, "group_count=9"),
+    ("sumbars", {"y": math.inf}, "y=inf is invalid"),
+    ("iterate", {"init": (1, 2), "coeff": 0.5}, "as many as coeff"),
+    ("iterate", {"init": (), "coeff": ()}, "init=()"),
+    ("iterate", {"init": 1, "coeff": "x"}, "coeff='x'"),
 ]  # fmt: skip
 
 
@@ -661,6 +818,8 @@ def test_defaults_are_resolved_and_compare_equal() -> None:
     assert make_state_op("msum_top_n", {"window": 3, "top": 2}).ties_method == "oldest"
     assert make_state_op("mskew_top_n", {"window": 3, "top": 2}).ties_method == "latest"
     assert make_state_op("cumavg_top_n", {"top": 2}).ties_method == "latest"
+    one = make_state_op("iterate", {"init": 1, "coeff": 0.5})
+    assert make_state_op("iterate", {"init": [1], "coeff": (0.5,)}) == one
 
 
 # ---------------------------------------------------------------- end to end
@@ -699,6 +858,7 @@ def test_registered_functions_run_in_the_reactive_state_engine() -> None:
     metrics = [
         "time", "tmsum(time, price, 3) as s", "tmcount(time, price, 3) as n",
         "msum_top_n(price, volume, 3, 2, false) as top2",
+        "top_range(price) as hi", "dynamicGroupCumcount(member, prev(member), 2) as g0, g1, x2, x3, x4, x5, x6, x7",
     ]  # fmt: skip
     for cuts in ((), (1, 5)):
         out = _engine_out(metrics, schema, df, cuts)
@@ -709,6 +869,11 @@ def test_registered_functions_run_in_the_reactive_state_engine() -> None:
             close(g["n"].to_numpy(float), one_key("tmcount", cols, window=3))
             top2 = one_key("msum_top_n", [src.price, src.volume], window=3, top=2, ascending=False)
             close(g["top2"].to_numpy(float), top2)
+            close(g["hi"].to_numpy(float), one_key("top_range", [src.price]))
+            member = src["member"].to_numpy(float)
+            counts = run_batches(make_state_op("dynamic_group_cumcount", {"group_count": 2}), [0] * len(member),
+                                 [member, np.r_[NAN, member[:-1]]])  # fmt: skip
+            close(g["g0"].to_numpy(float), counts[0])
         assert out["n"].dtype.kind == "i" and out["s"].dtype == np.float64
 
 
