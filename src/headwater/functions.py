@@ -36,7 +36,7 @@ from headwater.expr import (
     col,
     lit,
 )
-from headwater.types import INTEGRAL, NUMERIC, Schema
+from headwater.types import INTEGRAL, NUMERIC, TEMPORAL, Schema
 
 __all__ = ["col", "lit", "state"]  # extended below with every generated constructor
 
@@ -114,7 +114,7 @@ for _f, _res in (
 
 # -- state functions of the reactive state engine: one source of truth, the kernel registry ---------
 def _register_state_functions() -> None:
-    from headwater.state.ops import STATE_OPS
+    from headwater.kernels.ops import STATE_OPS
 
     for op in STATE_OPS.values():
         optional = [p for p in op.params if p not in op.required]
@@ -188,7 +188,7 @@ def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
 
 def _validate_state_params(call: Call) -> None:
     """Build the kernel once so bad parameters fail on the user's line, not in Spark."""
-    from headwater.state.ops import make_state_op  # numba import is deferred until needed
+    from headwater.kernels.ops import make_state_op  # numba import is deferred until needed
 
     try:
         make_state_op(call.func, dict(call.params))
@@ -333,7 +333,7 @@ def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str])
                                      "gt", "ge", "mcount", "cumcount"}
     if numeric_args:
         for a, t in zip(expr.args, arg_types, strict=True):
-            if t not in NUMERIC and t != "bool":
+            if t not in NUMERIC and t != "bool" and not (spec.kind == "state" and t in TEMPORAL):
                 raise SchemaError(f"{where}: {spec.name}() needs a numeric argument, got {a} of type {t} in {expr}")
     return _result_type(spec, arg_types)
 

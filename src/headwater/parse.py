@@ -112,6 +112,10 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
             left = right
         else:
             return out
+    if isinstance(node, ast.Tuple | ast.List) and all(isinstance(e, ast.Constant) or
+                                                       (isinstance(e, ast.UnaryOp) and isinstance(e.operand, ast.Constant))
+                                                       for e in node.elts):
+        return Lit(ast.literal_eval(node))  # a constant tuple parameter, e.g. combine_coeff=(0.5, 0.5)
     if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
         return Item(conv(node.value), int(node.slice.value))  # type: ignore[arg-type]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -129,7 +133,7 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
 def _const_or_expr(value: Any) -> Any:
     """Literals become Python constants so they can bind to constant parameters."""
     if isinstance(value, Lit) and not isinstance(value.value, str):
-        return value.value
+        return tuple(value.value) if isinstance(value.value, list) else value.value
     return value
 
 

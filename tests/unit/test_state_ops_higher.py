@@ -20,9 +20,9 @@ from headwater.engines.base import SEQ
 from headwater.engines.reactive_state import ReactiveStateEngine
 from headwater.errors import ExecutionError, GraphDefinitionError
 from headwater.parse import to_metric
-from headwater.state import ops_higher
-from headwater.state.ops import StateOp, make_state_op
-from headwater.state.ops_higher import AGGREGATES, Moving
+from headwater.kernels import ops_higher
+from headwater.kernels.ops import StateOp, make_state_op
+from headwater.kernels.ops_higher import AGGREGATES, Moving
 from headwater.types import Schema
 
 NAN = math.nan

@@ -19,14 +19,14 @@ from headwater.engines.base import SEQ
 from headwater.engines.reactive_state import ReactiveStateEngine
 from headwater.errors import GraphDefinitionError
 from headwater.parse import to_metric
-from headwater.state.ops import STATE_OPS, StateOp, make_state_op
+from headwater.kernels.ops import STATE_OPS, StateOp, make_state_op
 from headwater.types import Schema
 
 NAN = math.nan
 Outputs = list[np.ndarray]
 
 # Every function this module's family registers (the builders live in ops_pairwise).
-FAMILY = {n for n, s in STATE_OPS.items() if s.build.__module__ == "headwater.state.ops_pairwise"}
+FAMILY = {n for n, s in STATE_OPS.items() if s.build.__module__ == "headwater.kernels.ops_pairwise"}
 
 
 def run_batches(

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headwater.errors import GraphDefinitionError
-from headwater.state import ops_time
-from headwater.state.ops import STATE_OPS, StateOp, make_state_op
+from headwater.kernels import ops_time
+from headwater.kernels.ops import STATE_OPS, StateOp, make_state_op
 
 NAN = math.nan
 DAY = 86_400_000_000  # microseconds

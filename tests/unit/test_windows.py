@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headwater.errors import GraphDefinitionError
-from headwater.state.windows import AGGREGATES, WindowAggregator, WindowOutput, WindowSpec
+from headwater.kernels.windows import AGGREGATES, WindowAggregator, WindowOutput, WindowSpec
 
 SEC = 1_000_000  # times are microseconds
 MIN = 60 * SEC

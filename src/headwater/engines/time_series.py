@@ -184,7 +184,7 @@ def _resolve(expr: Expr, schema: Schema) -> Expr:
 
 class TimeSeriesProcessor(Processor):
     def __init__(self, spec: TimeSeriesEngine) -> None:
-        from headwater.state.windows import WindowAggregator, WindowSpec
+        from headwater.kernels.windows import WindowAggregator, WindowSpec
 
         self.spec = spec
         schema = spec.input_schema

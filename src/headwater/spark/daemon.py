@@ -16,8 +16,8 @@ def warm_up() -> None:
     import numpy as np
 
     import headwater.engines.reactive_state  # noqa: F401  (imports pandas, pyarrow and the expression layer)
-    from headwater.state.ops import STATE_OPS, make_state_op
-    from headwater.state.windows import WindowAggregator, WindowSpec
+    from headwater.kernels.ops import STATE_OPS, make_state_op
+    from headwater.kernels.windows import WindowAggregator, WindowSpec
 
     slots = np.zeros(4, dtype=np.int64)
     values = np.array([1.0, 2.0, np.nan, 4.0])

@@ -1,6 +1,6 @@
-"""Numba kernels behind :mod:`headwater.state.ops_pairwise`.
+"""Numba kernels behind :mod:`headwater.kernels.ops_pairwise`.
 
-Same contract as :mod:`headwater.state.kernels`: each kernel walks one
+Same contract as :mod:`headwater.kernels.kernels`: each kernel walks one
 micro-batch row by row in arrival order, updates the per-key state arrays in
 place at ``slots[i]`` and returns float64 outputs, one value per row. NaN is
 NULL. Validation, state growth and copying live in the Python wrappers.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from headwater.state.kernels import _kahan_add
+from headwater.kernels.kernels import _kahan_add
 
 # Operation codes shared with ops_pairwise.py.
 CORR, COVAR, COVARP, BETA, SLR = 0, 1, 2, 3, 4

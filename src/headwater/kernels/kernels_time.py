@@ -1,6 +1,6 @@
-"""Numba kernels behind :mod:`headwater.state.ops_time`.
+"""Numba kernels behind :mod:`headwater.kernels.ops_time`.
 
-Same contract as :mod:`headwater.state.kernels`: every kernel walks one
+Same contract as :mod:`headwater.kernels.kernels`: every kernel walks one
 micro-batch row by row in arrival order, updates per-key state arrays in place
 at ``slots[i]`` and writes one float64 output per row; NaN is NULL everywhere.
 

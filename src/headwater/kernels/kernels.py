@@ -1,4 +1,4 @@
-"""Numba kernels behind :mod:`headwater.state.ops`.
+"""Numba kernels behind :mod:`headwater.kernels.ops`.
 
 Every kernel walks one micro-batch row by row in arrival order, reads and
 updates the per-key state arrays *in place* at ``slots[i]`` and returns one

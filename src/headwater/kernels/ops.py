@@ -39,7 +39,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from headwater.errors import GraphDefinitionError, UnknownFunctionError
-from headwater.state import kernels
+from headwater.kernels import kernels
 
 __all__ = [
     "MAX_WINDOW",
@@ -964,4 +964,4 @@ def register(*specs: StateOpSpec) -> None:
 
 
 # Families kept in their own modules register themselves on import.
-from headwater.state import ops_higher, ops_pairwise, ops_time  # noqa: E402, F401
+from headwater.kernels import ops_higher, ops_pairwise, ops_time  # noqa: E402, F401

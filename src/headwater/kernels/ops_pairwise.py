@@ -1,6 +1,6 @@
 """Two-argument, TA-lib and order-statistic state functions of the reactive state engine.
 
-The contract is that of :mod:`headwater.state.ops` (read its module docstring):
+The contract is that of :mod:`headwater.kernels.ops` (read its module docstring):
 per-key state arrays with the key slot as first axis, copied once per ``run``;
 NaN is NULL; results do not depend on how rows are split into batches.
 
@@ -14,7 +14,7 @@ values after them output NULL.
 
 Example:
     >>> import numpy as np
-    >>> from headwater.state.ops import make_state_op
+    >>> from headwater.kernels.ops import make_state_op
     >>> op = make_state_op("mcorr", {"window": 3})
     >>> x = np.array([1.0, 2.0, 3.0, 4.0, 6.0])
     >>> y = np.array([2.0, 4.0, 7.0, 8.0, 7.0])
@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from headwater.state import kernels_pairwise as kp
-from headwater.state.ops import (
+from headwater.kernels import kernels_pairwise as kp
+from headwater.kernels.ops import (
     State,
     StateOp,
     StateOpSpec,

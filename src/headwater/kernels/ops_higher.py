@@ -1,6 +1,6 @@
 """Higher-order state functions, TA-lib NULL handling and the special iterators.
 
-Conventions are those of :mod:`headwater.state.ops` (per-key state arrays with the
+Conventions are those of :mod:`headwater.kernels.ops` (per-key state arrays with the
 key slot first, NaN = NULL, ``run`` never modifies the caller's state, snake_case
 DolphinDB names). A function argument is a *name* given as a string parameter
 (``func="cumsum"``), so every metric stays serialisable and readable in plans:
@@ -19,7 +19,7 @@ Only causal forms exist: a function that would need later rows (``window`` with
 
 Example:
     >>> import numpy as np
-    >>> from headwater.state.ops import make_state_op
+    >>> from headwater.kernels.ops import make_state_op
     >>> op = make_state_op("segmentby", {"func": "cumsum"})
     >>> x = np.array([1, 2, 3, 0, 3, 2, 1, 4, 5.0])
     >>> seg = np.array([1, 1, 1, -1, -1, -1, 1, 1, 1.0])
@@ -40,8 +40,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from headwater.errors import ExecutionError, GraphDefinitionError
-from headwater.state import kernels_higher as kh
-from headwater.state.ops import (
+from headwater.kernels import kernels_higher as kh
+from headwater.kernels.ops import (
     MAX_WINDOW,
     STATE_OPS,
     StateOp,

@@ -1,6 +1,6 @@
-"""Numba kernels behind :mod:`headwater.state.ops_higher`.
+"""Numba kernels behind :mod:`headwater.kernels.ops_higher`.
 
-Same contract as :mod:`headwater.state.kernels`: every kernel walks one
+Same contract as :mod:`headwater.kernels.kernels`: every kernel walks one
 micro-batch row by row in arrival order, reads and updates per-key state arrays
 *in place* at ``slots[i]`` and returns float64 outputs. NaN is NULL. The Python
 wrappers own validation, state growth and copying.

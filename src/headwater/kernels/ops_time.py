@@ -1,6 +1,6 @@
 """Time-window (tm-), TopN and financial-helper state functions of the reactive state engine.
 
-Conventions are those of :mod:`headwater.state.ops` (per-key state arrays with the
+Conventions are those of :mod:`headwater.kernels.ops` (per-key state arrays with the
 key slot first, NaN = NULL, ``run`` never modifies the caller's state, snake_case
 DolphinDB names). What is particular to these families:
 
@@ -36,7 +36,7 @@ can still be picked.
 
 Example:
     >>> import numpy as np
-    >>> from headwater.state.ops import make_state_op
+    >>> from headwater.kernels.ops import make_state_op
     >>> op = make_state_op("tmsum", {"window": 3})
     >>> t = np.array([1, 1, 3, 5, 8, 15, 15, 20.0])
     >>> x = np.array([5, 2, 4, 1, 2, 8, 9, 10.0])
@@ -58,8 +58,8 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from headwater.durations import parse_duration, to_micros
-from headwater.state import kernels_time as kt
-from headwater.state.ops import (
+from headwater.kernels import kernels_time as kt
+from headwater.kernels.ops import (
     MAX_WINDOW,
     StateOp,
     StateOpSpec,

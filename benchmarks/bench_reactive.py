@@ -1,0 +1,225 @@
+"""Reactive state engine throughput: 4,000 keys x 20 indicator metrics on Spark, with baselines.
+
+Run: ``.venv/bin/python benchmarks/bench_reactive.py [--rows 4000000 --batch 1000000 --keys 4000]``
+(``bash scripts/setup.sh bench`` runs every benchmark).
+
+Measured in the same run, on the same rows:
+
+* **headwater on Spark**: source table -> parallelize(key, 2) -> reactive_state_engine(20 metrics) -> sink.
+  Spark is started and the graph warmed with one small batch before the clock starts; the clock runs from
+  the first ``append`` of ``--batch`` rows to ``wait_until_caught_up`` returning (rows are appended while
+  earlier batches are processed). The per-stage split (read, partition, kernel, state, write) is summed
+  over the tasks of all micro-batches (task seconds, both cores).
+* **kernels alone**: the engine's processor over all rows in one process (no Spark, no I/O).
+* **polars**: the same metrics as batch expressions ``.over("key")`` (the closest polars spellings).
+* **pandas**: grouped rolling/ewm/cumulative on a sample, extrapolated to rows/s.
+
+The Spark output is checked to equal the kernels-alone output exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+METRICS = [
+    "time", "price",
+    "ewm_mean(price, span=10, adjust=False) as ewm10",
+    "ewm_std(price, span=20) as ewmstd20",
+    "ema(price, 12) as ema12",
+    "mavg(price, 10) as ma10",
+    "msum(volume, 20) as vol20",
+    "mstd(price, 20) as std20",
+    "mvar(price, 20) as var20",
+    "mmax(price, 30) as hi30",
+    "mmin(price, 30) as lo30",
+    "mfirst(price, 10) as first10",
+    "mcount(price, 10) as cnt10",
+    "deltas(price) as d1",
+    "prev(price) as p1",
+    "percent_change(price) as pct1",
+    "cumsum(volume) as cumvol",
+    "cummax(price) as cummax",
+    "cummin(price) as cummin",
+    "cumavg(price) as cumavg",
+    "tmsum(time, volume, '60s') as tvol60",
+    "tmavg(time, price, '60s') as tavg60",
+]
+SCHEMA = {"time": "timestamp", "key": "string", "price": "double", "volume": "long"}
+
+
+def make_rows(n: int, keys: int, seed: int = 1, start: str = "2026-11-20 09:30:00", prefix: str = "K") -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    names = np.array([f"{prefix}{i:05d}" for i in range(keys)])
+    t0 = pd.Timestamp(start)
+    return pd.DataFrame({
+        "time": t0 + pd.to_timedelta(np.sort(rng.integers(0, 6 * 3600 * 1_000_000, n)), unit="us"),
+        "key": names[rng.integers(0, keys, n)],
+        "price": np.round(100 + rng.normal(0, 1, n).cumsum() / 100, 4),
+        "volume": rng.integers(1, 1000, n).astype("int64"),
+    })
+
+
+def run_headwater(rows: pd.DataFrame, batch: int, tasks: int) -> tuple[float, dict, pd.DataFrame]:
+    import headwater as hw
+
+    with tempfile.TemporaryDirectory(prefix="hw-bench-") as d:
+        s = hw.connect(d)
+        s.use_catalog("bench")
+        g = s.stream_graph("reactive")
+        (g.source("ticks", schema=SCHEMA).parallelize("key", tasks)
+           .reactive_state_engine(key_column="key", metrics=METRICS).sync().sink("factors"))
+        g.submit()
+        warm = make_rows(20_000, 100, seed=9, start="2026-11-19 09:30:00", prefix="W")  # keys of their own
+        s.append("ticks", warm)
+        s.wait_until_caught_up("reactive", timeout=600)
+        before = s.progress("reactive")["subgraph_0"]
+        start = time.perf_counter()
+        for i in range(0, len(rows), batch):
+            s.append("ticks", pa.Table.from_pandas(rows.iloc[i:i + batch], preserve_index=False))
+        s.wait_until_caught_up("reactive", timeout=3600)
+        elapsed = time.perf_counter() - start
+        after = s.progress("reactive")["subgraph_0"]
+        split = {k: round(v - before["task_seconds"].get(k, 0.0), 2) for k, v in after["task_seconds"].items()}
+        split["batches"] = after["last_batch"] - before["last_batch"]
+        out = s.sql("select * from stream_table.factors where key like 'K%'").to_pandas()
+        s.close()
+    return elapsed, split, out
+
+
+def run_kernels(rows: pd.DataFrame) -> tuple[float, pd.DataFrame]:
+    from headwater.engines.base import SEQ
+    from headwater.engines.reactive_state import ReactiveStateEngine
+    from headwater.parse import to_metric
+    from headwater.types import Schema
+
+    schema = Schema.parse(SCHEMA)
+    eng = ReactiveStateEngine(name="bench", input_schema=schema, key_column=("key",),
+                              metrics=tuple(to_metric(m, where="bench") for m in METRICS))
+    table = pa.Table.from_pandas(rows, preserve_index=False).cast(schema.to_arrow())
+    table = table.append_column(SEQ, pa.array(np.arange(len(rows), dtype=np.int64)))
+    proc = eng.processor()
+    proc.process(proc.new_state(), table.slice(0, 10_000))  # compile / load kernels
+    start = time.perf_counter()
+    _, out = proc.process(proc.new_state(), table)
+    return time.perf_counter() - start, out.drop_columns([SEQ]).to_pandas()
+
+
+def run_polars(rows: pd.DataFrame) -> float | None:
+    try:
+        import polars as pl
+    except ImportError:
+        return None
+    df = pl.from_pandas(rows)
+    p, v, k = pl.col("price"), pl.col("volume"), "key"
+    exprs = [
+        p.ewm_mean(span=10, adjust=False).over(k).alias("ewm10"),
+        p.ewm_std(span=20).over(k).alias("ewmstd20"),
+        p.ewm_mean(span=12, adjust=False).over(k).alias("ema12"),
+        p.rolling_mean(10).over(k).alias("ma10"),
+        v.rolling_sum(20).over(k).alias("vol20"),
+        p.rolling_std(20).over(k).alias("std20"),
+        p.rolling_var(20).over(k).alias("var20"),
+        p.rolling_max(30).over(k).alias("hi30"),
+        p.rolling_min(30).over(k).alias("lo30"),
+        p.shift(9).over(k).alias("first10"),
+        p.is_not_null().cast(pl.Int64).rolling_sum(10, min_samples=1).over(k).alias("cnt10"),
+        p.diff().over(k).alias("d1"),
+        p.shift(1).over(k).alias("p1"),
+        p.pct_change().over(k).alias("pct1"),
+        v.cum_sum().over(k).alias("cumvol"),
+        p.cum_max().over(k).alias("cummax"),
+        p.cum_min().over(k).alias("cummin"),
+        (p.cum_sum() / p.cum_count()).over(k).alias("cumavg"),
+        v.rolling_sum_by("time", "60s").over(k).alias("tvol60"),
+        p.rolling_mean_by("time", "60s").over(k).alias("tavg60"),
+    ]
+    df.select(exprs[:2]).shape  # warm up
+    start = time.perf_counter()
+    df.select(pl.col("time"), pl.col("key"), *exprs)
+    return time.perf_counter() - start
+
+
+def run_pandas(rows: pd.DataFrame) -> float:
+    g = rows.groupby("key")
+    start = time.perf_counter()
+    out = pd.DataFrame(index=rows.index)
+    p, v = g["price"], g["volume"]
+    out["ewm10"] = p.transform(lambda s: s.ewm(span=10, adjust=False).mean())
+    out["ewmstd20"] = p.transform(lambda s: s.ewm(span=20).std())
+    out["ema12"] = p.transform(lambda s: s.ewm(span=12, adjust=False).mean())
+    for name, w, col, fn in [("ma10", 10, p, "mean"), ("vol20", 20, v, "sum"), ("std20", 20, p, "std"),
+                             ("var20", 20, p, "var"), ("hi30", 30, p, "max"), ("lo30", 30, p, "min")]:
+        out[name] = col.transform(lambda s, w=w, fn=fn: getattr(s.rolling(w), fn)())
+    out["first10"] = p.shift(9)
+    out["cnt10"] = p.transform(lambda s: s.notna().rolling(10, min_periods=1).sum())
+    out["d1"] = p.diff()
+    out["p1"] = p.shift(1)
+    out["pct1"] = p.pct_change()
+    out["cumvol"] = v.cumsum()
+    out["cummax"] = p.cummax()
+    out["cummin"] = p.cummin()
+    out["cumavg"] = p.transform(lambda s: s.expanding().mean())
+    indexed = rows.set_index("time")
+    out["tvol60"] = indexed.groupby("key")["volume"].transform(lambda s: s.rolling("60s").sum()).to_numpy()
+    out["tavg60"] = indexed.groupby("key")["price"].transform(lambda s: s.rolling("60s").mean()).to_numpy()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--batch", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=4000)
+    ap.add_argument("--tasks", type=int, default=2)
+    ap.add_argument("--pandas-sample", type=int, default=400_000)
+    args = ap.parse_args()
+    rows = make_rows(args.rows, args.keys)
+    print(f"{args.rows:,} rows, {args.keys:,} keys, {len(METRICS) - 2} metrics; load average {os.getloadavg()}")
+
+    kernel_s, kernel_out = run_kernels(rows)
+    print(f"kernels alone (1 core, no Spark): {args.rows / kernel_s:,.0f} rows/s ({kernel_s:.2f}s)")
+    polars_s = run_polars(rows)
+    if polars_s is not None:
+        print(f"polars batch .over(key):           {args.rows / polars_s:,.0f} rows/s ({polars_s:.2f}s)")
+    sample = rows.iloc[: args.pandas_sample]
+    pandas_s = run_pandas(sample)
+    print(f"pandas grouped (sample {len(sample):,}):   {len(sample) / pandas_s:,.0f} rows/s ({pandas_s:.2f}s)")
+    spark_s, split, spark_out = run_headwater(rows, args.batch, args.tasks)
+    print(f"headwater on Spark (end to end):   {args.rows / spark_s:,.0f} rows/s ({spark_s:.2f}s, "
+          f"{split.pop('batches')} micro-batches)")
+    print(f"  task-seconds by stage: {split}")
+
+    got = spark_out.sort_values(["key", "time"], kind="stable").reset_index(drop=True)
+    want = kernel_out.sort_values(["key", "time"], kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)
+    print("Spark output == kernels-alone output: yes")
+
+    result = {
+        "rows": args.rows, "keys": args.keys, "metrics": len(METRICS) - 2, "batch": args.batch, "tasks": args.tasks,
+        "rows_per_s": {"headwater_spark": args.rows / spark_s, "kernels_alone": args.rows / kernel_s,
+                       "polars": None if polars_s is None else args.rows / polars_s,
+                       "pandas": len(sample) / pandas_s},
+        "ratios": {"spark_vs_polars": None if polars_s is None else polars_s / spark_s,
+                   "kernels_vs_polars": None if polars_s is None else polars_s / kernel_s,
+                   "kernels_vs_pandas": (args.rows / kernel_s) / (len(sample) / pandas_s)},
+        "task_seconds_by_stage": split, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    out = Path(__file__).parent / "results" / "reactive.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
