@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from headwater.engines.base import SEQ
 from headwater.engines.reactive_state import ReactiveStateEngine
 from headwater.errors import ExecutionError, GraphDefinitionError
-from headwater.parse import to_metric
 from headwater.kernels import ops_higher
 from headwater.kernels.ops import StateOp, make_state_op
 from headwater.kernels.ops_higher import AGGREGATES, Moving
+from headwater.parse import to_metric
 from headwater.types import Schema
 
 NAN = math.nan

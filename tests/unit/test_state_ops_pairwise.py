@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from headwater.engines.base import SEQ
 from headwater.engines.reactive_state import ReactiveStateEngine
 from headwater.errors import GraphDefinitionError
-from headwater.parse import to_metric
 from headwater.kernels.ops import STATE_OPS, StateOp, make_state_op
+from headwater.parse import to_metric
 from headwater.types import Schema
 
 NAN = math.nan
