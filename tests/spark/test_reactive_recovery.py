@@ -85,10 +85,11 @@ def make_rows(n: int = 30_000, keys: int = 40) -> pd.DataFrame:
     })
 
 
-def batch_reference(rows: pd.DataFrame) -> pd.DataFrame:
+def batch_reference(rows: pd.DataFrame, metrics: list[str] = METRICS) -> pd.DataFrame:
+    """The engine over all rows at once: the batch computation streaming must equal."""
     schema = Schema.parse(SCHEMA)
     eng = ReactiveStateEngine(name="ref", input_schema=schema, key_column=("key",),
-                              metrics=tuple(to_metric(m, where="ref") for m in METRICS))
+                              metrics=tuple(to_metric(m, where="ref") for m in metrics))
     table = pa.Table.from_pandas(rows, preserve_index=False).cast(schema.to_arrow())
     table = table.append_column(SEQ, pa.array(np.arange(len(rows), dtype=np.int64)))
     proc = eng.processor()

@@ -111,6 +111,17 @@ class Session:
         """Block until the graph has processed everything appended so far (or raise CaughtUpTimeout)."""
         self._master.wait_until_caught_up(resolve(name, "stream_graph", current_catalog=self._catalog), timeout)
 
+    def warmup_stream_engine(self, name: str, data: pd.DataFrame | pa.Table) -> int:
+        """Build an engine's state from ``data`` without producing output (Orca's warmupOrcaStreamEngine).
+
+        ``name`` is the engine's name (see ``set_engine_name``); ``data`` has the engine's input columns.
+        Returns the number of rows used.
+        """
+        fqn = resolve(name, "stream_engine", current_catalog=self._catalog)
+        if isinstance(data, pd.DataFrame):
+            data = pa.Table.from_pandas(data, preserve_index=False)
+        return self._master.warmup(fqn, data)
+
     def progress(self, name: str) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch and rows written so far in this session."""
         return self._master.worker.progress(str(resolve(name, "stream_graph", current_catalog=self._catalog)))

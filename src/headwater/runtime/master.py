@@ -208,6 +208,17 @@ class Master:
             self.store.set_status(rec.id, "failed", str(exc))
             raise
 
+    def warmup(self, engine: FQN, data: pa.Table) -> int:
+        """Warm an engine of a running graph (found by its name in the engine's catalog)."""
+        for rec in self.store.list_graphs():
+            if rec.status != "running":
+                continue
+            logical: LogicalGraph = load_definition(rec)
+            for node in logical.nodes.values():
+                if getattr(node, "fqn", None) == str(engine):
+                    return self.worker.warmup(rec.fqn, node.name, data)
+        raise CatalogError(f"stream engine {engine} is not part of a running graph")
+
     def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
         rec = self._active(fqn)
         logical: LogicalGraph = load_definition(rec)

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from headwater.errors import CaughtUpTimeout, ExecutionError
@@ -24,6 +25,7 @@ class RunningGraph:
     batches: dict[int, int] = field(default_factory=dict)  # subgraph id -> last committed batch id
     rows: dict[int, int] = field(default_factory=dict)
     stats: dict[int, dict[str, float]] = field(default_factory=dict)  # subgraph id -> cumulative rows_in, seconds
+    start_args: tuple[Any, ...] = ()  # what start_graph was called with, to restart after a warm-up
 
 
 class Worker:
@@ -51,7 +53,7 @@ class Worker:
         from headwater.spark.runner import start_subgraph
 
         self.stop_graph(fqn)
-        running = RunningGraph(physical, {})
+        running = RunningGraph(physical, {}, start_args=(fqn, physical, table_paths, checkpoints, run_id))
         self._graphs[fqn] = running
         run = run_id or "0"
         for sg in physical.subgraphs:
@@ -78,6 +80,48 @@ class Worker:
                 running.queries[sg.id] = start_subgraph(
                     self.spark, physical, sg, table_paths, checkpoints, app_id=app_id,
                     trigger_interval=self.trigger_interval, on_batch=record)
+
+    def warmup(self, fqn: str, engine: str, data: pa.Table) -> int:
+        """Feed ``data`` through ``engine``'s state without output (Orca's warmupOrcaStreamEngine).
+
+        The engine's subgraph is paused, each task's state is advanced from the snapshot the next
+        micro-batch would load, and the subgraph resumes; returns the number of rows used.
+        """
+        from headwater.runtime.task import SnapshotStore, task_of
+        from headwater.spark.fused import committed_input_version
+
+        g = self._graphs.get(fqn)
+        if g is None:
+            raise ExecutionError(f"stream graph {fqn} is not running in this worker")
+        physical = g.physical
+        node = next((n for n in physical.nodes.values() if n.name == engine), None)
+        sg = physical.subgraph_of(node.id) if node is not None else None
+        if node is None or sg is None:
+            raise ExecutionError(f"stream graph {fqn} has no engine named {engine!r}")
+        if sg.route != "fused":
+            raise ExecutionError(f"warm-up of {engine!r}: supported on fused subgraphs; this one has expression maps")
+        spec = getattr(node, "spec", None)
+        processor = spec.processor()
+        from headwater.engines.base import SEQ
+
+        data = data.select([n for n in spec.input_schema.names]).cast(spec.input_schema.to_arrow())
+        fqn_, physical_, table_paths, checkpoints, run_id = g.start_args
+        checkpoint = checkpoints / f"subgraph_{sg.id}"
+        self.stop_graph(fqn)
+        version = committed_input_version(checkpoint / "spark")
+        store = SnapshotStore(str(checkpoint / "state" / engine))
+        key = sg.parallelism.key if sg.parallelism else None
+        tasks = task_of([data[key]], sg.task_count) if key else np.zeros(data.num_rows, dtype=np.int64)
+        for task in range(sg.task_count):
+            rows = data.filter(pa.array(tasks == task))
+            if rows.num_rows == 0:
+                continue
+            rows = rows.append_column(SEQ, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+            loaded = store.load(task, version + 1)
+            state, _ = processor.process(processor.new_state() if loaded is None else loaded, rows)
+            store.save(task, version, state)
+        self.start_graph(fqn_, physical_, table_paths, checkpoints, run_id)
+        return data.num_rows
 
     def is_running(self, fqn: str) -> bool:
         g = self._graphs.get(fqn)

@@ -11,6 +11,7 @@ no shuffle, and Spark still provides scheduling, retries and exactly-once offset
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from collections.abc import Iterator, Sequence
@@ -101,6 +102,16 @@ class SubgraphDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return SubgraphStreamReader(self.options["plan"])
+
+
+def committed_input_version(spark_checkpoint: Path) -> int:
+    """The input version up to which a stopped query has committed its output (0 before any batch)."""
+    commits = spark_checkpoint / "commits"
+    done = sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()), reverse=True) if commits.exists() else []
+    if not done:
+        return 0
+    lines = (spark_checkpoint / "offsets" / str(done[0])).read_text().splitlines()
+    return int(json.loads(lines[-1])["version"])
 
 
 def start_fused_subgraph(
