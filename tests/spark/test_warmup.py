@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from tests.spark.test_reactive_recovery import SCHEMA, batch_reference, make_rows
 
 import headwater as hw
-from tests.spark.test_reactive_recovery import SCHEMA, batch_reference, make_rows
 
 pytestmark = pytest.mark.spark
 
