@@ -21,6 +21,7 @@ from headwater.engines.reactive_state import (
     NarrowReactiveStateEngine,
     ReactiveStateEngine,
 )
+from headwater.engines.reactive_stateless import ReactiveStatelessEngine, formulas_from
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, SchemaError
 from headwater.expr import Alias, Expr
@@ -326,6 +327,34 @@ class DStream:
                 metrics1=tuple(to_metric(m, where=where) for m in _as_list(metrics1, where)),
                 metrics2=tuple(to_metric(m, where=where) for m in _as_list(metrics2, where)),
                 key_column1=_as_tuple(key_column1), key_column2=_as_tuple(key_column2))
+
+        return self._engine(make)
+
+    def reactive_stateless_engine(
+        self,
+        *,
+        metrics: Sequence[Mapping[str, Any]],
+        key_column: str | Sequence[str],
+        value_column: str,
+        time_column: str | None = None,
+        filter: tuple[float, float] | None = None,
+    ) -> DStream:
+        """Spreadsheet-style formulas over cells (Orca's reactiveStatelessEngine).
+
+        Each metric is ``{"output": "B:value", "formula": "a + b", "variables": {"a": "A:f1", "b": "B:f1"},
+        "trigger_on": None, "filter": None}``; cells are the key columns joined with ``:``.
+        """
+        if self.parallelism is not None:
+            raise GraphDefinitionError(
+                "reactive_stateless_engine: formulas read cells of any key, so it runs as one task; remove parallelize"
+            )
+
+        def make(name: str) -> ReactiveStatelessEngine:
+            where = f"reactive_stateless_engine {name!r}"
+            return ReactiveStatelessEngine(
+                name=name, input_schema=self.node.schema, formulas=formulas_from(metrics, where=where),
+                key_column=_as_tuple(key_column), value_column=value_column, time_column=time_column,
+                filter=None if filter is None else (float(filter[0]), float(filter[1])))
 
         return self._engine(make)
 

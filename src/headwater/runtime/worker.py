@@ -100,7 +100,9 @@ class Worker:
             raise ExecutionError(f"stream graph {fqn} has no engine named {engine!r}")
         if sg.route != "fused":
             raise ExecutionError(f"warm-up of {engine!r}: supported on fused subgraphs; this one has expression maps")
-        spec = getattr(node, "spec", None)
+        spec: Any = getattr(node, "spec", None)
+        if spec is None:
+            raise ExecutionError(f"{engine!r} in stream graph {fqn} is not an engine")
         processor = spec.processor()
         from headwater.engines.base import SEQ
 

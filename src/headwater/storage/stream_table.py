@@ -546,7 +546,7 @@ class StreamTable:
                            for name, size, rows in files]
                 props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(txn[0], txn[1])])
                 try:
-                    dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)
+                    dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)  # type: ignore[arg-type]
                 except Exception as exc:  # a concurrent commit: re-check the transaction and retry
                     if type(exc).__name__ != "CommitFailedError":
                         raise
