@@ -38,8 +38,7 @@ def demo(args: argparse.Namespace) -> int:
             session.append("trade", chunk)
             bar.update(len(chunk))
             bar.set_postfix_str(_progress_text(session.progress("indicators")))
-    print("waiting until every tick is processed ...", flush=True)
-    session.wait_until_caught_up("indicators", timeout=args.timeout)
+    _wait_with_progress(session, len(ticks), args.timeout)
     elapsed = time.perf_counter() - start
 
     bars = session.sql("select * from demo.stream_table.one_min_bar order by time, symbol").to_pandas()
@@ -51,6 +50,9 @@ def demo(args: argparse.Namespace) -> int:
         print(ind.tail(5).to_string(index=False))
         print("\nstream_graph_meta():")
         print(session.stream_graph_meta()[["id", "fqn", "status", "semantics", "create_time"]].to_string(index=False))
+    for name, p in session.progress("indicators").items():
+        split = ", ".join(f"{stage} {sec:.2f}s" for stage, sec in p["task_seconds"].items())
+        print(f"{name}: {p['rows_in']:,} rows in, {p['rows_out']:,} rows out; task time by stage: {split}")
     print(f"\nthroughput: {len(ticks):,} ticks -> {len(bars):,} bars -> {len(ind):,} indicator rows in "
           f"{elapsed:.1f}s = {len(ticks) / elapsed:,.0f} ticks/s end to end (append + both queries, embedded, "
           f"{args.chunk:,}-tick appends)")
@@ -61,8 +63,37 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wait_with_progress(session: object, total: int, timeout: float) -> None:
+    """Wait until caught up, showing ticks processed by the first subgraph and the bars/indicators written."""
+    import threading
+
+    from tqdm import tqdm
+
+    done: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            session.wait_until_caught_up("indicators", timeout=timeout)  # type: ignore[attr-defined]
+            done.append(None)
+        except BaseException as exc:  # re-raised in the main thread
+            done.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    with tqdm(total=total, unit="tick", desc="processed", unit_scale=True) as bar:
+        while waiter.is_alive():
+            waiter.join(0.5)
+            progress = session.progress("indicators")  # type: ignore[attr-defined]
+            seen = progress.get("subgraph_0", {}).get("rows_in", 0)
+            bar.update(max(seen - bar.n, 0))
+            bar.set_postfix_str(_progress_text(progress))
+        bar.update(total - bar.n)
+    if done and done[0] is not None:
+        raise done[0]
+
+
 def _progress_text(progress: dict) -> str:
-    return " ".join(f"{k}: batch {v['last_batch']} rows {v['rows_out']}" for k, v in progress.items())
+    return " ".join(f"{k}: batch {v['last_batch']} rows out {v['rows_out']}" for k, v in progress.items())
 
 
 def main(argv: list[str] | None = None) -> int:

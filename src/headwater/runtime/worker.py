@@ -45,7 +45,13 @@ class Worker:
             from headwater.spark.session import build_spark
 
             self._spark = build_spark(self.spark_master)
+            self._prime_python_workers()
         return self._spark
+
+    def _prime_python_workers(self) -> None:
+        """Fork the (kernel-loading) Python daemon and its workers now, not during the first micro-batch."""
+        slots = max(self._spark.sparkContext.defaultParallelism, 1)
+        self._spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
 
     def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
                     run_id: str = "") -> None:
@@ -80,6 +86,21 @@ class Worker:
                 running.queries[sg.id] = start_subgraph(
                     self.spark, physical, sg, table_paths, checkpoints, app_id=app_id,
                     trigger_interval=self.trigger_interval, on_batch=record)
+
+        self._wait_until_started(fqn, running)
+
+    def _wait_until_started(self, fqn: str, running: RunningGraph, timeout: float = 600.0) -> None:
+        """Return once every query has completed its first trigger: the graph is then really running."""
+        deadline = time.monotonic() + timeout
+        for sg_id, query in running.queries.items():
+            while query.lastProgress is None:
+                if not query.isActive:
+                    exc = query.exception()
+                    raise ExecutionError(f"stream graph {fqn} subgraph {sg_id} stopped while starting: "
+                                         f"{_short(exc) if exc else 'no reason given'}")
+                if time.monotonic() > deadline:
+                    raise ExecutionError(f"stream graph {fqn} subgraph {sg_id} did not start within {timeout:.0f}s")
+                query.awaitTermination(0.1)  # waits on the query, returns early if it stops
 
     def warmup(self, fqn: str, engine: str, data: pa.Table) -> int:
         """Feed ``data`` through ``engine``'s state without output (Orca's warmupOrcaStreamEngine).
