@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.errors import GraphDefinitionError
-from headwater.expr import Alias, Expr
+from headwater.expr import Alias, Call, Col, Expr, Item
 from headwater.functions import default_name
 from headwater.types import Schema
 
@@ -61,6 +61,30 @@ class EngineSpec(abc.ABC):
     @property
     def key_columns(self) -> tuple[str, ...]:
         return ()
+
+
+def resolve_columns(names: Sequence[str], schema: Schema, *, what: str, where: str) -> tuple[str, ...]:
+    """The real spelling of each column name (Orca matches names case-insensitively), or a clear error."""
+    out = []
+    for name in names:
+        real = schema.lookup(name)
+        if real is None:
+            raise GraphDefinitionError(
+                f"{where}: {what} {name!r} is not an input column (input columns: {', '.join(schema.names)})"
+            )
+        out.append(real)
+    return tuple(out)
+
+
+def resolve_expr(expr: Expr, schema: Schema) -> Expr:
+    """``expr`` with column references in their real (case-correct) spelling."""
+    if isinstance(expr, Col):
+        return Col(schema.lookup(expr.name) or expr.name)
+    if isinstance(expr, Call):
+        return Call(expr.func, tuple(resolve_expr(a, schema) for a in expr.args), expr.params)
+    if isinstance(expr, Item):
+        return Item(resolve_expr(expr.expr, schema), expr.index)
+    return expr
 
 
 def metric_outputs(metrics: Sequence[Expr], *, where: str) -> list[tuple[str, Expr]]:

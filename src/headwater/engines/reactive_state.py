@@ -20,7 +20,15 @@ import numpy as np
 import pyarrow as pa
 
 from headwater.durations import format_duration
-from headwater.engines.base import SEQ, EngineSpec, KeyTable, Processor, metric_outputs
+from headwater.engines.base import (
+    SEQ,
+    EngineSpec,
+    KeyTable,
+    Processor,
+    metric_outputs,
+    resolve_columns,
+    resolve_expr,
+)
 from headwater.engines.columns import (
     evaluate_rowwise,
     evaluate_scalar,
@@ -61,15 +69,8 @@ class ReactiveStateEngine(EngineSpec):
             )
         if not self.metrics:
             raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['time', 'ema(close, 20) as ema20']")
-        keys = []
-        for k in self.key_column:
-            real = self.input_schema.lookup(k)
-            if real is None:
-                raise GraphDefinitionError(
-                    f"{where}: key_column {k!r} is not an input column (input columns: {', '.join(self.input_schema.names)})"
-                )
-            keys.append(real)
-        object.__setattr__(self, "key_column", tuple(keys))
+        keys = resolve_columns(self.key_column, self.input_schema, what="key_column", where=where)
+        object.__setattr__(self, "key_column", keys)
         outputs = metric_outputs(self.metrics, where=where)
         clash = [n for n, _ in outputs if n in keys]
         if clash:
@@ -113,16 +114,6 @@ class ReactiveStateEngine(EngineSpec):
     def processor(self, input_schema: Schema | None = None) -> ReactiveStateProcessor:
         return ReactiveStateProcessor(self)
 
-
-def _resolve(expr: Expr, schema: Schema) -> Expr:
-    """Replace column names by their real (case-correct) spelling."""
-    if isinstance(expr, Col):
-        return Col(schema.lookup(expr.name) or expr.name)
-    if isinstance(expr, Call):
-        return Call(expr.func, tuple(_resolve(a, schema) for a in expr.args), expr.params)
-    if isinstance(expr, Item):
-        return Item(_resolve(expr.expr, schema), expr.index)
-    return expr
 
 
 class MetricDag:
@@ -179,8 +170,8 @@ class ReactiveStateProcessor(Processor):
     def __init__(self, spec: ReactiveStateEngine) -> None:
         self.spec = spec
         schema = spec.input_schema
-        self.outputs = [(n, _resolve(e, schema)) for n, e in spec._outputs]
-        self.filter = None if spec.filter is None else _resolve(spec.filter, schema)
+        self.outputs = [(n, resolve_expr(e, schema)) for n, e in spec._outputs]
+        self.filter = None if spec.filter is None else resolve_expr(spec.filter, schema)
         roots = [e for _, e in self.outputs] + ([self.filter] if self.filter is not None else [])
         self.dag = MetricDag(roots)
         self.out_schema = spec.output_schema()

@@ -19,7 +19,15 @@ import numpy as np
 import pyarrow as pa
 
 from headwater.durations import format_duration, to_micros
-from headwater.engines.base import SEQ, EngineSpec, KeyTable, Processor, metric_outputs
+from headwater.engines.base import (
+    SEQ,
+    EngineSpec,
+    KeyTable,
+    Processor,
+    metric_outputs,
+    resolve_columns,
+    resolve_expr,
+)
 from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
 from headwater.errors import GraphDefinitionError
 from headwater.expr import Call, Col, Expr, Lit
@@ -96,15 +104,8 @@ class TimeSeriesEngine(EngineSpec):
                 f"{where}: time_column {time_col!r} has type {self.input_schema[time_col]}; expected timestamp or date"
             )
         object.__setattr__(self, "time_column", time_col)
-        keys = []
-        for k in self.key_column:
-            real = self.input_schema.lookup(k)
-            if real is None:
-                raise GraphDefinitionError(
-                    f"{where}: key_column {k!r} is not an input column (input columns: {', '.join(self.input_schema.names)})"
-                )
-            keys.append(real)
-        object.__setattr__(self, "key_column", tuple(keys))
+        keys = resolve_columns(self.key_column, self.input_schema, what="key_column", where=where)
+        object.__setattr__(self, "key_column", keys)
         if not self.metrics:
             raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['sum(volume) as volume']")
         outputs = metric_outputs(self.metrics, where=where)
@@ -174,13 +175,6 @@ def _replace_aggregates(expr: Expr, index: dict[str, int]) -> Expr:
     return expr
 
 
-def _resolve(expr: Expr, schema: Schema) -> Expr:
-    if isinstance(expr, Col):
-        return Col(schema.lookup(expr.name) or expr.name)
-    if isinstance(expr, Call):
-        return Call(expr.func, tuple(_resolve(a, schema) for a in expr.args), expr.params)
-    return expr
-
 
 class TimeSeriesProcessor(Processor):
     def __init__(self, spec: TimeSeriesEngine) -> None:
@@ -192,7 +186,7 @@ class TimeSeriesProcessor(Processor):
         index: dict[str, int] = {}
         self.post: list[tuple[str, Expr]] = []
         for name, expr in spec._outputs:
-            expr = _resolve(expr, schema)
+            expr = resolve_expr(expr, schema)
             for agg in _aggregates(expr):
                 if agg.key() not in index:
                     index[agg.key()] = len(self.aggs)
