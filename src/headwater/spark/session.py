@@ -6,10 +6,14 @@ import logging
 import os
 import shutil
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from headwater.errors import ExecutionError
+
+
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def _check_java() -> None:
@@ -51,6 +55,7 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.daemon.module", "headwater.spark.daemon")
         .config("spark.driver.memory", os.environ.get("HEADWATER_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG}")
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "headwater-warehouse"))
     )
     spark = builder.getOrCreate()
