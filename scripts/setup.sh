@@ -29,6 +29,10 @@ else
   .venv/bin/python -m pip install --quiet -e .
 fi
 
+# Compile the Numba kernels once now (cached beside the sources), not during a graph's first micro-batch.
+echo "setup: compiling state kernels (first time only)"
+.venv/bin/python -c "from headwater.spark.daemon import warm_up; warm_up()"
+
 # Java for Spark (17+).
 if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ] && [ ! -x .venv/headwater-java/bin/java ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

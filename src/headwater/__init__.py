@@ -7,40 +7,62 @@
 
 from __future__ import annotations
 
-from headwater.api.graph import DStream, StreamGraph
-from headwater.api.session import Session, SqlResult, connect
-from headwater.errors import (
-    CatalogError,
-    CaughtUpTimeout,
-    ExecutionError,
-    GraphDefinitionError,
-    HeadwaterError,
-    SchemaError,
-    StreamGraphStateError,
-    UnknownFunctionError,
-)
-from headwater.expr import col, lit
-from headwater.functions import state
-from headwater.types import Schema
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CatalogError",
-    "CaughtUpTimeout",
-    "DStream",
-    "ExecutionError",
-    "GraphDefinitionError",
-    "HeadwaterError",
-    "Schema",
-    "SchemaError",
-    "Session",
-    "SqlResult",
-    "StreamGraph",
-    "StreamGraphStateError",
-    "UnknownFunctionError",
-    "col",
-    "connect",
-    "lit",
-    "state",
-]
+# Public names are loaded on first use (PEP 562): Spark starts many short-lived Python processes
+# that import one Headwater module, and they should not pay for pandas, Numba and SQLAlchemy.
+_EXPORTS = {
+    "DStream": "headwater.api.graph",
+    "StreamGraph": "headwater.api.graph",
+    "Session": "headwater.api.session",
+    "SqlResult": "headwater.api.session",
+    "connect": "headwater.api.session",
+    "CatalogError": "headwater.errors",
+    "CaughtUpTimeout": "headwater.errors",
+    "ExecutionError": "headwater.errors",
+    "GraphDefinitionError": "headwater.errors",
+    "HeadwaterError": "headwater.errors",
+    "SchemaError": "headwater.errors",
+    "StreamGraphStateError": "headwater.errors",
+    "UnknownFunctionError": "headwater.errors",
+    "col": "headwater.expr",
+    "lit": "headwater.expr",
+    "state": "headwater.functions",
+    "Schema": "headwater.types",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'headwater' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from headwater.api.graph import DStream, StreamGraph
+    from headwater.api.session import Session, SqlResult, connect
+    from headwater.errors import (
+        CatalogError,
+        CaughtUpTimeout,
+        ExecutionError,
+        GraphDefinitionError,
+        HeadwaterError,
+        SchemaError,
+        StreamGraphStateError,
+        UnknownFunctionError,
+    )
+    from headwater.expr import col, lit
+    from headwater.functions import state
+    from headwater.types import Schema

@@ -24,9 +24,8 @@ import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headwater.runtime.task import STAGES, SubgraphTask
-
 SOURCE_NAME = "headwater_subgraph"
+STAGES = ("read", "partition", "kernel", "state", "write")  # = headwater.runtime.task.STAGES, kept import-free
 RESULT_SCHEMA = ("tbl INT, name STRING, size BIGINT, num_rows BIGINT, task INT, rows_in BIGINT, "
                  + ", ".join(f"{s}_s DOUBLE" for s in STAGES))
 
@@ -38,18 +37,18 @@ class TaskPartition(InputPartition):
     end: int
 
 
-def _load(plan_path: str) -> SubgraphTask:
+def _load(plan_path: str) -> Any:
+    """The pickled SubgraphTask (unpickling imports the engine modules, only where they run)."""
     with open(plan_path, "rb") as f:
-        plan: SubgraphTask = pickle.load(f)
-    return plan
+        return pickle.load(f)
 
 
 class SubgraphStreamReader(DataSourceStreamReader):
-    def __init__(self, plan_path: str) -> None:
+    def __init__(self, plan_path: str, input_path: str, n_tasks: int) -> None:
+        # planning runs in its own Python process: keep it free of the engine stack
         self.plan_path = plan_path
-        plan = _load(plan_path)
-        self.input_path = plan.input_path
-        self.n_tasks = plan.n_tasks
+        self.input_path = input_path
+        self.n_tasks = n_tasks
         self._known = 0
 
     def initialOffset(self) -> dict:
@@ -83,10 +82,10 @@ class SubgraphStreamReader(DataSourceStreamReader):
         """Nothing to acknowledge: the input table is replayable."""
 
 
-_PLANS: dict[str, SubgraphTask] = {}
+_PLANS: dict[str, Any] = {}
 
 
-def _cached_plan(path: str) -> SubgraphTask:
+def _cached_plan(path: str) -> Any:
     if path not in _PLANS:
         _PLANS[path] = _load(path)
     return _PLANS[path]
@@ -101,7 +100,7 @@ class SubgraphDataSource(DataSource):
         return RESULT_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return SubgraphStreamReader(self.options["plan"])
+        return SubgraphStreamReader(self.options["plan"], self.options["input"], int(self.options["tasks"]))
 
 
 def committed_input_version(spark_checkpoint: Path) -> int:
@@ -116,7 +115,7 @@ def committed_input_version(spark_checkpoint: Path) -> int:
 
 def start_fused_subgraph(
     spark: SparkSession,
-    plan: SubgraphTask,
+    plan: Any,
     checkpoint: Path,
     *,
     app_id: str,
@@ -149,7 +148,8 @@ def start_fused_subgraph(
 
     interval = f"{max(int(trigger_interval.total_seconds() * 1000), 1)} milliseconds"
     return (
-        spark.readStream.format(SOURCE_NAME).option("plan", str(plan_path)).load()
+        spark.readStream.format(SOURCE_NAME).option("plan", str(plan_path)).option("input", plan.input_path)
+        .option("tasks", str(plan.n_tasks)).load()
         .writeStream.foreachBatch(commit_batch)
         .option("checkpointLocation", str(checkpoint / "spark"))
         .queryName(f"{plan.run}/subgraph_{plan.subgraph}")

@@ -12,7 +12,6 @@ from pyspark.sql import SparkSession
 
 from headwater.errors import ExecutionError
 
-
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
