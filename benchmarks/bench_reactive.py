@@ -114,6 +114,24 @@ def run_kernels(rows: pd.DataFrame) -> tuple[float, pd.DataFrame]:
     return time.perf_counter() - start, out.drop_columns([SEQ]).to_pandas()
 
 
+def _kernels_task(args: tuple[int, int, int, int]) -> float:
+    """One stream task's share of the rows (keys hashed as Headwater does), timed in its own process."""
+    task, n_tasks, n_rows, keys = args
+    from headwater.runtime.task import task_of
+
+    rows = make_rows(n_rows, keys)
+    mine = rows[task_of([pa.array(rows["key"])], n_tasks) == task].reset_index(drop=True)
+    return run_kernels(mine)[0]
+
+
+def run_kernels_parallel(n_rows: int, keys: int, tasks: int) -> float:
+    """The kernels on ``tasks`` cores, one process per stream task (what Spark runs), wall = slowest task."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(tasks) as pool:
+        return max(pool.map(_kernels_task, [(t, tasks, n_rows, keys) for t in range(tasks)]))
+
+
 def run_polars(rows: pd.DataFrame) -> float | None:
     try:
         import polars as pl
@@ -188,6 +206,8 @@ def main() -> None:
 
     kernel_s, kernel_out = run_kernels(rows)
     print(f"kernels alone (1 core, no Spark): {args.rows / kernel_s:,.0f} rows/s ({kernel_s:.2f}s)")
+    parallel_s = run_kernels_parallel(args.rows, args.keys, args.tasks)
+    print(f"kernels alone ({args.tasks} cores, one process per task): {args.rows / parallel_s:,.0f} rows/s ({parallel_s:.2f}s)")
     polars_s = run_polars(rows)
     if polars_s is not None:
         print(f"polars batch .over(key):           {args.rows / polars_s:,.0f} rows/s ({polars_s:.2f}s)")
@@ -207,10 +227,12 @@ def main() -> None:
     result = {
         "rows": args.rows, "keys": args.keys, "metrics": len(METRICS) - 2, "batch": args.batch, "tasks": args.tasks,
         "rows_per_s": {"headwater_spark": args.rows / spark_s, "kernels_alone": args.rows / kernel_s,
+                       "kernels_parallel": args.rows / parallel_s,
                        "polars": None if polars_s is None else args.rows / polars_s,
                        "pandas": len(sample) / pandas_s},
         "ratios": {"spark_vs_polars": None if polars_s is None else polars_s / spark_s,
                    "kernels_vs_polars": None if polars_s is None else polars_s / kernel_s,
+                   "kernels_parallel_vs_polars": None if polars_s is None else polars_s / parallel_s,
                    "kernels_vs_pandas": (args.rows / kernel_s) / (len(sample) / pandas_s)},
         "task_seconds_by_stage": split, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
         "python": platform.python_version(),
