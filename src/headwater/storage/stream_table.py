@@ -634,7 +634,7 @@ class StreamTable:
             file_name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
             file_path = os.path.join(self.path, file_name)
             text = [n for n, t in self.schema if t == "string"]  # dictionary-encode text only: 2x faster writes
-            pq.write_table(rows, file_path, compression="snappy", use_dictionary=text)
+            pq.write_table(rows, file_path, compression="none", use_dictionary=text)
             size = os.path.getsize(file_path)
             actions.append(
                 AddAction(
