@@ -131,9 +131,22 @@ def _camel_to_snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+# DolphinDB state functions Headwater knows but does not provide, and why (reported instead of "unknown").
+NOT_SUPPORTED: dict[str, str] = {
+    "moving_window_data": "it returns an array vector per row; Headwater columns hold scalars",
+    "tmoving_window_data": "it returns an array vector per row; Headwater columns hold scalars",
+    "by_column": "it applies a function per column of a matrix or array vector; Headwater columns are scalars",
+    "generic_t_state_iterate": "not implemented yet; generic_state_iterate covers count windows",
+    "sparse_reactive_state_engine": "an engine, not a function; not implemented yet",
+}
+
+
 def lookup(name: str, *, where: str = "metric") -> FunctionSpec:
     """Find a function by its name (snake_case; DolphinDB camelCase is accepted too)."""
     spec = FUNCTIONS.get(name) or FUNCTIONS.get(_camel_to_snake(name)) or FUNCTIONS.get(name.lower())
+    reason = NOT_SUPPORTED.get(_camel_to_snake(name))
+    if spec is None and reason is not None:
+        raise UnknownFunctionError(f"{where}: {name}() is not supported: {reason}")
     if spec is None:
         hint = difflib.get_close_matches(_camel_to_snake(name), list(FUNCTIONS) + list(STATE_FUNCTIONS), n=3)
         suggestion = f"; did you mean {', '.join(hint)}?" if hint else ""

@@ -162,3 +162,15 @@ def test_keyed_tables_and_source_variants(session):
     s.latest_keyed_sink("latest", "id", "time")
     kinds = {n.name: n.table_kind for n in g.logical_graph.nodes.values()}
     assert kinds == {"orders": "keyed", "latest": "latest_keyed"}
+
+
+def test_known_but_unsupported_function_says_why(session):
+    src = session.stream_graph("g").source("trade", schema=TRADE_SCHEMA)
+    with pytest.raises(hw.UnknownFunctionError, match=r"movingWindowData\(\) is not supported: it returns an array"):
+        src.reactive_state_engine(key_column="symbol", metrics=["movingWindowData(price, 5) as w"])
+
+
+def test_tmoving_runs_the_matching_time_window_function(session):
+    src = session.stream_graph("g").source("trade", schema=TRADE_SCHEMA)
+    out = src.reactive_state_engine(key_column="symbol", metrics=["time", "tmoving(time, price, '5m', func='avg') as a"])
+    assert out.output_schema()["a"] == "double"

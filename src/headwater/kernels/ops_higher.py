@@ -470,6 +470,45 @@ class Talib(StateOp):
         return {**st, **_prefixed(inner_st)}, [out]
 
 
+_TMOVING = {"sum": "tmsum", "sum2": "tmsum2", "avg": "tmavg", "mean": "tmavg", "count": "tmcount", "max": "tmmax",
+            "min": "tmmin", "first": "tmfirst", "last": "tmlast", "std": "tmstd", "stdp": "tmstdp", "var": "tmvar",
+            "varp": "tmvarp", "med": "tmmed", "prod": "tmprod", "skew": "tmskew", "kurtosis": "tmkurtosis"}
+
+
+@dataclass(frozen=True)
+class TMoving(StateOp):
+    """``tmoving(t, x, window, func)``: an aggregate over each time window ``(t_i - window, t_i]`` of the key.
+
+    ``func`` names the aggregate; the window follows the tm-functions exactly (it runs the matching
+    one, e.g. ``func='avg'`` is ``tmavg``), so rows going back in time output NULL.
+
+    Example:
+        >>> import numpy as np
+        >>> op = TMoving(3, "sum")
+        >>> t = np.array([1, 1, 3, 5, 8, 15, 15, 20.0]); x = np.array([5, 2, 4, 1, 2, 8, 9, 10.0])
+        >>> op.run(op.init_state(), np.zeros(8, dtype=np.int64), 1, [t, x])[1][0].tolist()
+        [5.0, 7.0, 11.0, 5.0, 2.0, 8.0, 17.0, 10.0]
+    """
+
+    window: Any
+    func: str
+    inner: StateOp = field(init=False, repr=False, compare=False)
+    name = "tmoving"
+    n_args = 2
+
+    def __post_init__(self) -> None:
+        inner = _choice(self.name, "func", self.func, _TMOVING, "e.g. tmoving(time, price, '5m', func='avg')")
+        object.__setattr__(self, "inner", make_state_op(_TMOVING[inner], {"window": self.window}))
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return self.inner.init_state()
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        return self.inner.run(state, slots, n_keys, args)
+
+
 @dataclass(frozen=True)
 class TalibNull(_HigherOp):
     """``talib_null(x, y)``: NULL for a key's rows before the first row where x and y are both non-NULL.
@@ -767,3 +806,7 @@ def _specs() -> list[StateOpSpec]:
 
 
 register(*_specs())
+register(StateOpSpec(
+    "tmoving", f"tmoving(t, x, window, func={'|'.join(_TMOVING)})", ("window", "func"), ("window", "func"),
+    lambda p: TMoving(p["window"], p["func"]), columns=("t", "x"),
+))  # fmt: skip
