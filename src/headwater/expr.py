@@ -233,7 +233,7 @@ def _check_names(names: Sequence[str], owner: object) -> tuple[str, ...]:
     return tuple(flat)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Col(Expr):
     """A reference to an input column."""
 
@@ -243,7 +243,7 @@ class Col(Expr):
         return self.name, 10
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Lit(Expr):
     """A constant."""
 
@@ -261,7 +261,7 @@ class Lit(Expr):
         return repr(self.value), 10
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Call(Expr):
     """A function or operator applied to expression arguments and constant parameters."""
 
@@ -300,7 +300,7 @@ class Call(Expr):
         return f"{self.func}({', '.join(parts)})", 10
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Item(Expr):
     """Output ``index`` of a multi-output call."""
 
@@ -314,7 +314,7 @@ class Item(Expr):
         return f"{self.expr}[{self.index}]", 10
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Alias(Expr):
     """A metric with explicit output column name(s)."""
 
@@ -332,7 +332,7 @@ class Alias(Expr):
         return self.children()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class MultiExpr:
     """Several expressions returned together, e.g. by a multi-return ``@state`` function.
 
