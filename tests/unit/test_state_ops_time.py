@@ -171,6 +171,9 @@ DOC_EXAMPLES: list[tuple[str, list[list[float]], dict[str, Any], list[float], in
      [2, 3, 7, 9, 11, 11, 11], None, slice(None)),
     ("cumsum_top_n", [[2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 3, 1]], {"top": 3, "ties_method": "all"},
      [2, 3, 7, 9, 11, 11, 12], None, slice(None)),
+    ("tmsum_top_n", [[1, 1, 3, 5, 8, 15, 15, 20], [5, 2, 4, 1, 2, 8, 9, 10], [3, 1, 2, 2, 1, 5, 4, 1]],
+     {"window": 3, "top": 2}, [5, 7, 6, 5, 2, 8, 17, 10], None, slice(None)),
+    ("cumcovarp_top_n", [[1, 2, 3, 4], [2, 4, 6, 9], [4, 3, 2, 1]], {"top": 2}, [0, 0.5, 0.5, 0.75], None, slice(None)),
     # financial helpers
     ("top_range", [[13.5, 13.6, 13.4, 13.3, 13.5, 13.9, 13.1, 20.1, 20.2, 20.3]], {},
      [0, 1, 0, 0, 2, 5, 0, 7, 8, 9], None, slice(None)),
@@ -387,21 +390,33 @@ def _pick_top(s: np.ndarray, top: int, ascending: bool, ties: str) -> list[int]:
 
 def _top_value(agg: str, x: np.ndarray, y: np.ndarray | None, params: dict[str, Any]) -> float:
     if y is not None:
-        return _agg_pairs({"covar": "covar", "corr": "corr", "wsum": "wsum", "beta": "beta"}[agg], x, y)
+        return _agg_pairs(agg, x, y)
     return _agg_values(agg, x[~np.isnan(x)], params)
 
 
 def top_reference(name: str, params: dict[str, Any], keys: np.ndarray, cols: list[np.ndarray]) -> np.ndarray:
-    cum = name.startswith("cum")
-    agg = name[3 if cum else 1 : -len("_top_n")]
-    default = "latest" if cum or agg in ("skew", "kurtosis") else "oldest"
+    cum, tm = name.startswith("cum"), name.startswith("tm")
+    agg = name[3 if cum else 2 if tm else 1 : -len("_top_n")]
+    default = "latest" if cum or tm or agg in ("skew", "kurtosis") else "oldest"
     ties = params.get("ties_method") or default
+    t = cols[0] if tm else None
+    cols = cols[1:] if tm else cols
     x, s = cols[0], cols[-1]
     y = cols[1] if len(cols) == 3 else None
     out = np.full(len(x), NAN)
+    last: dict[int, float] = {}
+    accepted = np.zeros(len(x), dtype=bool)
     for i in range(len(x)):
         rows = np.flatnonzero(keys[: i + 1] == keys[i])
-        if not cum:
+        if t is not None:  # the tm-functions' window (t_i - w, t_i]; rows going back in time are NULL
+            k = int(keys[i])
+            if np.isnan(t[i]) or t[i] < last.get(k, -math.inf):
+                continue
+            last[k] = t[i]
+            accepted[i] = True
+            rows = rows[accepted[rows]]
+            rows = rows[t[rows] > t[i] - ops_time._window_units(name, params["window"])]
+        elif not cum:
             rows = rows[-params["window"] :]
         if cum and np.isnan(s[i]):
             out[i] = out[rows[-2]] if len(rows) > 1 else NAN
@@ -485,10 +500,10 @@ def other_reference(
 def reference(
     name: str, params: dict[str, Any], keys: np.ndarray, cols: list[np.ndarray]
 ) -> list[np.ndarray]:
-    if name.startswith("tm"):
-        return [tm_reference(name, params, keys, cols)]
     if name.endswith("_top_n"):
         return [top_reference(name, params, keys, cols)]
+    if name.startswith("tm"):
+        return [tm_reference(name, params, keys, cols)]
     return other_reference(name, params, keys, cols)
     raise AssertionError(name)
 
@@ -499,7 +514,11 @@ TM_PLAIN = ["tmsum", "tmsum2", "tmavg", "tmcount", "tmvar", "tmvarp", "tmstd", "
             "tmfirst", "tmlast", "tmove", "tmprod", "tmmed"]  # fmt: skip
 TM_PAIRS = ["tmwsum", "tmwavg", "tmcovar", "tmcovarp", "tmcorr", "tmbeta"]
 M_TOP = [n for n in STATE_OPS if n.startswith("m") and n.endswith("_top_n")]
-M_TOP_PAIRS = ["mcorr_top_n", "mbeta_top_n", "mcovar_top_n", "mwsum_top_n"]
+TOP_PAIRS = ("corr", "beta", "covar", "covarp", "wsum")
+M_TOP_PAIRS = [f"m{a}_top_n" for a in TOP_PAIRS]
+CUM_TOP_PAIRS = [f"cum{a}_top_n" for a in TOP_PAIRS]
+TM_TOP = list(ops_time.TimeTopN._NAMES)
+TM_TOP_PAIRS = [f"tm{a}_top_n" for a in TOP_PAIRS]
 
 # (name, params, column kinds): t = time, v = value, s = sort key, m = membership, p = positive value
 CONFIGS: list[tuple[str, dict[str, Any], str]] = [
@@ -520,9 +539,16 @@ CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     ("mavg_top_n", {"window": 3, "top": 1, "ties_method": "latest"}, "vs"),
     ("mskew_top_n", {"window": 6, "top": 4, "biased": False, "ties_method": "oldest"}, "vs"),
     ("mcorr_top_n", {"window": 6, "top": 4, "ties_method": "all"}, "vvs"),
-    *((n, {"top": 2}, "vs") for n in ops_time.CumTopN._NAMES),
+    *((n, {"top": 2}, "vvs" if n in CUM_TOP_PAIRS else "vs") for n in ops_time.CumTopN._NAMES),
     ("cumsum_top_n", {"top": 3, "ties_method": "all"}, "vs"),
     ("cumavg_top_n", {"top": 2, "ascending": False, "ties_method": "oldest"}, "vs"),
+    ("cumskew_top_n", {"top": 4, "biased": False, "ties_method": "all"}, "vs"),
+    ("cumcovarp_top_n", {"top": 3, "ascending": False, "ties_method": "oldest"}, "vvs"),
+    *((n, {"window": 3, "top": 2}, "tvvs" if n in TM_TOP_PAIRS else "tvs") for n in TM_TOP),
+    ("tmsum_top_n", {"window": 5, "top": 3, "ascending": False, "ties_method": "all"}, "tvs"),
+    ("tmavg_top_n", {"window": 1, "top": 1, "ties_method": "oldest"}, "tvs"),
+    ("tmkurtosis_top_n", {"window": 6, "top": 5, "biased": False, "ties_method": "oldest"}, "tvs"),
+    ("tmcorr_top_n", {"window": 6, "top": 4, "ties_method": "all"}, "tvvs"),
     ("dynamic_group_cumsum", {"group_count": 3}, "vvmm"),
     ("dynamic_group_cumcount", {"group_count": 2}, "mm"),
     ("top_range", {}, "v"),
@@ -730,6 +756,15 @@ def test_cum_top_n_keeps_at_most_max_rows_tied_rows() -> None:
               [1, 3, 6, 10, 14, 0])  # fmt: skip
 
 
+def test_time_top_n_window_holds_at_most_max_rows() -> None:
+    t, x = [0, 0, 0, 0, 0, 1, 9], [1, 2, 3, 4, 5, 6, 7]
+    with patch.object(ops_time.TimeTopN, "max_rows", 3):
+        # every row fits in the window; the ring keeps the latest three
+        close(one_key("tmsum_top_n", [t, x, x], window=10, top=5), [1, 3, 6, 9, 12, 15, 18])
+        close(one_key("tmsum_top_n", [t, x, x], window=10, top=1), [1, 1, 1, 2, 3, 4, 5])
+    close(one_key("tmsum_top_n", [t, x, x], window=10, top=1), [1, 1, 1, 1, 1, 1, 1])
+
+
 def test_range_and_sumbars_buffers_are_capped() -> None:
     with patch.object(ops_time.RangeCount, "max_rows", 3):
         # a falling series fills the stack; counts stop at the last candidate dropped
@@ -858,6 +893,8 @@ def test_registered_functions_run_in_the_reactive_state_engine() -> None:
     metrics = [
         "time", "tmsum(time, price, 3) as s", "tmcount(time, price, 3) as n",
         "msum_top_n(price, volume, 3, 2, false) as top2",
+        "cumcovarp_top_n(price, volume, time, 2) as ctop", "tmsum_top_n(time, price, volume, 3, 2) as ttop",
+        "tmcorr_top_n(time, price, volume, time, 5, 3, false) as tcorr",
         "top_range(price) as hi", "dynamicGroupCumcount(member, prev(member), 2) as g0, g1, x2, x3, x4, x5, x6, x7",
     ]  # fmt: skip
     for cuts in ((), (1, 5)):
@@ -869,6 +906,12 @@ def test_registered_functions_run_in_the_reactive_state_engine() -> None:
             close(g["n"].to_numpy(float), one_key("tmcount", cols, window=3))
             top2 = one_key("msum_top_n", [src.price, src.volume], window=3, top=2, ascending=False)
             close(g["top2"].to_numpy(float), top2)
+            tv = src["time"].to_numpy(float)
+            ctop = one_key("cumcovarp_top_n", [src.price, src.volume, tv], top=2)
+            close(g["ctop"].to_numpy(float), ctop)
+            close(g["ttop"].to_numpy(float), one_key("tmsum_top_n", [*cols, src.volume], window=3, top=2))
+            tcorr = one_key("tmcorr_top_n", [*cols, src.volume, tv], window=5, top=3, ascending=False)
+            np.testing.assert_allclose(g["tcorr"].to_numpy(float), tcorr, rtol=1e-12, equal_nan=True)
             close(g["hi"].to_numpy(float), one_key("top_range", [src.price]))
             member = src["member"].to_numpy(float)
             counts = run_batches(make_state_op("dynamic_group_cumcount", {"group_count": 2}), [0] * len(member),
@@ -882,9 +925,10 @@ def test_timestamp_time_column_with_a_duration_window_in_the_engine() -> None:
     df = pd.DataFrame(
         {"sym": ["a"] * 4, "time": pd.to_datetime([0, 20, 50, 90], unit="s"), "price": [1.0, 2, 3, 4]}
     )
-    out = _engine_out(["tmsum(time, price, '1m') as s"], {"sym": "string", "time": "timestamp", "price": "double"},
-                      df, ())  # fmt: skip
+    out = _engine_out(["tmsum(time, price, '1m') as s", "tmsum_top_n(time, price, price, '1m', 2, false) as top"],
+                      {"sym": "string", "time": "timestamp", "price": "double"}, df, ())  # fmt: skip
     close(out["s"].to_numpy(float), [1, 3, 6, 7])
+    close(out["top"].to_numpy(float), [1, 3, 5, 7])
 
 
 def test_example_fixtures_are_what_the_docs_describe() -> None:

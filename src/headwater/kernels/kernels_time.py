@@ -26,7 +26,7 @@ TM_PROD, TM_MED, TM_PERCENTILE, TM_RANK, TM_SKEW, TM_KURT = 19, 20, 21, 22, 23, 
 
 # Aggregates over the rows a TopN window selects.
 TOP_SUM, TOP_AVG, TOP_VAR, TOP_VARP, TOP_STD, TOP_STDP = 0, 1, 2, 3, 4, 5
-TOP_SKEW, TOP_KURT, TOP_CORR, TOP_COVAR, TOP_BETA, TOP_WSUM = 6, 7, 8, 9, 10, 11
+TOP_SKEW, TOP_KURT, TOP_CORR, TOP_COVAR, TOP_BETA, TOP_WSUM, TOP_COVARP = 6, 7, 8, 9, 10, 11, 12
 TIES_OLDEST, TIES_LATEST, TIES_ALL = 0, 1, 2
 
 # Rank ties and percentile interpolation.
@@ -543,7 +543,7 @@ def _aggregate(op, xs, ys, m, biased, buf):  # pragma: no cover - numba
                     total += xs[j] * ys[j]
             return total
         if c < 2:
-            return np.nan
+            return 0.0 if op == TOP_COVARP else np.nan
         mx = 0.0
         my = 0.0
         for j in range(m):
@@ -564,6 +564,8 @@ def _aggregate(op, xs, ys, m, biased, buf):  # pragma: no cover - numba
                 syy += dy * dy
         if op == TOP_COVAR:
             return sxy / (c - 1)
+        if op == TOP_COVARP:
+            return sxy / c
         if op == TOP_BETA:  # regression of x on y (DolphinDB's documented outputs)
             return np.nan if syy <= 0 else sxy / syy
         if sxx <= 0 or syy <= 0:
@@ -693,6 +695,62 @@ def cum_top_n(
         res = _aggregate(op, selx, sely, c, biased, tmp) if c > 0 else np.nan
         last[k] = res
         out[i] = res
+    return n
+
+
+@njit(cache=True)
+def time_top_n(
+    op, slots, t, x, y, s, w, top, ascending, ties, biased, i0, max_rows, out,
+    ring_t, ring_x, ring_y, ring_s, start, count, last_t,
+):  # pragma: no cover - numba  # fmt: skip
+    """tmTopN: aggregate the ``top`` rows of the window (T_i - w, T_i], ranked by s; returns the stop row.
+
+    Rows are kept as in :func:`time_window`: a row whose time is NULL or earlier than
+    the key's last time outputs NULL and is not stored; a full ring stops the kernel
+    unless it is ``max_rows`` wide, when the oldest row leaves early.
+    """
+    n = slots.shape[0]
+    cap = ring_t.shape[1]
+    key = np.empty(cap)
+    xs = np.empty(cap)
+    ys = np.empty(cap)
+    selx = np.empty(cap)
+    sely = np.empty(cap)
+    chosen = np.empty(cap, dtype=np.bool_)
+    buf = np.empty(cap)
+    for i in range(i0, n):
+        k = slots[i]
+        ti = t[i]
+        if ti != ti or ti < last_t[k]:
+            out[i] = np.nan
+            continue
+        lim = ti - w
+        while count[k] > 0 and ring_t[k, start[k] % cap] <= lim:
+            start[k] += 1
+            count[k] -= 1
+        if count[k] == cap:
+            if cap < max_rows:
+                return i
+            start[k] += 1
+            count[k] -= 1
+        p = (start[k] + count[k]) % cap
+        ring_t[k, p] = ti
+        ring_x[k, p] = x[i]
+        ring_y[k, p] = y[i]
+        ring_s[k, p] = s[i]
+        count[k] += 1
+        last_t[k] = ti
+        m = 0
+        for j in range(count[k]):
+            idx = (start[k] + j) % cap
+            sv = ring_s[k, idx]
+            if sv == sv:
+                key[m] = sv if ascending else -sv
+                xs[m] = ring_x[k, idx]
+                ys[m] = ring_y[k, idx]
+                m += 1
+        c = _select_top(key, xs, ys, m, top, ties, selx, sely, chosen)
+        out[i] = _aggregate(op, selx, sely, c, biased, buf) if c > 0 else np.nan
     return n
 
 

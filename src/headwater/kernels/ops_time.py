@@ -27,7 +27,8 @@ rows tie for the last places than there are places, ``ties_method`` takes the
 oldest, the latest or all of them. Rows with NULL ``s`` are ignored (DolphinDB
 2.00.10+; older versions sorted them first). Output starts at the first row.
 ``cum<agg>_top_n`` does the same over all rows so far, keeping only the rows that
-can still be picked.
+can still be picked; ``tm<agg>_top_n(t, x, [y,] s, window, top, ...)`` over the
+time window of the tm-functions.
 
 **Financial helpers**: ``dynamic_group_cumsum`` / ``dynamic_group_cumcount``,
 ``top_range`` / ``low_range``, ``true_range``, ``sumbars`` and the linear recursion
@@ -453,9 +454,10 @@ class TimeMoment(TimeWindow):
 _TOP_AGGS: dict[str, int] = {
     "sum": kt.TOP_SUM, "avg": kt.TOP_AVG, "var": kt.TOP_VAR, "varp": kt.TOP_VARP, "std": kt.TOP_STD,
     "stdp": kt.TOP_STDP, "skew": kt.TOP_SKEW, "kurtosis": kt.TOP_KURT, "corr": kt.TOP_CORR,
-    "covar": kt.TOP_COVAR, "beta": kt.TOP_BETA, "wsum": kt.TOP_WSUM,
+    "covar": kt.TOP_COVAR, "covarp": kt.TOP_COVARP, "beta": kt.TOP_BETA, "wsum": kt.TOP_WSUM,
 }  # fmt: skip
-_PAIR_AGGS = ("corr", "beta", "covar", "wsum")
+_PAIR_AGGS = ("corr", "beta", "covar", "covarp", "wsum")
+_ALL_AGGS = ("sum", "avg", "std", "stdp", "var", "varp", "skew", "kurtosis", *_PAIR_AGGS)
 _TIES: dict[str, int] = {"oldest": kt.TIES_OLDEST, "latest": kt.TIES_LATEST, "all": kt.TIES_ALL}
 
 
@@ -469,7 +471,7 @@ class MovingTopN(StateOp):
 
     Aggregates: ``sum``, ``avg``, ``std``/``var`` (sample), ``stdp``/``varp``,
     ``skew``/``kurtosis`` (``biased=True``), and over ``(x, y)`` pairs ``corr``,
-    ``covar``, ``wsum`` and ``beta`` (``mbeta_top_n(x, y, s, ...)`` regresses ``x`` on
+    ``covar``, ``covarp``, ``wsum`` and ``beta`` (``mbeta_top_n(x, y, s, ...)`` regresses ``x`` on
     ``y``, matching DolphinDB's documented outputs). ``ties_method`` defaults to
     ``'oldest'``, except ``'latest'`` for ``mskew_top_n``/``mkurtosis_top_n``
     (DolphinDB's defaults). Costs a sort of the window per row.
@@ -492,10 +494,7 @@ class MovingTopN(StateOp):
     biased: bool = True
     n_args: int = field(init=False, repr=False, compare=False)
 
-    _NAMES: ClassVar[tuple[str, ...]] = tuple(
-        f"m{a}_top_n" for a in ("sum", "avg", "std", "stdp", "var", "varp", "skew", "kurtosis",
-                                "corr", "beta", "covar", "wsum")
-    )  # fmt: skip
+    _NAMES: ClassVar[tuple[str, ...]] = tuple(f"m{a}_top_n" for a in _ALL_AGGS)
 
     def __post_init__(self) -> None:
         _check_name(type(self).__name__, self.name, self._NAMES)
@@ -547,7 +546,7 @@ def _init_top(op: Any, agg: str, default_ties: str) -> None:
 
 @dataclass(frozen=True)
 class CumTopN(_BufferedOp):
-    """``cumsum_top_n``, ``cumavg_top_n``, ``cumstd_top_n`` and ``cumvar_top_n``: TopN over all rows so far.
+    """``cum<agg>_top_n(x, [y,] s, top, ...)``: TopN over all rows so far, with the aggregates of mTopN.
 
     A row that is not among the first ``top`` can never be picked later, so a key
     keeps only the picked rows (``top`` of them; with ``ties_method='all'`` every
@@ -571,7 +570,7 @@ class CumTopN(_BufferedOp):
     biased: bool = True
     n_args: int = field(init=False, repr=False, compare=False)
 
-    _NAMES: ClassVar[tuple[str, ...]] = ("cumsum_top_n", "cumavg_top_n", "cumstd_top_n", "cumvar_top_n")
+    _NAMES: ClassVar[tuple[str, ...]] = tuple(f"cum{a}_top_n" for a in _ALL_AGGS)
 
     def __post_init__(self) -> None:
         _check_name(type(self).__name__, self.name, self._NAMES)
@@ -586,19 +585,91 @@ class CumTopN(_BufferedOp):
 
     def _layout(self) -> dict[str, _Arr]:
         nan = math.nan
-        return {
+        layout = {
             "s": _Arr(np.float64, nan, "prefix"), "x": _Arr(np.float64, nan, "prefix"),
             "length": _Arr(np.int64, 0), "last": _Arr(np.float64, nan),
         }  # fmt: skip
+        if self.n_args == 3:
+            layout["y"] = _Arr(np.float64, nan, "prefix")
+        return layout
 
     def _step(self, st: State, slots: np.ndarray, cols: list[np.ndarray], out: np.ndarray, i0: int) -> int:
         assert self.ties_method is not None
-        x, s = cols
+        pair = self.n_args == 3
+        x, s = cols[0], cols[-1]
+        y = cols[1] if pair else x
         return int(
             kt.cum_top_n(
-                _TOP_AGGS[_top_agg(self.name, "cum")], slots, x, x, s, self.top, self.ascending,
+                _TOP_AGGS[_top_agg(self.name, "cum")], slots, x, y, s, self.top, self.ascending,
                 _TIES[self.ties_method], self.biased, i0, self._max_width(), out,
-                st["s"], st["x"], st["x"], st["length"], st["last"],
+                st["s"], st["x"], st["y"] if pair else st["x"], st["length"], st["last"],
+            )
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TimeTopN(_BufferedOp):
+    """``tm<agg>_top_n(t, x, [y,] s, window, top, ...)``: TopN over the time window (t_i - window, t_i].
+
+    The window and the handling of time are those of the tm-functions (a row whose
+    time is NULL or goes back outputs NULL and is not stored; ``window`` may be a
+    duration such as ``"5m"``); the aggregates, ``s`` and ``ties_method`` are those
+    of mTopN, with ``ties_method`` defaulting to ``'latest'`` as for cumTopN.
+
+    Example:
+        >>> import numpy as np
+        >>> op = TimeTopN("tmsum_top_n", window=3, top=2)
+        >>> t = np.array([1, 1, 3, 5, 8, 15, 15, 20.0])
+        >>> x = np.array([5, 2, 4, 1, 2, 8, 9, 10.0])
+        >>> s = np.array([3, 1, 2, 2, 1, 5, 4, 1.0])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(8, dtype=np.int64), 1, [t, x, s])
+        >>> out.tolist()
+        [5.0, 7.0, 6.0, 5.0, 2.0, 8.0, 17.0, 10.0]
+    """
+
+    name: str
+    window: int | str | timedelta
+    top: int
+    ascending: bool = True
+    ties_method: str | None = None
+    biased: bool = True
+    n_args: int = field(init=False, repr=False, compare=False)
+
+    _NAMES: ClassVar[tuple[str, ...]] = tuple(f"tm{a}_top_n" for a in _ALL_AGGS)
+
+    def __post_init__(self) -> None:
+        _check_name(type(self).__name__, self.name, self._NAMES)
+        _window_units(self.name, self.window)
+        _check_int(self.name, "top", self.top, 1, MAX_WINDOW, f"e.g. {self.name}(t, x, s, window=20, top=5)")
+        _init_top(self, _top_agg(self.name, "tm"), "latest")
+        object.__setattr__(self, "n_args", self.n_args + 1)  # the time column
+
+    @property
+    def span(self) -> float:
+        """The window in the units of the time column (microseconds for a duration)."""
+        return _window_units(self.name, self.window)
+
+    def _layout(self) -> dict[str, _Arr]:
+        nan = math.nan
+        layout = {
+            "t": _Arr(np.float64, nan, "ring"), "x": _Arr(np.float64, nan, "ring"),
+            "s": _Arr(np.float64, nan, "ring"), "start": _Arr(np.int64, 0), "count": _Arr(np.int64, 0),
+            "last_t": _Arr(np.float64, nan),
+        }  # fmt: skip
+        if self.n_args == 4:
+            layout["y"] = _Arr(np.float64, nan, "ring")
+        return layout
+
+    def _step(self, st: State, slots: np.ndarray, cols: list[np.ndarray], out: np.ndarray, i0: int) -> int:
+        assert self.ties_method is not None
+        pair = self.n_args == 4
+        t, x, s = cols[0], cols[1], cols[-1]
+        y = cols[2] if pair else x
+        return int(
+            kt.time_top_n(
+                _TOP_AGGS[_top_agg(self.name, "tm")], slots, t, x, y, s, self.span, self.top, self.ascending,
+                _TIES[self.ties_method], self.biased, i0, self.max_rows, out,
+                st["t"], st["x"], st["y"] if pair else st["x"], st["s"], st["start"], st["count"], st["last_t"],
             )
         )  # fmt: skip
 
@@ -896,18 +967,46 @@ def _mtop_spec(name: str) -> StateOpSpec:
 
 
 def _cumtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
-    return lambda p: CumTopN(name, p["top"], p.get("ascending", True), p.get("ties_method"))
+    return lambda p: CumTopN(
+        name, p["top"], p.get("ascending", True), p.get("ties_method"), p.get("biased", True)
+    )
+
+
+def _cumtop_spec(name: str) -> StateOpSpec:
+    agg = _top_agg(name, "cum")
+    cols = ("x", "y", "s") if agg in _PAIR_AGGS else ("x", "s")
+    moment = agg in ("skew", "kurtosis")
+    params = ("top", *(("biased",) if moment else ()), "ascending", "ties_method")
+    shown = [*cols, "top", *(("biased=True",) if moment else ()), "ascending=True", "ties_method='latest'"]
+    return StateOpSpec(
+        name, f"{name}({', '.join(shown)})", params, ("top",), _cumtop_builder(name), columns=cols
+    )
+
+
+def _tmtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: TimeTopN(
+        name, p["window"], p["top"], p.get("ascending", True), p.get("ties_method"), p.get("biased", True)
+    )
+
+
+def _tmtop_spec(name: str) -> StateOpSpec:
+    agg = _top_agg(name, "tm")
+    cols = ("t", "x", "y", "s") if agg in _PAIR_AGGS else ("t", "x", "s")
+    moment = agg in ("skew", "kurtosis")
+    params = ("window", "top", *(("biased",) if moment else ()), "ascending", "ties_method")
+    shown = [*cols, "window", "top", *(("biased=True",) if moment else ()), "ascending=True",
+             "ties_method='latest'"]  # fmt: skip
+    return StateOpSpec(
+        name, f"{name}({', '.join(shown)})", params, ("window", "top"), _tmtop_builder(name), columns=cols
+    )
 
 
 def _top_specs() -> list[StateOpSpec]:
     return [
         *(_mtop_spec(n) for n in MovingTopN._NAMES),
-        *(
-            StateOpSpec(n, f"{n}(x, s, top, ascending=True, ties_method='latest')",
-                        ("top", "ascending", "ties_method"), ("top",), _cumtop_builder(n), columns=("x", "s"))
-            for n in CumTopN._NAMES
-        ),
-    ]  # fmt: skip
+        *(_cumtop_spec(n) for n in CumTopN._NAMES),
+        *(_tmtop_spec(n) for n in TimeTopN._NAMES),
+    ]
 
 
 def _group_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
