@@ -173,6 +173,10 @@ DOC_EXAMPLES: list[tuple[str, list[list[float]], dict[str, Any], list[float], in
      [2, 3, 7, 9, 11, 11, 12], None, slice(None)),
     ("tmsum_top_n", [[1, 1, 3, 5, 8, 15, 15, 20], [5, 2, 4, 1, 2, 8, 9, 10], [3, 1, 2, 2, 1, 5, 4, 1]],
      {"window": 3, "top": 2}, [5, 7, 6, 5, 2, 8, 17, 10], None, slice(None)),
+    ("tmsum_top_n", [[810, 814, 816, 817, 818], [2, 1, 5, 3, 4], [5, 8, 1, 9, 7]], {"window": 4, "top": 3},
+     [2, 1, 6, 9, 12], None, slice(None)),
+    ("tmsum_top_n", [list(range(1, 8)), [2, 1, 4, 3, 4, 3, 1], [5, 8, 1, 1, 1, 1, 3]], {"window": 4, "top": 3},
+     [2, 3, 7, 9, 11, 10, 10], None, slice(None)),
     ("cumcovarp_top_n", [[1, 2, 3, 4], [2, 4, 6, 9], [4, 3, 2, 1]], {"top": 2}, [0, 0.5, 0.5, 0.75], None, slice(None)),
     # financial helpers
     ("top_range", [[13.5, 13.6, 13.4, 13.3, 13.5, 13.9, 13.1, 20.1, 20.2, 20.3]], {},
