@@ -72,3 +72,12 @@ def test_function_map_and_engine_run_fused(spark, tmp_path, ticks):
                                       ref[["symbol", "time", "price", "last_price"]], check_dtype=False)
     finally:
         s.close()
+
+
+def test_every_compute_node_kind_has_a_lowering():
+    from headwater.plan.logical import ComputeNode
+    from headwater.spark.runner import UNSUPPORTED, ChainCompiler
+
+    kinds = ComputeNode.__subclasses__()
+    missing = [k.__name__ for k in kinds if not hasattr(ChainCompiler, f"visit_{k.__name__}") and k not in UNSUPPORTED]
+    assert kinds and missing == []

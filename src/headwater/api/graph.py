@@ -67,7 +67,6 @@ class StreamGraph:
         self._session = session
         self.fqn = fqn
         self._graph = LogicalGraph(str(fqn))
-        self._engine_counter = 0
         self._physical: PhysicalGraph | None = None
 
     # -- naming ----------------------------------------------------------------------------------
@@ -80,7 +79,6 @@ class StreamGraph:
         return resolve(name, "stream_table", current_catalog=self.fqn.catalog)
 
     def _next_engine_name(self) -> str:
-        self._engine_counter += 1
         return f"engine_{self._graph.next_id()}"
 
     # -- sources -----------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from headwater.expr import Call, Col, Expr, Lit
 from headwater.types import ARROW_TYPES
@@ -184,16 +183,3 @@ def evaluate_rowwise(expr: Expr, columns: Mapping[str, Array], n: int) -> Array:
 def filter_mask(values: Array) -> Array:
     """Rows whose filter value is true (NULL counts as false)."""
     return np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0) != 0
-
-
-def take_rows(table: pa.Table, mask: Array) -> pa.Table:
-    return table.filter(pa.array(mask, type=pa.bool_())) if not mask.all() else table
-
-
-def drop_null_rows(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """Drop rows where any of ``columns`` is NULL (Orca drops rows without a partition key)."""
-    mask = None
-    for c in columns:
-        valid = pc.is_valid(table[c])
-        mask = valid if mask is None else pc.and_(mask, valid)
-    return table if mask is None else table.filter(mask)

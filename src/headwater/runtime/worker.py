@@ -37,7 +37,6 @@ class Worker:
         self.trigger_interval = trigger_interval
         self._spark: Any = None
         self._graphs: dict[str, RunningGraph] = {}
-        self._lock = threading.Lock()
 
     @property
     def spark(self) -> Any:
