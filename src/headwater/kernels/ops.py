@@ -49,6 +49,7 @@ __all__ = [
     "EwmMean",
     "EwmVar",
     "Ffill",
+    "LayoutOp",
     "MovingExtreme",
     "MovingPick",
     "MovingSum",
@@ -106,18 +107,20 @@ def _i64(shape: tuple[int, ...] = ()) -> _Field:
     return _Field(shape, np.int64, 0)
 
 
-class _KernelOp(StateOp):
-    """A one-argument operator whose work is one kernel call over the batch."""
+class LayoutOp(StateOp):
+    """An operator with a fixed set of per-key state arrays whose work is kernel calls over the batch.
 
-    n_args = 1
+    Subclasses declare the arrays (``_layout``) and compute the outputs (``_compute``) on a freshly
+    grown copy of the state, which they may update in place.
+    """
 
     @abc.abstractmethod
     def _layout(self) -> dict[str, _Field]:
         """Name, per-key shape, dtype and initial value of every state array."""
 
     @abc.abstractmethod
-    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Run the kernel; it may update the (freshly copied) arrays of ``st`` in place."""
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the kernels; they may update the (freshly copied) arrays of ``st`` in place."""
 
     def init_state(self) -> dict[str, np.ndarray]:
         return {name: np.full((0, *f.shape), f.fill, dtype=f.dtype) for name, f in self._layout().items()}
@@ -125,9 +128,22 @@ class _KernelOp(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, (x,) = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
         st = _grown_copy(self.name, self._layout(), state, n_keys)
-        return st, [self._kernel(st, slots_, x)]
+        return st, self._compute(st, slots_, cols)
+
+
+class _KernelOp(LayoutOp):
+    """A one-argument, one-output operator whose work is one kernel call over the batch."""
+
+    n_args = 1
+
+    @abc.abstractmethod
+    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Run the kernel; it may update the (freshly copied) arrays of ``st`` in place."""
+
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        return [self._kernel(st, slots, cols[0])]
 
 
 def _check_batch(

@@ -44,6 +44,7 @@ from headwater.kernels import kernels_higher as kh
 from headwater.kernels.ops import (
     MAX_WINDOW,
     STATE_OPS,
+    LayoutOp,
     StateOp,
     StateOpSpec,
     _bad,
@@ -106,26 +107,7 @@ def _choice(func: str, param: str, value: Any, choices: dict[str, Any] | tuple[s
     return name
 
 
-class _HigherOp(StateOp):
-    """An operator whose state is a fixed set of per-key arrays and whose work is one kernel call."""
-
-    @abc.abstractmethod
-    def _layout(self) -> dict[str, _Field]:
-        """Name, per-key shape, dtype and initial value of every state array."""
-
-    @abc.abstractmethod
-    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
-        """Run the kernel; it may update the (freshly copied) arrays of ``st`` in place."""
-
-    def init_state(self) -> dict[str, np.ndarray]:
-        return {name: np.full((0, *f.shape), f.fill, dtype=f.dtype) for name, f in self._layout().items()}
-
-    def run(
-        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
-    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st = _grown_copy(self.name, self._layout(), state, n_keys)
-        return st, self._compute(st, slots_, cols)
+_HigherOp = LayoutOp  # higher-order operators need nothing beyond the shared state-layout base
 
 
 _INNER = "inner."  # prefix of a wrapped operator's state arrays

@@ -35,6 +35,7 @@ import numpy as np
 
 from headwater.kernels import kernels_pairwise as kp
 from headwater.kernels.ops import (
+    LayoutOp,
     State,
     StateOp,
     StateOpSpec,
@@ -76,28 +77,10 @@ __all__ = [
 ]
 
 
-class _ArrayOp(StateOp):
-    """An operator with a fixed per-key state layout whose work is kernel calls over the batch."""
+class _ArrayOp(LayoutOp):
+    """One-column operators by default; pair functions set ``n_args = 2``."""
 
     n_args = 1
-
-    @abc.abstractmethod
-    def _layout(self) -> dict[str, _Field]:
-        """Name, per-key shape, dtype and initial value of every state array."""
-
-    @abc.abstractmethod
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
-        """Run the kernels; they may update the (freshly copied) arrays of ``st`` in place."""
-
-    def init_state(self) -> dict[str, np.ndarray]:
-        return {name: np.full((0, *f.shape), f.fill, dtype=f.dtype) for name, f in self._layout().items()}
-
-    def run(
-        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
-    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st = _grown_copy(self.name, self._layout(), state, n_keys)
-        return st, self._kernel(st, slots_, cols)
 
 
 def _check_min_periods(func: str, min_periods: int | None, window: int) -> None:
@@ -179,7 +162,7 @@ class MovingPairMoment(_ArrayOp):
     def _layout(self) -> dict[str, _Field]:
         return _pair_moment_layout(self.window)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         x, y = _regressor_last(args)
         minp, full_only = _minp(self.min_periods)
         return _pair_moment(_MOMENT_OPS[self.name[1:]], st, slots, x, y, self.window, minp, full_only)
@@ -211,7 +194,7 @@ class CumPairMoment(_ArrayOp):
     def _layout(self) -> dict[str, _Field]:
         return _pair_moment_layout(0)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         x, y = _regressor_last(args)
         return _pair_moment(_MOMENT_OPS[self.name[3:]], st, slots, x, y, 0, 1, False)
 
@@ -266,7 +249,7 @@ class MovingWeighted(_ArrayOp):
     def _layout(self) -> dict[str, _Field]:
         return _weighted_layout(self.window)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         minp, full_only = _minp(self.min_periods)
         return _weighted(self._OPS[self.name], st, slots, args, self.window, minp, full_only)
 
@@ -295,7 +278,7 @@ class CumWeighted(_ArrayOp):
     def _layout(self) -> dict[str, _Field]:
         return _weighted_layout(0)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return _weighted(self._OPS[self.name], st, slots, args, 0, 1, False)
 
 
@@ -343,7 +326,7 @@ class EwmCov(_ArrayOp):
             "sum_wt": _f64(1.0), "sum_wt2": _f64(1.0), "old_wt": _f64(1.0), "nobs": _i64(),
         }  # fmt: skip
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         x, y = args
         out = kp.ewm_cov(
             slots, x, y, float(self.com), self.adjust, self.ignore_na, self.bias, max(self.min_periods, 1),
@@ -363,7 +346,7 @@ class _TaOp(_ArrayOp):
     def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
         """Run the kernel over the non-NULL rows only."""
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         (x,) = args
         keep = x == x
         if keep.all():
@@ -682,7 +665,7 @@ class MovingRank(_SortedWindowOp):
         _check_choice(self.name, "ties_method", self.ties_method, _TIES)
         _check_min_periods(self.name, self.min_periods, self.window)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return self._sorted(
             st, slots, args[0], kp.RANK, self.min_periods, ascending=self.ascending, ignore_na=self.ignore_na,
             ties=_TIES[self.ties_method], percent=self.percent,
@@ -718,7 +701,7 @@ class MovingPercentile(_SortedWindowOp):
         _check_choice(self.name, "interpolation", self.interpolation, _INTERPOLATIONS)
         _check_min_periods(self.name, self.min_periods, self.window)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return self._sorted(
             st, slots, args[0], kp.PCTL, self.min_periods, q=float(self.percent) / 100,
             interpolation=_INTERPOLATIONS[self.interpolation],
@@ -748,7 +731,7 @@ class MovingMad(_SortedWindowOp):
         _check_bool(self.name, "use_median", self.use_median)
         _check_min_periods(self.name, self.min_periods, self.window)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return self._sorted(
             st, slots, args[0], kp.MAD_MEDIAN if self.use_median else kp.MAD_MEAN, self.min_periods
         )
@@ -784,7 +767,7 @@ class MovingScan(_ArrayOp):
     def _layout(self) -> dict[str, _Field]:
         return _ring_layout(self.window)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         minp, full_only = _minp(self.min_periods)
         return [
             kp.window_scan(
@@ -829,7 +812,7 @@ class MovingMoments(_ArrayOp):
     def _layout(self) -> dict[str, _Field]:
         return _ring_layout(self.window)
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         minp, full_only = _minp(self.min_periods)
         return [
             kp.moving_moments(
@@ -869,7 +852,7 @@ class CumSimple(_ArrayOp):
     def _layout(self) -> dict[str, _Field]:
         return {"acc": _f64(0.0 if self.name == "cum_positive_streak" else math.nan), "peak": _f64()}
 
-    def _kernel(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return [kp.cum_simple(self._OPS[self.name], slots, args[0], self.ratio, st["acc"], st["peak"])]
 
 
