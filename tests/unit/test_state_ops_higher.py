@@ -24,28 +24,12 @@ from headwater.kernels.ops import StateOp, make_state_op
 from headwater.kernels.ops_higher import AGGREGATES, Moving
 from headwater.parse import to_metric
 from headwater.types import Schema
+from tests.support.state_ops import run_batches
 
 NAN = math.nan
 HIGHER_NAMES = {s.name for s in ops_higher._specs()}
 
 
-def run_batches(
-    op: StateOp, keys: Sequence[int], cols: Sequence[Sequence[float]], splits: Sequence[int] = ()
-) -> list[np.ndarray]:
-    """Feed the columns in batches cut at ``splits``, giving each key a slot on first sight like the engine."""
-    slot_of: dict[int, int] = {}
-    slots = np.array([slot_of.setdefault(int(k), len(slot_of)) for k in keys], dtype=np.int64)
-    arrays = [np.asarray(c, dtype=np.float64) for c in cols]
-    bounds = [0, *sorted(splits), len(slots)]
-    state = op.init_state()
-    outs: list[list[np.ndarray]] = []
-    for a, b in itertools.pairwise(bounds):
-        n_keys = int(slots[:b].max()) + 1 if b else 0
-        state, res = op.run(state, slots[a:b], n_keys, [c[a:b] for c in arrays])
-        assert len(res) == op.n_outputs
-        assert all(r.dtype == np.float64 and r.shape == (b - a,) for r in res)
-        outs.append(res)
-    return [np.concatenate([o[j] for o in outs]) for j in range(op.n_outputs)]
 
 
 def one_key(name: str, *cols: Sequence[float], **params: Any) -> np.ndarray:

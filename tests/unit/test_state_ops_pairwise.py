@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from headwater.engines.base import SEQ
 from headwater.engines.reactive_state import ReactiveStateEngine
 from headwater.errors import GraphDefinitionError
-from headwater.kernels.ops import STATE_OPS, StateOp, make_state_op
+from headwater.kernels.ops import STATE_OPS, make_state_op
 from headwater.parse import to_metric
 from headwater.types import Schema
+from tests.support.state_ops import run_batches
 
 NAN = math.nan
 Outputs = list[np.ndarray]
@@ -29,26 +30,6 @@ Outputs = list[np.ndarray]
 FAMILY = {n for n, s in STATE_OPS.items() if s.build.__module__ == "headwater.kernels.ops_pairwise"}
 
 
-def run_batches(
-    op: StateOp, keys: Sequence[int], cols: Sequence[np.ndarray], splits: Sequence[int] = ()
-) -> Outputs:
-    """Feed the columns in batches cut at ``splits``, giving each key a slot on first sight like the engine."""
-    slot_of: dict[int, int] = {}
-    slots = np.array([slot_of.setdefault(int(k), len(slot_of)) for k in keys], dtype=np.int64)
-    n = len(slots)
-    bounds = [0, *sorted(splits), n]
-    state = op.init_state()
-    outs: list[Outputs] = []
-    for a, b in itertools.pairwise(bounds):
-        n_keys = int(slots[:b].max()) + 1 if b else 0
-        state, res = op.run(state, slots[a:b], n_keys, [c[a:b] for c in cols])
-        assert all(r.dtype == np.float64 and r.shape == (b - a,) for r in res)
-        outs.append(res)
-    n_out = STATE_OPS[op.name].n_outputs if op.name in STATE_OPS else 1
-    if not outs:
-        return [np.empty(0) for _ in range(n_out)]
-    assert all(len(r) == n_out for r in outs)
-    return [np.concatenate([r[j] for r in outs]) for j in range(n_out)]
 
 
 def call(name: str, *cols: Sequence[float], **params: Any) -> Outputs:

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from headwater.errors import GraphDefinitionError
 from headwater.kernels import ops_time
-from headwater.kernels.ops import STATE_OPS, StateOp, make_state_op
+from headwater.kernels.ops import STATE_OPS, make_state_op
+from tests.support.state_ops import run_batches
 
 NAN = math.nan
 DAY = 86_400_000_000  # microseconds
@@ -27,22 +28,6 @@ TIME_NAMES |= {s.name for s in ops_time._top_specs()}
 TIME_NAMES |= {s.name for s in ops_time._helper_specs()}
 
 
-def run_batches(
-    op: StateOp, keys: Sequence[int], cols: Sequence[np.ndarray], splits: Sequence[int] = ()
-) -> list[np.ndarray]:
-    """Feed the columns in batches cut at ``splits``, giving each key a slot on first sight like the engine."""
-    slot_of: dict[int, int] = {}
-    slots = np.array([slot_of.setdefault(int(k), len(slot_of)) for k in keys], dtype=np.int64)
-    cols = [np.asarray(c, dtype=np.float64) for c in cols]
-    bounds = [0, *sorted(splits), len(slots)]
-    state = op.init_state()
-    outs: list[list[np.ndarray]] = []
-    for a, b in itertools.pairwise(bounds):
-        n_keys = int(slots[:b].max()) + 1 if b else 0
-        state, res = op.run(state, slots[a:b], n_keys, [c[a:b] for c in cols])
-        assert all(r.dtype == np.float64 and r.shape == (b - a,) for r in res)
-        outs.append(res)
-    return [np.concatenate([o[j] for o in outs]) for j in range(len(outs[0]))]
 
 
 def one_key(name: str, cols: Sequence[Sequence[float]], **params: Any) -> np.ndarray:
