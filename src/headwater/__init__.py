@@ -26,6 +26,7 @@ _EXPORTS = {
     "GraphDefinitionError": "headwater.errors",
     "HeadwaterError": "headwater.errors",
     "SchemaError": "headwater.errors",
+    "SqlError": "headwater.errors",
     "StreamGraphStateError": "headwater.errors",
     "UnknownFunctionError": "headwater.errors",
     "col": "headwater.expr",
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         GraphDefinitionError,
         HeadwaterError,
         SchemaError,
+        SqlError,
         StreamGraphStateError,
         UnknownFunctionError,
     )

@@ -41,3 +41,24 @@ class ExecutionError(HeadwaterError, RuntimeError):
 
 class CaughtUpTimeout(HeadwaterError, TimeoutError):
     """The graph did not process all appended data before the deadline."""
+
+
+class SqlError(HeadwaterError, ValueError):
+    """``session.sql`` refused a statement or could not run it."""
+
+
+def clip(value: object, limit: int = 200) -> str:
+    """``repr`` of ``value`` cut to about ``limit`` characters, for echoing user input in a message.
+
+    >>> clip("x" * 1000, 40)
+    "'xxxxxxxxx…(1002 chars)…xxxxxxxxx'"
+    """
+    return shorten(repr(value), limit)
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """``text`` cut in the middle to about ``limit`` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 20, 10)
+    return f"{text[: keep // 2]}…({len(text)} chars)…{text[-(keep - keep // 2):]}"

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headwater.docs_gen import render
+from headwater.docs_gen import render, render_sql
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_functions_doc_is_up_to_date():
     assert (DOCS / "functions.md").read_text() == render(), "regenerate: python -m headwater.docs_gen > docs/functions.md"
+
+
+def test_sql_doc_is_up_to_date():
+    assert (DOCS / "sql.md").read_text() == render_sql(), "regenerate: python -m headwater.docs_gen sql > docs/sql.md"
 
 
 def test_orca_mapping_names_every_public_dstream_method():

@@ -103,7 +103,14 @@ class Session:
         self._master.drop_public_table(resolve(name, "stream_table", current_catalog=self._catalog))
 
     def sql(self, query: str) -> SqlResult:
-        """Run Spark SQL over public stream tables (``select * from demo.stream_table.t``)."""
+        """Run one read-only query over public stream tables (``select * from demo.stream_table.t``).
+
+        Accepted: one ``SELECT`` / ``WITH ... SELECT`` / ``VALUES`` query whose relations are public stream
+        tables (``catalog.stream_table.name``, ``stream_table.name`` or a bare name under the current
+        catalog) or its own ``WITH`` names, calling Spark's built-in functions of ``docs/sql.md``. Anything
+        else (DDL, DML, ``SET``, ``ADD JAR``, ``CACHE``, paths such as ``parquet.`/x```, table functions,
+        ``reflect``/``java_method``) raises :class:`~headwater.errors.SqlError` naming what was refused.
+        """
         return SqlResult(self._master.sql(query, current_catalog=self._catalog))
 
     # -- graphs ---------------------------------------------------------------------------------------

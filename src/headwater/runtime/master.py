@@ -20,6 +20,7 @@ from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError,
 from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import dumps, to_json
+from headwater.sql.policy import prepare
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord, load_definition
 from headwater.storage.stream_table import StreamTable
 from headwater.types import Schema
@@ -257,9 +258,9 @@ class Master:
         return rows
 
     # -- SQL --------------------------------------------------------------------------------------------
-    def sql(self, query: str, *, current_catalog: str | None) -> pa.Table:
+    def sql(self, query: object, *, current_catalog: str | None) -> pa.Table:
         public = {t.fqn: t.path for t in self.store.list_tables() if not t.private}
-        return self.worker.sql(query, public, current_catalog)
+        return self.worker.sql(prepare(query, public, current_catalog))
 
     def close(self) -> None:
         self.worker.close()

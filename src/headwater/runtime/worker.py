@@ -16,6 +16,7 @@ import pyarrow as pa
 from headwater.errors import CaughtUpTimeout, ExecutionError
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.task import SubgraphTask
+from headwater.sql.policy import PreparedQuery
 
 
 @dataclass
@@ -205,10 +206,10 @@ class Worker:
             tasks.extend({"id": t, "node": self.name, "status": status, "reason": reason} for t in sg.task_ids())
         return tasks
 
-    def sql(self, query: str, public_tables: dict[str, str], current_catalog: str | None) -> pa.Table:
+    def sql(self, query: PreparedQuery) -> pa.Table:
         from headwater.spark.sql import run_sql
 
-        return run_sql(self.spark, query, public_tables, current_catalog)
+        return run_sql(self.spark, query)
 
     def close(self) -> None:
         for fqn in list(self._graphs):

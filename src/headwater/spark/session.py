@@ -60,6 +60,11 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.ERROR)
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        # PySpark logs every SQL error with its Java stack trace to stderr; Headwater reports the error itself.
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
     from headwater.spark.stream_table_source import register
 
     register(spark)

@@ -1,52 +1,62 @@
-"""SQL over public stream tables: names like ``demo.stream_table.t`` are rewritten to Spark temp views."""
+"""Run a read-only query (:mod:`headwater.sql.policy`) over public stream tables on Spark."""
 
 from __future__ import annotations
 
+import json
+import threading
+from functools import cache
+from typing import Any
+
 import pyarrow as pa
-import sqlglot
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
-from sqlglot import exp
 
-from headwater.errors import CatalogError, GraphDefinitionError
+from headwater.errors import SqlError, shorten
+from headwater.sql.policy import PreparedQuery, check_analysed_plan, check_parsed_plan
 
-
-def _view_name(fqn: str) -> str:
-    return "hw__" + fqn.replace(".", "__")
+_VIEWS_LOCK = threading.Lock()
 
 
-def rewrite(query: str, public_tables: dict[str, str], current_catalog: str | None) -> tuple[str, dict[str, str]]:
-    """Return the Spark SQL text and the views it needs (view name -> table path)."""
-    try:
-        tree = sqlglot.parse_one(query, read="spark")
-    except sqlglot.errors.ParseError as exc:
-        raise GraphDefinitionError(f"sql: cannot parse {query!r}: {exc}") from None
-    views: dict[str, str] = {}
-    for table in tree.find_all(exp.Table):
-        parts = [p for p in (table.catalog, table.db, table.name) if p]
-        if len(parts) == 3:
-            fqn = ".".join(parts)
-        elif len(parts) == 2 and parts[0] == "stream_table" and current_catalog:
-            fqn = f"{current_catalog}.stream_table.{parts[1]}"
-        elif len(parts) == 1 and current_catalog and f"{current_catalog}.stream_table.{parts[0]}" in public_tables:
-            fqn = f"{current_catalog}.stream_table.{parts[0]}"
-        else:
-            continue
-        if fqn not in public_tables:
-            known = ", ".join(sorted(public_tables)) or "none"
-            raise CatalogError(f"sql: stream table {fqn} does not exist; known public tables: {known}")
-        view = _view_name(fqn)
-        views[view] = public_tables[fqn]
-        alias = table.alias
-        table.replace(exp.to_table(view).as_(alias) if alias else exp.to_table(view))
-    return tree.sql(dialect="spark"), views
-
-
-def run_sql(spark: SparkSession, query: str, public_tables: dict[str, str], current_catalog: str | None) -> pa.Table:
-    text, views = rewrite(query, public_tables, current_catalog)
+def run_sql(spark: SparkSession, query: PreparedQuery) -> pa.Table:
+    """Check ``query`` on Spark's parsed and analysed plans, then run it and return its rows."""
     from headwater.spark.runner import spark_schema
     from headwater.storage.stream_table import StreamTable
 
-    for view, path in views.items():
-        schema = spark_schema(StreamTable.open(path).schema, hidden=False)  # explicit: leaves _hw_seq out
-        spark.read.format("headwater_stream_table").schema(schema).option("path", path).load().createOrReplaceTempView(view)
-    return spark.sql(text).toArrow()
+    is_plan = _plan_class_checker(spark)
+    with _VIEWS_LOCK:  # views are session-wide; registering and analysing must not interleave
+        for view, (_, path) in query.views.items():
+            schema = spark_schema(StreamTable.open(path).schema, hidden=False)  # explicit: leaves _hw_seq out
+            spark.read.format("headwater_stream_table").schema(schema).option("path", path).load() \
+                .createOrReplaceTempView(view)
+        try:
+            parsed = spark._jsparkSession.sessionState().sqlParser().parsePlan(query.text)
+            check_parsed_plan(query, json.loads(parsed.toJSON()), is_plan)
+            frame = spark.sql(query.text)  # a plain query: analysed now, run below
+            check_analysed_plan(query, json.loads(frame._jdf.queryExecution().analyzed().toJSON()), is_plan)
+        except PySparkException as exc:
+            raise SqlError(f"sql: {_spark_message(exc, query)}") from None
+    try:
+        return frame.toArrow()
+    except PySparkException as exc:
+        raise SqlError(f"sql: the query failed while running: {_spark_message(exc, query)}") from None
+
+
+def _plan_class_checker(spark: SparkSession) -> Any:
+    jvm = spark._jvm
+    assert jvm is not None
+    logical_plan = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.LogicalPlan")
+
+    @cache
+    def is_plan(class_name: str) -> bool:
+        return bool(logical_plan.isAssignableFrom(jvm.java.lang.Class.forName(class_name)))
+
+    return is_plan
+
+
+def _spark_message(exc: PySparkException, query: PreparedQuery) -> str:
+    """Spark's own first line, with Headwater's view names turned back into stream table names."""
+    text = (exc.getMessage() if hasattr(exc, "getMessage") else str(exc)) or type(exc).__name__
+    text = text.split("\n\n== SQL", 1)[0].split("\nJVM stacktrace:", 1)[0].strip()
+    for view, (fqn, _) in query.views.items():
+        text = text.replace(view, fqn)
+    return shorten(text, 600)
