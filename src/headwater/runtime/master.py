@@ -2,12 +2,17 @@
 
 Graph states: ``building -> running -> destroying -> destroyed``; a failed query moves
 its graph to ``failed`` with the reason. Every transition is persisted, so a new
-master on the same data directory resumes the graphs that were running.
+master on the same data directory resumes the graphs that were running — in the
+background, each on its own (``recover``), so a session is usable at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
+import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +21,15 @@ from typing import Any
 import pyarrow as pa
 
 from headwater.catalog import FQN
-from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError, SchemaError
+from headwater.errors import (
+    CatalogError,
+    CaughtUpTimeout,
+    ExecutionError,
+    GraphDefinitionError,
+    SchemaError,
+    shorten,
+)
+from headwater.faults import fault_point
 from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import dumps, to_json
@@ -24,6 +37,8 @@ from headwater.sql.policy import prepare
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord, load_definition
 from headwater.storage.stream_table import StreamTable
 from headwater.types import Schema
+
+log = logging.getLogger(__name__)
 
 SEMANTICS = "exactly-once"  # every table write is an idempotent per-batch commit, keyed or not
 
@@ -48,6 +63,9 @@ class Master:
         self.store = MetadataStore.in_directory(self.data_dir)
         self.worker = Worker(self.data_dir, spark_master=spark_master, trigger_interval=trigger_interval)
         self._tables: dict[str, StreamTable] = {}
+        self._recovering: dict[str, threading.Event] = {}  # graphs being resumed in the background
+        self._recovery: threading.Thread | None = None
+        self._closing = threading.Event()
 
     # -- paths ------------------------------------------------------------------------------------------
     def _graph_paths(self, fqn: str) -> GraphPaths:
@@ -74,17 +92,18 @@ class Master:
     def create_public_table(self, fqn: FQN, schema: Schema, kind: str, keys: tuple[str, ...], time_column: str | None) -> None:
         if self.store.get_table(str(fqn)) is not None:
             raise CatalogError(f"stream table {fqn} already exists")
-        self._create_table(str(fqn), self._public_table_path(str(fqn)), schema, kind, keys, time_column, None)
+        self.store.put_table(self._create_table_files(str(fqn), self._public_table_path(str(fqn)), schema, kind,
+                                                      keys, time_column, None))
 
-    def _create_table(self, fqn: str, path: Path, schema: Schema, kind: str, keys: tuple[str, ...],
-                      time_column: str | None, owner: str | None) -> TableRecord:
+    @staticmethod
+    def _create_table_files(fqn: str, path: Path, schema: Schema, kind: str, keys: tuple[str, ...],
+                            time_column: str | None, owner: str | None) -> TableRecord:
+        """Create an empty table directory (idempotent) and return the record that makes it visible."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():  # a leftover of an interrupted drop: nothing in the catalog points at it
+        if path.exists():  # left by an interrupted drop or submit: nothing in the catalog points at it
             shutil.rmtree(path)
         StreamTable.create(path, schema, kind=kind, key_columns=keys, time_column=time_column)
-        rec = TableRecord(fqn, str(path), kind, schema, keys, time_column, owner)
-        self.store.put_table(rec)
-        return rec
+        return TableRecord(fqn, str(path), kind, schema, keys, time_column, owner)
 
     def drop_public_table(self, fqn: FQN) -> None:
         rec = self.table_info(fqn)
@@ -113,7 +132,9 @@ class Master:
 
     # -- graphs -----------------------------------------------------------------------------------------
     def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
+        """Store and start a graph; resubmitting the same definition finishes what a crash left half done."""
         fqn = logical.fqn
+        self._await_recovery(fqn)
         graph_json = dumps(to_json(logical, physical))
         existing = self.store.active_graph(fqn)
         if existing is not None:
@@ -128,20 +149,28 @@ class Master:
             self._start(existing, logical, physical)
             return
         public = self._check_tables(physical)
-        graph_id = self.store.create_graph(fqn, logical, graph_json, SEMANTICS)
-        rec = self.store.list_graphs(fqn)[-1]
-        assert rec.id == graph_id
         paths = self._graph_paths(fqn)
         if paths.root.exists():
-            shutil.rmtree(paths.root)  # leftovers of a destroyed graph of the same name
+            shutil.rmtree(paths.root)  # leftovers of a destroyed graph, or of a submit cut off before its commit
+        # Table directories first, then one catalog transaction: a crash in between leaves directories that
+        # nothing in the catalog points at, which the next submit (or create) of that name replaces.
+        new_tables = []
         for node in physical.tables():
             if node.private:
-                self._create_table(node.fqn, paths.private_table(node.name), node.schema, node.table_kind,
-                                   node.key_columns, node.time_column, fqn)
+                path, owner = paths.private_table(node.name), fqn
             elif node.fqn not in public:
-                self._create_table(node.fqn, self._public_table_path(node.fqn), node.schema, node.table_kind,
-                                   node.key_columns, node.time_column, None)
-        self.store.add_refs(fqn, [t.fqn for t in physical.tables() if not t.private])
+                path, owner = self._public_table_path(node.fqn), None
+            else:
+                continue
+            new_tables.append(self._create_table_files(node.fqn, path, node.schema, node.table_kind,
+                                                       node.key_columns, node.time_column, owner))
+            fault_point("submit.after_first_table")
+        fault_point("submit.before_metadata")
+        graph_id = self.store.create_graph(fqn, logical, graph_json, SEMANTICS, new_tables=new_tables,
+                                           refs=[t.fqn for t in physical.tables() if not t.private])
+        fault_point("submit.after_metadata")
+        rec = self.store.active_graph(fqn)
+        assert rec is not None and rec.id == graph_id
         self._start(rec, logical, physical)
 
     def _check_tables(self, physical: PhysicalGraph) -> set[str]:
@@ -180,19 +209,54 @@ class Master:
             self.worker.start_graph(rec.fqn, physical, self._table_paths(physical), self._graph_paths(rec.fqn).checkpoints,
                                     run_id=str(rec.id))
         except Exception as exc:
-            self.store.set_status(rec.id, "failed", f"{type(exc).__name__}: {exc}")
-            raise ExecutionError(f"stream graph {rec.fqn} failed to start: {exc}") from exc
+            reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
+            self.store.set_status(rec.id, "failed", reason)
+            raise ExecutionError(f"stream graph {rec.fqn} failed to start: {reason}") from exc
         self.store.set_status(rec.id, "running")
 
     def recover(self) -> list[str]:
-        """Resume every graph that was running when the previous master stopped."""
-        resumed = []
-        for rec in self.store.list_graphs():
-            if rec.status in ("running", "building", "error"):
-                logical: LogicalGraph = load_definition(rec)
-                self._start(rec, logical, plan(logical))
-                resumed.append(rec.fqn)
-        return resumed
+        """Resume, in the background, every graph that was running when the previous master stopped.
+
+        Each graph is ``building`` at once and becomes ``running`` when its queries have started, or
+        ``failed`` with the reason when it cannot; one graph's failure holds up no other. Returns the
+        names of the graphs being resumed.
+        """
+        todo = [rec for rec in self.store.list_graphs() if rec.status in ("running", "building", "error")]
+        for rec in todo:
+            self.store.set_status(rec.id, "building")
+            self._recovering[rec.fqn] = threading.Event()
+        if todo:
+            self._recovery = threading.Thread(target=self._recover_all, args=(todo,), name="headwater-recovery",
+                                              daemon=True)
+            self._recovery.start()
+        return [rec.fqn for rec in todo]
+
+    def _recover_all(self, records: list[GraphRecord]) -> None:
+        for rec in records:
+            try:
+                if not self._closing.is_set():  # on close, the rest stay 'building' and resume next time
+                    self._resume(rec)
+            finally:
+                self._recovering.pop(rec.fqn).set()
+
+    def _resume(self, rec: GraphRecord) -> None:
+        try:
+            logical: LogicalGraph = load_definition(rec)
+            physical = plan(logical)
+        except Exception as exc:  # the stored definition no longer loads (e.g. a user module was removed)
+            reason = f"cannot load its stored definition: {type(exc).__name__}: {shorten(str(exc), 400)}"
+            self.store.set_status(rec.id, "failed", reason)
+            log.error("stream graph %s %s", rec.fqn, reason)
+            return
+        try:
+            self._start(rec, logical, physical)
+        except ExecutionError as exc:  # _start stored 'failed' with the reason
+            log.error("%s", exc)
+
+    def _await_recovery(self, fqn: str, timeout: float | None = None) -> bool:
+        """Wait until ``fqn`` is no longer being resumed; False if ``timeout`` ran out first."""
+        event = self._recovering.get(fqn)
+        return event is None or event.wait(timeout)
 
     def _active(self, fqn: FQN) -> GraphRecord:
         rec = self.store.active_graph(str(fqn))
@@ -202,15 +266,22 @@ class Master:
         return rec
 
     def wait_until_caught_up(self, fqn: FQN, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        if not self._await_recovery(str(fqn), timeout):
+            raise CaughtUpTimeout(f"stream graph {fqn} is still resuming after {timeout:.0f}s")
         rec = self._active(fqn)
+        if rec.status == "failed":
+            raise ExecutionError(f"stream graph {fqn} is failed: {rec.reason}")
         try:
-            self.worker.wait_until_caught_up(rec.fqn, timeout)
+            self.worker.wait_until_caught_up(rec.fqn, max(deadline - time.monotonic(), 0.0))
         except ExecutionError as exc:
             self.store.set_status(rec.id, "failed", str(exc))
             raise
 
     def warmup(self, engine: FQN, data: pa.Table) -> int:
         """Warm an engine of a running graph (found by its name in the engine's catalog)."""
+        if self._recovery is not None:
+            self._recovery.join()
         for rec in self.store.list_graphs():
             if rec.status != "running":
                 continue
@@ -221,6 +292,7 @@ class Master:
         raise CatalogError(f"stream engine {engine} is not part of a running graph")
 
     def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
+        self._await_recovery(str(fqn))
         rec = self._active(fqn)
         logical: LogicalGraph = load_definition(rec)
         public = [n.fqn for n in logical.nodes.values() if isinstance(n, TableNode)]
@@ -251,8 +323,8 @@ class Master:
         for rec in self.store.list_graphs(None if fqn is None else str(fqn)):
             tasks = []
             if rec.status not in ("destroyed",):
-                logical: LogicalGraph = load_definition(rec)
-                tasks = self.worker.task_status(rec.fqn, plan(logical))
+                with contextlib.suppress(Exception):  # a definition that no longer loads: its reason says so
+                    tasks = self.worker.task_status(rec.fqn, plan(load_definition(rec)))
             rows.append({"id": rec.id, "fqn": rec.fqn, "status": rec.status, "semantics": rec.semantics,
                          "tasks": tasks, "create_time": _ts(rec.create_time), "reason": rec.reason})
         return rows
@@ -263,6 +335,9 @@ class Master:
         return self.worker.sql(prepare(query, public, current_catalog))
 
     def close(self) -> None:
+        self._closing.set()
+        if self._recovery is not None:
+            self._recovery.join()
         self.worker.close()
         self.store.dispose()
 

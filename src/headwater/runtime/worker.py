@@ -37,21 +37,25 @@ class Worker:
         self.spark_master = spark_master
         self.trigger_interval = trigger_interval
         self._spark: Any = None
+        self._spark_lock = threading.Lock()  # the recovery thread and the user's thread may both start it
         self._graphs: dict[str, RunningGraph] = {}
 
     @property
     def spark(self) -> Any:
-        if self._spark is None:
-            from headwater.spark.session import build_spark
+        with self._spark_lock:
+            if self._spark is None:
+                from headwater.spark.session import build_spark
 
-            self._spark = build_spark(self.spark_master)
-            self._prime_python_workers()
+                spark = build_spark(self.spark_master)
+                self._prime_python_workers(spark)
+                self._spark = spark
         return self._spark
 
-    def _prime_python_workers(self) -> None:
+    @staticmethod
+    def _prime_python_workers(spark: Any) -> None:
         """Fork the (kernel-loading) Python daemon and its workers now, not during the first micro-batch."""
-        slots = max(self._spark.sparkContext.defaultParallelism, 1)
-        self._spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
+        slots = max(spark.sparkContext.defaultParallelism, 1)
+        spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
 
     def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
                     run_id: str = "") -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import cloudpickle
 import sqlalchemy as sa
 
+from headwater.errors import CatalogError
 from headwater.types import Schema
 
 _meta = sa.MetaData()
@@ -99,9 +101,7 @@ class MetadataStore:
     def put_table(self, rec: TableRecord) -> None:
         with self.engine.begin() as c:
             c.execute(sa.delete(tables).where(tables.c.fqn == rec.fqn))
-            c.execute(sa.insert(tables).values(
-                fqn=rec.fqn, path=rec.path, kind=rec.kind, schema=json.dumps(rec.schema.columns),
-                key_columns=json.dumps(rec.key_columns), time_column=rec.time_column, owner_graph=rec.owner_graph))
+            c.execute(sa.insert(tables).values(**_table_row(rec)))
 
     def get_table(self, fqn: str) -> TableRecord | None:
         with self.engine.connect() as c:
@@ -117,12 +117,6 @@ class MetadataStore:
             c.execute(sa.delete(tables).where(tables.c.fqn == fqn))
             c.execute(sa.delete(table_refs).where(table_refs.c.table_fqn == fqn))
 
-    def add_refs(self, graph_fqn: str, table_fqns: list[str]) -> None:
-        with self.engine.begin() as c:
-            c.execute(sa.delete(table_refs).where(table_refs.c.graph_fqn == graph_fqn))
-            for t in sorted(set(table_fqns)):
-                c.execute(sa.insert(table_refs).values(graph_fqn=graph_fqn, table_fqn=t))
-
     def refs_of_table(self, table_fqn: str) -> list[str]:
         with self.engine.connect() as c:
             return [r[0] for r in c.execute(sa.select(table_refs.c.graph_fqn).where(table_refs.c.table_fqn == table_fqn))]
@@ -136,12 +130,30 @@ class MetadataStore:
             c.execute(sa.delete(table_refs).where(table_refs.c.graph_fqn == graph_fqn))
 
     # -- graphs ---------------------------------------------------------------------------------------
-    def create_graph(self, fqn: str, definition: Any, graph_json: str, semantics: str) -> int:
-        with self.engine.begin() as c:
-            res = c.execute(sa.insert(graphs).values(
-                fqn=fqn, status="building", semantics=semantics, create_time=time.time(), reason="",
-                definition=cloudpickle.dumps(definition), graph_json=graph_json))
-            return int(res.inserted_primary_key[0])  # type: ignore[index]
+    def create_graph(self, fqn: str, definition: Any, graph_json: str, semantics: str, *,
+                     new_tables: Sequence[TableRecord] = (), refs: Sequence[str] = ()) -> int:
+        """Store a graph together with the tables it creates and its references to public tables.
+
+        One transaction: after a crash either all of it is in the catalog or none of it is, so a graph
+        never exists without its tables and a table it uses can never be dropped under it. A table that
+        another writer put in the catalog meanwhile raises :class:`CatalogError`.
+        """
+        try:
+            with self.engine.begin() as c:
+                res = c.execute(sa.insert(graphs).values(
+                    fqn=fqn, status="building", semantics=semantics, create_time=time.time(), reason="",
+                    definition=cloudpickle.dumps(definition), graph_json=graph_json))
+                for rec in new_tables:
+                    c.execute(sa.insert(tables).values(**_table_row(rec)))
+                c.execute(sa.delete(table_refs).where(table_refs.c.graph_fqn == fqn))
+                for t in sorted(set(refs)):
+                    c.execute(sa.insert(table_refs).values(graph_fqn=fqn, table_fqn=t))
+                return int(res.inserted_primary_key[0])  # type: ignore[index]
+        except sa.exc.IntegrityError:
+            raise CatalogError(
+                f"stream graph {fqn}: one of its tables ({', '.join(r.fqn for r in new_tables)}) was created by "
+                "someone else meanwhile; submit again"
+            ) from None
 
     def set_status(self, graph_id: int, status: str, reason: str = "") -> None:
         with self.engine.begin() as c:
@@ -163,6 +175,12 @@ class MetadataStore:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _table_row(rec: TableRecord) -> dict[str, Any]:
+    return {"fqn": rec.fqn, "path": rec.path, "kind": rec.kind, "schema": json.dumps(rec.schema.columns),
+            "key_columns": json.dumps(rec.key_columns), "time_column": rec.time_column,
+            "owner_graph": rec.owner_graph}
 
 
 def _table(row: Any) -> TableRecord:
