@@ -26,6 +26,8 @@ _EXPORTS = {
     "GraphDefinitionError": "headwater.errors",
     "HeadwaterError": "headwater.errors",
     "SchemaError": "headwater.errors",
+    "SequenceError": "headwater.errors",
+    "DataDirectoryInUseError": "headwater.errors",
     "StreamGraphStateError": "headwater.errors",
     "UnknownFunctionError": "headwater.errors",
     "col": "headwater.expr",
@@ -56,10 +58,12 @@ if TYPE_CHECKING:
     from headwater.errors import (
         CatalogError,
         CaughtUpTimeout,
+        DataDirectoryInUseError,
         ExecutionError,
         GraphDefinitionError,
         HeadwaterError,
         SchemaError,
+        SequenceError,
         StreamGraphStateError,
         UnknownFunctionError,
     )

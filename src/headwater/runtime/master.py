@@ -27,6 +27,15 @@ from headwater.types import Schema
 SEMANTICS = "exactly-once"  # every table write is an idempotent per-batch commit, keyed or not
 
 
+def client_app_id(client_id: str) -> str:
+    """The Delta application id of a client's idempotent appends.
+
+    The ``client:`` prefix keeps it apart from the graphs' own transaction ids
+    (``<graph fqn>#<run>/subgraph_<n>``), which never start that way.
+    """
+    return f"client:{client_id}"
+
+
 @dataclass
 class GraphPaths:
     root: Path
@@ -97,17 +106,28 @@ class Master:
         self.store.delete_table(rec.fqn)
         shutil.rmtree(rec.path, ignore_errors=True)
 
-    def append(self, fqn: FQN, data: pa.Table) -> int | None:
-        rec = self.table_info(fqn)
-        return self._table(rec).append(data)
+    def append(self, fqn: FQN, data: pa.Table) -> int:
+        """Append rows; return the committed version (the current one if a keyed table dropped every row)."""
+        table = self._table(self.table_info(fqn))
+        version = table.append(data)
+        return table.version() if version is None else version
+
+    def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
+        """Append rows at most once per (client, table, sequence); return the version holding them."""
+        return self._table(self.table_info(fqn)).append_once(data, app_id=client_app_id(client_id), sequence=sequence)
+
+    def committed_sequence(self, fqn: FQN, client_id: str) -> int | None:
+        return self._table(self.table_info(fqn)).transaction_version(client_app_id(client_id))
 
     def table_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
         rows = []
         for t in self.store.list_tables():
             if fqn is not None and t.fqn != str(fqn):
                 continue
+            table = self._table(t)
             rows.append({"fqn": t.fqn, "kind": t.kind, "visibility": "private" if t.private else "public",
-                         "path": t.path, "graph_refs": self.store.refs_of_table(t.fqn)})
+                         "path": t.path, "graph_refs": self.store.refs_of_table(t.fqn),
+                         "version": table.version(), "rows": table.row_count()})
         return rows
 
     # -- graphs -----------------------------------------------------------------------------------------

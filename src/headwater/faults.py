@@ -1,0 +1,26 @@
+"""Named fault points: crash tests kill the process at an exact step instead of at a timed moment.
+
+A test starts a child process with ``HEADWATER_FAULT_POINT=<name>``; when the child reaches
+``fault_point(<name>)`` it kills itself with SIGKILL (no cleanup, no ``finally``, no atexit: a
+``kill -9`` at that line). Unset, a fault point costs one dictionary lookup.
+
+Points (keep this list true when adding one):
+
+- ``stream_table.append.after_commit``: an append's Delta commit has landed, before
+  :meth:`StreamTable.append` returns (so ``session.append`` never returns its version).
+
+>>> fault_point("stream_table.append.after_commit")  # not selected: returns
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV_VAR = "HEADWATER_FAULT_POINT"
+
+
+def fault_point(name: str) -> None:
+    """Kill this process with SIGKILL if ``HEADWATER_FAULT_POINT`` names ``name``."""
+    if os.environ.get(ENV_VAR) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
