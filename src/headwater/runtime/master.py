@@ -7,6 +7,7 @@ master on the same data directory resumes the graphs that were running.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,9 +21,15 @@ from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError,
 from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import dumps, to_json
+from headwater.storage.locks import lock_data_dir
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord, load_definition
-from headwater.storage.stream_table import StreamTable
+from headwater.storage.stream_table import StreamTable, remove_orphan_files
 from headwater.types import Schema
+
+log = logging.getLogger(__name__)
+
+# Spark Python workers of a killed session may take a moment to exit; their files are spared that long.
+ORPHAN_MIN_AGE_S = 10.0
 
 SEMANTICS = "exactly-once"  # every table write is an idempotent per-batch commit, keyed or not
 
@@ -53,9 +60,32 @@ class Master:
         from headwater.runtime.worker import Worker  # the worker is the only part that touches Spark
 
         self.data_dir = Path(data_dir)
-        self.store = MetadataStore.in_directory(self.data_dir)
+        self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
+        try:
+            self.store = MetadataStore.in_directory(self.data_dir)
+            self.remove_leftovers()
+        except BaseException:
+            self._lock.release()
+            raise
         self.worker = Worker(self.data_dir, spark_master=spark_master, trigger_interval=trigger_interval)
         self._tables: dict[str, StreamTable] = {}
+
+    def remove_leftovers(self, *, min_age: float = ORPHAN_MIN_AGE_S) -> tuple[int, int]:
+        """Delete data files no commit references from every stream table; return (files, bytes).
+
+        They were written by an append or a micro-batch task that a killed process cut off
+        before its commit. Runs at start, while this master holds the data directory lock and
+        before any graph resumes, so no writer can still commit them; see
+        :func:`~headwater.storage.stream_table.remove_orphan_files` for the safety argument and
+        ``min_age``.
+        """
+        files = size = 0
+        for rec in self.store.list_tables():
+            n, b = remove_orphan_files(rec.path, min_age=min_age)
+            files, size = files + n, size + b
+        if files:
+            log.info("removed %d orphaned file(s), %d bytes, from the stream tables of %s", files, size, self.data_dir)
+        return files, size
 
     # -- paths ------------------------------------------------------------------------------------------
     def _graph_paths(self, fqn: str) -> GraphPaths:
@@ -282,8 +312,11 @@ class Master:
         return self.worker.sql(query, public, current_catalog)
 
     def close(self) -> None:
-        self.worker.close()
-        self.store.dispose()
+        try:
+            self.worker.close()
+            self.store.dispose()
+        finally:
+            self._lock.release()
 
 
 def _ts(seconds: float) -> Any:
