@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import headwater as hw
+from headwater.storage.locks import LOCK_NAME, FileLock, remove_unlocked_dirs
 from headwater.storage.stream_table import StreamTable, referenced_files, remove_orphan_files
 from headwater.types import Schema
 
@@ -101,3 +102,20 @@ def test_referenced_files_cover_every_commit_and_a_gap_disables_cleaning(tmp_pat
     assert referenced_files(t.path) is None
     assert remove_orphan_files(t.path, min_age=0) == (0, 0)  # an incomplete log proves nothing
     assert orphan.exists()
+
+
+def test_scratch_directories_of_dead_processes_are_removed_live_ones_kept(tmp_path):
+    root = tmp_path / "tmp"
+    live, dead = root / "live", root / "dead"
+    for d in (live, dead):
+        (d / "local").mkdir(parents=True)
+    held = FileLock.try_acquire(live / LOCK_NAME)
+    (dead / LOCK_NAME).write_text("12345\n")  # its holder died: the file stays, the flock went with it
+    assert held is not None
+    try:
+        assert remove_unlocked_dirs(root) == 1
+        assert [p.name for p in root.iterdir()] == ["live"]
+    finally:
+        held.release()
+    with hw.connect(tmp_path, start_spark=False):  # a session start cleans <data_dir>/tmp the same way
+        assert list(root.iterdir()) == []

@@ -21,7 +21,7 @@ from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError,
 from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import dumps, to_json
-from headwater.storage.locks import lock_data_dir
+from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord, load_definition
 from headwater.storage.stream_table import StreamTable, remove_orphan_files
 from headwater.types import Schema
@@ -71,14 +71,18 @@ class Master:
         self._tables: dict[str, StreamTable] = {}
 
     def remove_leftovers(self, *, min_age: float = ORPHAN_MIN_AGE_S) -> tuple[int, int]:
-        """Delete data files no commit references from every stream table; return (files, bytes).
+        """Delete what killed processes left: data files no commit references, dead Spark scratch.
 
-        They were written by an append or a micro-batch task that a killed process cut off
+        Returns the (files, bytes) removed from stream table directories; Spark scratch
+        directories of dead processes (``<data_dir>/tmp/<id>/`` with a free lock) go as a whole.
+
+        The data files were written by an append or a micro-batch task that a killed process cut off
         before its commit. Runs at start, while this master holds the data directory lock and
         before any graph resumes, so no writer can still commit them; see
         :func:`~headwater.storage.stream_table.remove_orphan_files` for the safety argument and
         ``min_age``.
         """
+        remove_unlocked_dirs(self.data_dir / "tmp")  # Spark scratch of dead processes
         files = size = 0
         for rec in self.store.list_tables():
             n, b = remove_orphan_files(rec.path, min_age=min_age)

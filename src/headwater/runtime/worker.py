@@ -43,7 +43,7 @@ class Worker:
         if self._spark is None:
             from headwater.spark.session import build_spark
 
-            self._spark = build_spark(self.spark_master)
+            self._spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp")
             self._prime_python_workers()
         return self._spark
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 from pathlib import Path
 
 from headwater.errors import DataDirectoryInUseError
@@ -84,3 +85,24 @@ def lock_data_dir(data_dir: Path) -> FileLock:
             "close that session first (session.close()) or connect to another directory"
         )
     return lock
+
+
+def remove_unlocked_dirs(root: Path) -> int:
+    """Remove every subdirectory of ``root`` whose ``.lock`` is free (its owner process is dead).
+
+    A directory is locked by its owner from right after its creation; return how many were removed.
+    """
+    removed = 0
+    with contextlib.suppress(FileNotFoundError):
+        for child in root.iterdir():
+            if not child.is_dir() or child.is_symlink():
+                continue
+            lock = FileLock.try_acquire(child / LOCK_NAME)
+            if lock is None:
+                continue  # a live process owns it
+            try:
+                shutil.rmtree(child, ignore_errors=True)
+            finally:
+                lock.release()
+            removed += 1
+    return removed
