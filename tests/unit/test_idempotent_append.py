@@ -147,3 +147,13 @@ def test_killed_after_the_commit_before_append_returns_then_retry_appends_once(d
         assert s.append(TABLE, pd.DataFrame({"sym": ["a", "b"], "px": [1.0, 2.0]}), sequence=1) == 1
         assert s.append(TABLE, pd.DataFrame({"sym": ["c"], "px": [3.0]}), sequence=2) == 2
         assert stored(s) == ["a", "b", "c"]
+
+
+def test_table_meta_survives_a_table_directory_removed_behind_the_catalog(data_dir):
+    import shutil
+
+    shutil.rmtree(data_dir / "tables" / "demo" / "last")
+    with hw.connect(data_dir, start_spark=False) as s:
+        meta = s.stream_table_meta().set_index("fqn")
+        assert meta.loc["demo.stream_table.last", ["version", "rows"]].isna().all()
+        assert meta.loc[TABLE, "version"] == 0 and meta.loc[TABLE, "rows"] == 0

@@ -158,11 +158,17 @@ class Master:
         for t in self.store.list_tables():
             if fqn is not None and t.fqn != str(fqn):
                 continue
-            table = self._table(t)
             rows.append({"fqn": t.fqn, "kind": t.kind, "visibility": "private" if t.private else "public",
-                         "path": t.path, "graph_refs": self.store.refs_of_table(t.fqn),
-                         "version": table.version(), "rows": table.row_count()})
+                         "path": t.path, "graph_refs": self.store.refs_of_table(t.fqn), **self._table_stats(t)})
         return rows
+
+    def _table_stats(self, rec: TableRecord) -> dict[str, int | None]:
+        """Latest version and row count from the table's log; None for a table whose directory is gone."""
+        try:
+            table = self._table(rec)
+            return {"version": table.version(), "rows": table.row_count()}
+        except CatalogError:  # listed, but its directory was removed behind the catalog's back
+            return {"version": None, "rows": None}
 
     # -- graphs -----------------------------------------------------------------------------------------
     def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
