@@ -43,6 +43,14 @@ class CaughtUpTimeout(HeadwaterError, TimeoutError):
     """The graph did not process all appended data before the deadline."""
 
 
+class SequenceError(HeadwaterError, ValueError):
+    """An idempotent append's sequence number is older than the client's last committed one."""
+
+
+class DataDirectoryInUseError(HeadwaterError, RuntimeError):
+    """Another session (in this or another process) holds the data directory."""
+
+
 class SqlError(HeadwaterError, ValueError):
     """``session.sql`` refused a statement or could not run it."""
 

@@ -1,13 +1,18 @@
-"""Named fault points: where tests kill the process to prove crash safety (no timed kills).
+"""Named fault points: crash tests kill the process at an exact step instead of at a timed moment.
 
-``fault_point(name)`` does nothing unless the environment variable ``HEADWATER_FAULT_POINT`` equals
-``name``; then the process dies at once with SIGKILL, as ``kill -9`` would. The check is one dictionary
-lookup, so points stay in production code.
+A test starts a child process with ``HEADWATER_FAULT_POINT=<name>``; when the child reaches
+``fault_point(<name>)`` it kills itself with SIGKILL (no cleanup, no ``finally``, no atexit: a
+``kill -9`` at that line). Unset, a fault point costs one dictionary lookup.
 
-Points:
-    submit.after_first_table   a fresh submit created one of its tables' directories
-    submit.before_metadata     every table directory exists; nothing about the graph is in the catalog
-    submit.after_metadata      graph, tables and references are committed; no query started
+Points (keep this list true when adding one):
+
+- ``stream_table.append.after_commit``: an append's Delta commit has landed, before
+  :meth:`StreamTable.append` returns (so ``session.append`` never returns its version).
+- ``submit.after_first_table``: a fresh submit created one of its tables' directories.
+- ``submit.before_metadata``: every table directory exists; nothing of the graph is in the catalog.
+- ``submit.after_metadata``: graph, tables and references are committed; no query started.
+
+>>> fault_point("stream_table.append.after_commit")  # not selected: returns
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ from __future__ import annotations
 import os
 import signal
 
-ENV = "HEADWATER_FAULT_POINT"
+ENV_VAR = "HEADWATER_FAULT_POINT"
 
 
 def fault_point(name: str) -> None:
-    """Die here with SIGKILL when ``HEADWATER_FAULT_POINT`` names this point."""
-    if os.environ.get(ENV) == name:
+    """Kill this process with SIGKILL if ``HEADWATER_FAULT_POINT`` names ``name``."""
+    if os.environ.get(ENV_VAR) == name:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 import headwater as hw
-from headwater.faults import ENV
+from headwater.faults import ENV_VAR as ENV
 from headwater.runtime.worker import Worker
 
 pytestmark = pytest.mark.spark

@@ -53,8 +53,8 @@ def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...]:
 class StreamGraph:
     """A stream graph being declared; ``submit()`` plans it and starts it on Spark.
 
-    >>> import headwater as hw
-    >>> session = hw.connect(start_spark=False)
+    >>> import headwater as hw, tempfile
+    >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
     >>> session.use_catalog("doc")
     >>> g = session.stream_graph("doc_graph")
     >>> bars = g.source("ticks", schema={"time": "timestamp", "sym": "string", "px": "double"}).time_series_engine(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pyarrow as pa
 from headwater.api.graph import StreamGraph
 from headwater.catalog import check_identifier, resolve
 from headwater.durations import parse_duration
-from headwater.errors import SchemaError
+from headwater.errors import GraphDefinitionError, SchemaError
 from headwater.runtime.master import Master
 from headwater.types import Schema
 
@@ -40,32 +42,66 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("HEADWATER_HOME", Path.home() / ".headwater"))
 
 
+CLIENT_ID_MAX_LENGTH = 64
+_CLIENT_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{CLIENT_ID_MAX_LENGTH - 1}}}$")
+
+
+def check_client_id(client_id: str) -> str:
+    """Return ``client_id`` if it is 1-64 letters, digits, ``_``, ``.`` or ``-`` starting with a letter or digit."""
+    if not isinstance(client_id, str) or not _CLIENT_ID.match(client_id):
+        raise GraphDefinitionError(
+            f"connect(client_id=...): {client_id!r} is not a valid client id; use 1 to {CLIENT_ID_MAX_LENGTH} "
+            "letters, digits, '_', '.' or '-', starting with a letter or digit, e.g. 'feed_handler-1'"
+        )
+    return client_id
+
+
 def connect(data_dir: str | Path | None = None, *, start_spark: bool = True, spark_master: str = "local[*]",
-            trigger_interval: str = "200ms") -> Session:
+            trigger_interval: str = "200ms", client_id: str | None = None) -> Session:
     """Start an embedded Headwater (master + worker + local Spark) on ``data_dir``.
 
     Graphs that were running when the previous session on the same directory stopped
     are resumed from their checkpoints. ``start_spark=False`` gives a session that can
     declare and explain graphs without a JVM (Spark then starts on first need).
 
+    One session at a time holds a data directory: a second one (in this or another process)
+    raises :class:`DataDirectoryInUseError` until the first is closed or its process ends.
+
+    ``client_id`` names the writer for idempotent appends (``append(..., sequence=n)``): a
+    restarted client that passes the same id resumes its sequence. 1 to 64 letters, digits,
+    ``_``, ``.`` or ``-``; by default a random id per session.
+
     >>> import headwater as hw, tempfile
     >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
     >>> s.use_catalog("demo")
+    >>> s.close()
     """
     return Session(Path(data_dir) if data_dir is not None else default_data_dir(), start_spark=start_spark,
-                   spark_master=spark_master, trigger_interval=trigger_interval)
+                   spark_master=spark_master, trigger_interval=trigger_interval,
+                   client_id=client_id)
 
 
 class Session:
     """A connection to Headwater: catalog, graphs, tables, SQL."""
 
-    def __init__(self, data_dir: Path, *, start_spark: bool, spark_master: str, trigger_interval: str) -> None:
+    def __init__(self, data_dir: Path, *, start_spark: bool, spark_master: str, trigger_interval: str,
+                 client_id: str | None = None) -> None:
         self.data_dir = data_dir
         self._catalog: str | None = None
+        self._client_id = uuid.uuid4().hex if client_id is None else check_client_id(client_id)
         interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
         self._master = Master(data_dir, spark_master=spark_master, trigger_interval=interval)
         if start_spark:
-            self._master.recover()
+            try:
+                self._master.recover()
+            except BaseException:
+                self._master.close()  # release the data directory: this session never existed
+                raise
+
+    @property
+    def client_id(self) -> str:
+        """The id under which :meth:`append` with ``sequence=`` records its appends."""
+        return self._client_id
 
     # -- catalog ------------------------------------------------------------------------------------
     def use_catalog(self, name: str) -> None:
@@ -82,14 +118,57 @@ class Session:
         return StreamGraph(self, resolve(name, "stream_graph", current_catalog=self._catalog))
 
     # -- data -----------------------------------------------------------------------------------------
-    def append(self, table: str, data: pd.DataFrame | pa.Table) -> int | None:
-        """Append rows to a public stream table; returns the table version written."""
+    def append(self, table: str, data: pd.DataFrame | pa.Table, *, sequence: int | None = None) -> int:
+        """Append rows to a public stream table as one commit; return the committed table version.
+
+        Args:
+            table: The public stream table (bare name or ``catalog.stream_table.name``).
+            data: A pandas DataFrame or pyarrow Table with the table's columns.
+            sequence: Makes the append idempotent per (:attr:`client_id`, table, sequence), like
+                Kafka's idempotent producer. The first call commits the rows together with the
+                sequence; any later call with the same sequence (a retry after a crash, a lost
+                reply, a restarted process that connected with the same ``client_id``) commits
+                nothing and returns the version of the first. Sequences must increase per client
+                and table (gaps are fine); a sequence older than :meth:`committed_sequence` that
+                was never committed raises :class:`SequenceError`.
+
+        Without ``sequence`` every call appends. On a keyed table whose rows were all duplicates
+        nothing is committed and the current version is returned.
+
+        Example:
+            >>> import headwater as hw, tempfile, pandas as pd
+            >>> d = tempfile.mkdtemp()
+            >>> s = hw.connect(d, start_spark=False, client_id="feed_1")
+            >>> s.create_stream_table("demo.stream_table.px", {"sym": "string", "px": "double"})
+            >>> rows = pd.DataFrame({"sym": ["a", "b"], "px": [1.0, 2.0]})
+            >>> s.append("demo.stream_table.px", rows, sequence=1)
+            1
+            >>> s.close()  # say the process died here, not knowing whether sequence 1 landed
+            >>> s = hw.connect(d, start_spark=False, client_id="feed_1")
+            >>> s.committed_sequence("demo.stream_table.px")
+            1
+            >>> s.append("demo.stream_table.px", rows, sequence=1)  # a retry: nothing is appended twice
+            1
+            >>> s.stream_table_meta("demo.stream_table.px")[["version", "rows"]].values.tolist()
+            [[1, 2]]
+            >>> s.close()
+        """
         fqn = resolve(table, "stream_table", current_catalog=self._catalog)
         if isinstance(data, pd.DataFrame):
             data = pa.Table.from_pandas(data, preserve_index=False)
         if not isinstance(data, pa.Table):
             raise SchemaError(f"append to {fqn}: expected a pandas DataFrame or a pyarrow Table, got {type(data).__name__}")
+        if sequence is not None:
+            return self._master.append_once(fqn, data, client_id=self._client_id, sequence=sequence)
         return self._master.append(fqn, data)
+
+    def committed_sequence(self, table: str) -> int | None:
+        """Return the highest ``sequence`` this :attr:`client_id` committed to ``table``, or None.
+
+        A restarted client (connected with the same ``client_id``) resumes from the next one.
+        """
+        fqn = resolve(table, "stream_table", current_catalog=self._catalog)
+        return self._master.committed_sequence(fqn, self._client_id)
 
     def create_stream_table(self, name: str, schema: dict[str, str] | Schema, *, kind: str = "plain",
                             key_column: str | list[str] | None = None, time_column: str | None = None) -> None:
@@ -147,10 +226,14 @@ class Session:
                             columns=["id", "fqn", "status", "semantics", "tasks", "create_time", "reason"])
 
     def stream_table_meta(self, name: str | None = None) -> pd.DataFrame:
-        """One row per stream table: fqn, kind, visibility, path, graph_refs."""
+        """One row per stream table: fqn, kind, visibility, path, graph_refs, version, rows.
+
+        ``version`` is the latest committed version, ``rows`` the row count (from the log's
+        statistics; no data is read).
+        """
         fqn = None if name is None else resolve(name, "stream_table", current_catalog=self._catalog)
         return pd.DataFrame(self._master.table_meta(fqn),
-                            columns=["fqn", "kind", "visibility", "path", "graph_refs"])
+                            columns=["fqn", "kind", "visibility", "path", "graph_refs", "version", "rows"])
 
     def close(self) -> None:
         """Stop running queries (graphs stay ``running`` in the catalog and resume on the next connect)."""

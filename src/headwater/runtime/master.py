@@ -34,13 +34,26 @@ from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import dumps, to_json
 from headwater.sql.policy import prepare
+from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord, load_definition
-from headwater.storage.stream_table import StreamTable
+from headwater.storage.stream_table import StreamTable, remove_orphan_files
 from headwater.types import Schema
 
 log = logging.getLogger(__name__)
 
+# Spark Python workers of a killed session may take a moment to exit; their files are spared that long.
+ORPHAN_MIN_AGE_S = 10.0
+
 SEMANTICS = "exactly-once"  # every table write is an idempotent per-batch commit, keyed or not
+
+
+def client_app_id(client_id: str) -> str:
+    """The Delta application id of a client's idempotent appends.
+
+    The ``client:`` prefix keeps it apart from the graphs' own transaction ids
+    (``<graph fqn>#<run>/subgraph_<n>``), which never start that way.
+    """
+    return f"client:{client_id}"
 
 
 @dataclass
@@ -60,12 +73,39 @@ class Master:
         from headwater.runtime.worker import Worker  # the worker is the only part that touches Spark
 
         self.data_dir = Path(data_dir)
-        self.store = MetadataStore.in_directory(self.data_dir)
+        self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
+        try:
+            self.store = MetadataStore.in_directory(self.data_dir)
+            self.remove_leftovers()
+        except BaseException:
+            self._lock.release()
+            raise
         self.worker = Worker(self.data_dir, spark_master=spark_master, trigger_interval=trigger_interval)
         self._tables: dict[str, StreamTable] = {}
         self._recovering: dict[str, threading.Event] = {}  # graphs being resumed in the background
         self._recovery: threading.Thread | None = None
         self._closing = threading.Event()
+
+    def remove_leftovers(self, *, min_age: float = ORPHAN_MIN_AGE_S) -> tuple[int, int]:
+        """Delete what killed processes left: data files no commit references, dead Spark scratch.
+
+        Returns the (files, bytes) removed from stream table directories; Spark scratch
+        directories of dead processes (``<data_dir>/tmp/<id>/`` with a free lock) go as a whole.
+
+        The data files were written by an append or a micro-batch task that a killed process cut off
+        before its commit. Runs at start, while this master holds the data directory lock and
+        before any graph resumes, so no writer can still commit them; see
+        :func:`~headwater.storage.stream_table.remove_orphan_files` for the safety argument and
+        ``min_age``.
+        """
+        remove_unlocked_dirs(self.data_dir / "tmp")  # Spark scratch of dead processes
+        files = size = 0
+        for rec in self.store.list_tables():
+            n, b = remove_orphan_files(rec.path, min_age=min_age)
+            files, size = files + n, size + b
+        if files:
+            log.info("removed %d orphaned file(s), %d bytes, from the stream tables of %s", files, size, self.data_dir)
+        return files, size
 
     # -- paths ------------------------------------------------------------------------------------------
     def _graph_paths(self, fqn: str) -> GraphPaths:
@@ -117,9 +157,18 @@ class Master:
         self.store.delete_table(rec.fqn)
         shutil.rmtree(rec.path, ignore_errors=True)
 
-    def append(self, fqn: FQN, data: pa.Table) -> int | None:
-        rec = self.table_info(fqn)
-        return self._table(rec).append(data)
+    def append(self, fqn: FQN, data: pa.Table) -> int:
+        """Append rows; return the committed version (the current one if a keyed table dropped every row)."""
+        table = self._table(self.table_info(fqn))
+        version = table.append(data)
+        return table.version() if version is None else version
+
+    def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
+        """Append rows at most once per (client, table, sequence); return the version holding them."""
+        return self._table(self.table_info(fqn)).append_once(data, app_id=client_app_id(client_id), sequence=sequence)
+
+    def committed_sequence(self, fqn: FQN, client_id: str) -> int | None:
+        return self._table(self.table_info(fqn)).transaction_version(client_app_id(client_id))
 
     def table_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
         rows = []
@@ -127,8 +176,16 @@ class Master:
             if fqn is not None and t.fqn != str(fqn):
                 continue
             rows.append({"fqn": t.fqn, "kind": t.kind, "visibility": "private" if t.private else "public",
-                         "path": t.path, "graph_refs": self.store.refs_of_table(t.fqn)})
+                         "path": t.path, "graph_refs": self.store.refs_of_table(t.fqn), **self._table_stats(t)})
         return rows
+
+    def _table_stats(self, rec: TableRecord) -> dict[str, int | None]:
+        """Latest version and row count from the table's log; None for a table whose directory is gone."""
+        try:
+            table = self._table(rec)
+            return {"version": table.version(), "rows": table.row_count()}
+        except CatalogError:  # listed, but its directory was removed behind the catalog's back
+            return {"version": None, "rows": None}
 
     # -- graphs -----------------------------------------------------------------------------------------
     def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
@@ -338,8 +395,11 @@ class Master:
         self._closing.set()
         if self._recovery is not None:
             self._recovery.join()
-        self.worker.close()
-        self.store.dispose()
+        try:
+            self.worker.close()
+            self.store.dispose()
+        finally:
+            self._lock.release()
 
 
 def _ts(seconds: float) -> Any:

@@ -46,7 +46,7 @@ class Worker:
             if self._spark is None:
                 from headwater.spark.session import build_spark
 
-                spark = build_spark(self.spark_master)
+                spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp")
                 self._prime_python_workers(spark)
                 self._spark = spark
         return self._spark

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
 import sys
+import uuid
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from headwater.errors import ExecutionError
+from headwater.storage.locks import LOCK_NAME, FileLock, remove_unlocked_dirs
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -30,9 +34,54 @@ def _check_java() -> None:
     )
 
 
-def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffle_partitions: int = 4) -> SparkSession:
-    """Create (or reuse) the process's SparkSession with the settings Headwater relies on."""
+_SCRATCH: FileLock | None = None  # this process's scratch directory, locked while the process lives
+
+
+def scratch_dir(root: Path) -> Path:
+    """Return this process's Spark scratch directory under ``root``, creating it on first use.
+
+    Scratch directories of dead processes (their ``.lock`` is free) are removed first. The
+    directory is ``<root>/<random id>/`` and stays locked until the process ends; a normal
+    exit also deletes it.
+    """
+    global _SCRATCH
+    if _SCRATCH is not None and _SCRATCH.held:
+        return _SCRATCH.path.parent
+    remove_unlocked_dirs(root)
+    path = root / uuid.uuid4().hex[:16]
+    path.mkdir(parents=True)
+    lock = FileLock.try_acquire(path / LOCK_NAME)
+    assert lock is not None, f"{path} was just created by this process"
+    _SCRATCH = lock
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffle_partitions: int = 4,
+                scratch_root: Path | None = None) -> SparkSession:
+    """Create (or reuse) the process's SparkSession with the settings Headwater relies on.
+
+    With ``scratch_root`` (``<data_dir>/tmp``), Spark's scratch space goes to
+    :func:`scratch_dir` instead of ``/tmp``: ``spark.local.dir`` (shuffle and block files,
+    PySpark's temporary files), the driver JVM's ``java.io.tmpdir`` (native libraries it
+    unpacks) and ``spark.sql.warehouse.dir``; the JVM writes no ``/tmp/hsperfdata_*``. These
+    settings only apply if this call creates the SparkSession: it is process-global.
+    """
     _check_java()
+    java_options = f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG}"
+    warehouse = os.path.join(os.environ.get("TMPDIR", "/tmp"), "headwater-warehouse")
+    scratch = None
+    if scratch_root is not None:
+        remove_unlocked_dirs(scratch_root)
+        if SparkContext._active_spark_context is None:
+            scratch = scratch_dir(scratch_root)
+            java_options += f" -Djava.io.tmpdir={scratch / 'java'} -XX:-UsePerfData"
+            warehouse = str(scratch / "warehouse")
+            (scratch / "java").mkdir(exist_ok=True)
+            # spark-submit's launcher JVM runs before the driver; without this it creates /tmp/hsperfdata_<user>
+            launcher = os.environ.get("SPARK_LAUNCHER_OPTS", "")
+            if "UsePerfData" not in launcher:
+                os.environ["SPARK_LAUNCHER_OPTS"] = f"{launcher} -XX:-UsePerfData".strip()
     # Python workers must import this interpreter's packages (pandas, pyarrow, headwater itself).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -54,9 +103,11 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.daemon.module", "headwater.spark.daemon")
         .config("spark.driver.memory", os.environ.get("HEADWATER_DRIVER_MEMORY", "4g"))
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG}")
-        .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "headwater-warehouse"))
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.sql.warehouse.dir", warehouse)
     )
+    if scratch is not None:
+        builder = builder.config("spark.local.dir", str(scratch / "local"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.ERROR)

@@ -48,7 +48,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError, SchemaError
+from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError, SchemaError, SequenceError
+from headwater.faults import fault_point
 from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, canonical_type
 
 if TYPE_CHECKING:
@@ -214,6 +215,108 @@ def read_commit(path: str | Path, version: int) -> Commit:
             num_rows = json.loads(add["stats"]).get("numRecords")
         files.append(DataFile(_data_file_path(table_path, add["path"]), int(add.get("size", 0)), num_rows))
     return Commit(version, tuple(files), rewrites)
+
+
+def find_transaction(path: str | Path, app_id: str, txn_version: int, *, latest: int | None = None) -> int | None:
+    """Return the table version whose commit recorded transaction ``(app_id, txn_version)``, or None.
+
+    Scans ``_delta_log/<v>.json`` backwards from ``latest`` (default: the newest version). An
+    application's transaction versions only grow along the log, so the scan stops at the
+    first commit of ``app_id`` with an older transaction version: a retry of a recent append
+    reads only the commits made since.
+    """
+    table_path = os.fspath(path)
+    v = latest_version(table_path) if latest is None else latest
+    while v > 0:
+        try:
+            with open(_commit_file(table_path, v), encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:  # a log cleaned up below this point: nothing older to find
+            return None
+        for line in lines:
+            if '"txn"' not in line:  # cheap pre-filter; add actions are long
+                continue
+            txn = json.loads(line).get("txn")
+            if txn is None or txn.get("appId") != app_id:
+                continue
+            if int(txn["version"]) == txn_version:
+                return v
+            if int(txn["version"]) < txn_version:
+                return None
+        v -= 1
+    return None
+
+
+def referenced_files(path: str | Path) -> set[str] | None:
+    """Return the absolute paths of every data file any commit of the log ever added.
+
+    None when the log has a gap (some commit files were cleaned up): then the set would be
+    incomplete and nothing may be concluded from a file's absence.
+    """
+    table_path = os.fspath(path)
+    names: set[str] = set()
+    try:
+        versions = sorted(int(n[:20]) for n in os.listdir(_log_dir(table_path))
+                          if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+    except FileNotFoundError:
+        return None
+    if versions != list(range(len(versions))):
+        return None
+    for v in versions:
+        with open(_commit_file(table_path, v), encoding="utf-8") as f:
+            for line in f:
+                if '"add"' not in line and '"remove"' not in line:
+                    continue
+                action = json.loads(line)
+                for kind in ("add", "remove"):
+                    if kind in action:
+                        names.add(os.path.normpath(_data_file_path(table_path, action[kind]["path"])))
+    return names
+
+
+def remove_orphan_files(path: str | Path, *, min_age: float = 10.0) -> tuple[int, int]:
+    """Delete files in a table directory that no commit references; return (files, bytes) removed.
+
+    Removed: top-level ``*.parquet`` files no commit of ``_delta_log`` added (written by an
+    append or a micro-batch task cut off before its commit), hidden ``.*.tmp`` files (a write
+    cut off before its rename) and delta-rs's ``_delta_log/_commit_*.json.tmp`` (a commit cut
+    off before it was published).
+
+    Safe only while the caller holds the data directory lock (:mod:`headwater.storage.locks`):
+    then no writer of a previous process can still commit, so an unreferenced file will never
+    become part of the table, and readers only open files that commits reference. A replayed
+    micro-batch rewrites any output file it needs. ``min_age`` (seconds since the last
+    modification) spares files that Spark Python workers of the previous process may still
+    be writing while they exit; they belong to no live session either way.
+    """
+    table_path = os.fspath(path)
+    referenced = referenced_files(table_path)
+    if referenced is None:
+        return 0, 0
+    now = time.time()
+    candidates: list[str] = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(table_path):
+            file = os.path.normpath(os.path.join(table_path, name))
+            if (name.endswith(".parquet") and not name.startswith(".") and file not in referenced) \
+                    or (name.startswith(".") and name.endswith(".tmp")):
+                candidates.append(file)
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(_log_dir(table_path)):
+            if name.startswith("_commit_") and ".json.tmp" in name:
+                candidates.append(os.path.join(_log_dir(table_path), name))
+    files = size = 0
+    for file in candidates:
+        try:
+            st = os.stat(file)
+            if not os.path.isfile(file) or now - st.st_mtime < min_age:
+                continue
+            os.remove(file)
+        except FileNotFoundError:
+            continue
+        files += 1
+        size += st.st_size
+    return files, size
 
 
 def iter_file_batches(
@@ -601,6 +704,73 @@ class StreamTable:
                 "other writers keep committing to the same table"
             )
 
+    def append_once(
+        self, data: pa.Table | pa.RecordBatch | pd.DataFrame, *, app_id: str, sequence: int
+    ) -> int:
+        """Append ``data`` at most once per ``(app_id, sequence)``; return the version that holds it.
+
+        The append commits Delta transaction ``(app_id, sequence)`` together with its rows. A
+        retry of a sequence that already landed writes nothing and returns the version found
+        in the log (:func:`find_transaction`), so a client that does not know whether its last
+        append committed can simply repeat it. A keyed append whose rows are all duplicates
+        still commits (an empty commit recording the transaction).
+
+        Raises:
+            SequenceError: ``sequence`` is older than ``app_id``'s last committed one and is not
+                in the log: appending it now would break the order, skipping it would lose rows.
+        """
+        rows = self._conform(data)
+        if isinstance(sequence, bool) or not isinstance(sequence, int | np.integer) or sequence < 0:
+            raise GraphDefinitionError(
+                f"stream table {self.name!r}: sequence must be an int >= 0, got {sequence!r}"
+            )
+        sequence = int(sequence)
+        st = _state(self.path)
+        with st.lock:
+            for _ in range(_MAX_COMMIT_ATTEMPTS):
+                dt = self._delta(st)
+                done = dt.transaction_version(app_id)
+                if done is not None and done >= sequence:
+                    found = find_transaction(self.path, app_id, sequence, latest=dt.version())
+                    if found is not None:
+                        return found
+                    raise SequenceError(
+                        f"stream table {self.name!r}: append with sequence {sequence} for {app_id!r} is "
+                        f"out of order: sequence {done} is already committed and {sequence} never was. "
+                        "Sequences must increase; resume from committed_sequence(table) + 1"
+                    )
+                version = self._try_append(st, rows, (app_id, sequence))
+                if version is not None and version != -1:
+                    return version
+        raise ExecutionError(
+            f"stream table {self.name!r}: could not commit after {_MAX_COMMIT_ATTEMPTS} attempts; "
+            "other writers keep committing to the same table"
+        )
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """Return the newest transaction version ``app_id`` committed to this table, or None."""
+        st = _state(self.path)
+        with st.lock:
+            done = self._delta(st).transaction_version(app_id)
+        return None if done is None else int(done)
+
+    def row_count(self) -> int:
+        """Return the number of rows in the current snapshot, from the log's statistics.
+
+        Reads no data: the count comes from the add actions' ``numRecords``; only a file
+        written without statistics has its Parquet footer read.
+        """
+        st = _state(self.path)
+        with st.lock:
+            actions = pa.table(self._delta(st).get_add_actions(flatten=True))
+        if actions.num_rows == 0:
+            return 0
+        counts = actions.column("num_records").to_pylist() if "num_records" in actions.column_names \
+            else [None] * actions.num_rows
+        paths = actions.column("path").to_pylist()
+        return sum(n if n is not None else DataFile(_data_file_path(str(self.path), p), 0, None).rows()
+                   for n, p in zip(counts, paths, strict=True))
+
     def _delta(self, st: _TableState) -> DeltaTable:
         from deltalake import DeltaTable
 
@@ -654,6 +824,7 @@ class StreamTable:
         )
         try:
             dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)
+            fault_point("stream_table.append.after_commit")
         except CommitFailedError:
             if file_path is not None:
                 os.remove(file_path)

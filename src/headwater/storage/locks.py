@@ -1,0 +1,108 @@
+"""Process-lifetime file locks: one session per data directory, one owner per scratch directory.
+
+Locks are ``fcntl.flock`` on an open file: exclusive between processes and between two opens
+in the same process, and released by the kernel when the holder dies (``kill -9`` included),
+so a stale lock never needs breaking. The holder writes its pid into the file for error
+messages only; the lock itself is the flock.
+
+>>> import tempfile
+>>> d = Path(tempfile.mkdtemp())
+>>> lock = FileLock.try_acquire(d / ".lock")
+>>> FileLock.try_acquire(d / ".lock") is None  # held, even within this process
+True
+>>> lock.release()
+>>> FileLock.try_acquire(d / ".lock") is not None
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
+from headwater.errors import DataDirectoryInUseError
+
+LOCK_NAME = ".lock"
+
+
+class FileLock:
+    """An exclusive flock held on ``path`` until :meth:`release` or the process ends."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    @classmethod
+    def try_acquire(cls, path: Path) -> FileLock | None:
+        """Lock ``path`` (created if missing) without waiting; None if another holder has it."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return cls(path, fd)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Release the lock (idempotent); the file stays, it is reused by the next holder."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor releases the flock
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def holder_pid(path: Path) -> str:
+    """The pid the current holder wrote into ``path`` ("unknown" if unreadable)."""
+    with contextlib.suppress(OSError, ValueError):
+        return str(int(path.read_text().strip()))
+    return "unknown"
+
+
+def lock_data_dir(data_dir: Path) -> FileLock:
+    """Take ``<data_dir>/.lock`` for this session, or explain who holds it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / LOCK_NAME
+    lock = FileLock.try_acquire(path)
+    if lock is None:
+        pid = holder_pid(path)
+        who = "this process" if pid == str(os.getpid()) else f"process {pid}"
+        raise DataDirectoryInUseError(
+            f"data directory {data_dir} is in use by another Headwater session ({who} holds {path}); "
+            "close that session first (session.close()) or connect to another directory"
+        )
+    return lock
+
+
+def remove_unlocked_dirs(root: Path) -> int:
+    """Remove every subdirectory of ``root`` whose ``.lock`` is free (its owner process is dead).
+
+    A directory is locked by its owner from right after its creation; return how many were removed.
+    """
+    removed = 0
+    with contextlib.suppress(FileNotFoundError):
+        for child in root.iterdir():
+            if not child.is_dir() or child.is_symlink():
+                continue
+            lock = FileLock.try_acquire(child / LOCK_NAME)
+            if lock is None:
+                continue  # a live process owns it
+            try:
+                shutil.rmtree(child, ignore_errors=True)
+            finally:
+                lock.release()
+            removed += 1
+    return removed
