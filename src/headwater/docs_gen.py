@@ -21,7 +21,19 @@ def render() -> str:
     lines = ["# Functions", "",
              "Generated from `headwater.functions.FUNCTIONS` by `python -m headwater.docs_gen`; do not edit.",
              "Every function is usable as a Python constructor (`from headwater.functions import ema`) and by",
-             "name in metric strings (`\"ema(close, 20) as ema20\"`; DolphinDB camelCase is accepted too).", ""]
+             "name in metric strings (`\"ema(close, 20) as ema20\"`; DolphinDB camelCase is accepted too).", "",
+             "## Evaluation rules", "",
+             "One evaluator computes every map, `where` filter and metric, on Spark and in `run_local` alike",
+             "(`headwater.engines.columns`; tested in `tests/unit/test_evaluator_rules.py`). The rules follow",
+             "DolphinDB where it documents them:", "",
+             "- arithmetic with NULL gives NULL; division (`/`, `//`, `%`) by zero gives NULL, not infinity;",
+             "- `%` takes the sign of the divisor (`-7 % 3 == 2`, `7 % -3 == -2`), `//` floors;",
+             "- `round(x, digits)` rounds half away from zero (`round(2.5) == 3`, `round(-2.5) == -3`);",
+             "- comparisons treat NULL as the smallest value and `NULL == NULL` is true, so `x < 5` is true",
+             "  for a NULL `x` and a comparison is never NULL (strings alike);",
+             "- `and`/`or`/`not` on NULL values are three-valued (false wins in `and`, true in `or`);",
+             "- a `where` filter keeps the rows whose condition is true (NULL counts as false);",
+             "- numbers are computed as float64: integers are exact up to 2**53.", ""]
     for kind, title in KIND_TITLES.items():
         lines += [f"## {title}", "", "| function | result | notes |", "|---|---|---|"]
         for spec in sorted((s for s in FUNCTIONS.values() if s.kind == kind), key=lambda s: s.name):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from headwater.plan.logical import ComputeNode, LogicalGraph, MapNode, Node, Parallelism, TableNode
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: one execution path, subgraphs carry no route
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,6 @@ class Subgraph:
     chain: tuple[int, ...]  # compute node ids, in order
     outputs: tuple[int, ...]  # table node ids
     parallelism: Parallelism | None
-
-    route: str = "fused"  # "fused": tasks read, compute and write; "relational": expression maps run in Spark's JVM
 
     @property
     def task_count(self) -> int:
@@ -144,9 +142,7 @@ def plan(logical: LogicalGraph, *, private_table_fqn: str = "{graph}.private_{n}
                     continue
                 break
             par = head.parallelism if isinstance(head, ComputeNode) else None
-            relational = any(isinstance(g.nodes[n], MapNode) and g.nodes[n].fn is None for n in chain)  # type: ignore[attr-defined]
-            subgraphs.append(Subgraph(len(subgraphs), tid, tuple(chain), tuple(g.outputs(chain[-1])), par,
-                                      "relational" if relational else "fused"))
+            subgraphs.append(Subgraph(len(subgraphs), tid, tuple(chain), tuple(g.outputs(chain[-1])), par))
 
     edges = []
     for s, d in sorted(g.edges):

@@ -8,13 +8,9 @@ from typing import Any
 from headwater.plan.logical import ComputeNode, LogicalGraph, Node, TableNode
 from headwater.plan.physical import PLAN_VERSION, PhysicalGraph
 
-ROUTES = {
-    "fused": "one Spark task per stream task and micro-batch reads the batch's table versions, keeps its keys, "
-             "runs the engines (state snapshot per input version) and writes Parquet; the driver commits "
-             "the files once per output table with the batch id (idempotent)",
-    "relational": "expression maps run as Spark columns in the JVM: read -> hash-partition by key "
-                  "(Spark shuffle) -> engines in mapInArrow -> idempotent commit on the driver",
-}
+EXECUTION = ("one Spark task per stream task and micro-batch reads the batch's table versions, keeps its keys, "
+             "runs the maps and engines (state snapshot per input version) and writes Parquet; the driver "
+             "commits the files once per output table with the batch id (idempotent)")
 
 
 def _node_line(node: Node, parallelism: Any = None) -> str:
@@ -41,11 +37,10 @@ def explain_physical(p: PhysicalGraph) -> str:
         outs = ", ".join(p.nodes[o].name for o in sg.outputs)
         par = f"partitioned by {sg.parallelism.key} into {sg.parallelism.count} tasks" if sg.parallelism else "1 task"
         lines.append(f"  subgraph {sg.id}: {p.nodes[sg.input].name} -> {chain} -> {outs}; {par}; "
-                     f"tasks {' '.join(sg.task_ids())}; route {sg.route}")
+                     f"tasks {' '.join(sg.task_ids())}")
     lines.append("  edges: " + ", ".join(f"{e.src}->{e.dst} {e.partition}" for e in p.edges))
     lines.append(f"  spark: {len(p.subgraphs)} streaming quer{'y' if len(p.subgraphs) == 1 else 'ies'}, one per subgraph")
-    for route in sorted({sg.route for sg in p.subgraphs}):
-        lines.append(f"  route {route}: {ROUTES[route]}")
+    lines.append(f"  each micro-batch: {EXECUTION}")
     return "\n".join(lines)
 
 
@@ -111,7 +106,7 @@ def to_json(g: LogicalGraph, p: PhysicalGraph | None = None) -> dict[str, Any]:
             "edges": [{"inNodeId": e.src, "outNodeId": e.dst, "partitionType": e.partition} for e in p.edges],
             "subgraphs": [
                 {"id": sg.id, "input": sg.input, "chain": list(sg.chain), "outputs": list(sg.outputs),
-                 "tasks": sg.task_ids(), "route": sg.route}
+                 "tasks": sg.task_ids()}
                 for sg in p.subgraphs
             ],
         }

@@ -1,6 +1,6 @@
 """One stream task over one micro-batch, end to end, without Spark: read → partition → engines → write.
 
-This is the data plane of the *fused* route (see ``headwater.spark.fused``): Spark
+This is Headwater's one data plane (driven by ``headwater.spark.fused`` on Spark): Spark
 schedules one task per stream task and micro-batch and checkpoints the offsets; the
 task reads the input table's commits of the batch, keeps the rows whose partition key
 hashes to it, runs the chain of engines with their state, and writes its output as
@@ -21,7 +21,9 @@ import os
 import pickle
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -33,6 +35,7 @@ import pyarrow.parquet as pq
 from headwater.engines.base import SEQ, Processor
 from headwater.engines.columns import evaluate_rowwise, filter_mask, to_arrow, to_numpy
 from headwater.plan.logical import EngineNode, MapNode, Node
+from headwater.plan.physical import PhysicalGraph, Subgraph
 from headwater.types import Schema
 
 KEEP_SNAPSHOTS = 3
@@ -106,6 +109,7 @@ class OutputFile:
     name: str  # file name inside the table directory
     size: int
     rows: int
+    task: int
 
 
 STAGES = ("read", "partition", "kernel", "state", "write")
@@ -172,6 +176,31 @@ class SubgraphTask:
         return f"hw-{self.run}-sg{self.subgraph}-v{end:012d}-t{task:04d}.parquet"
 
     # -- the task ------------------------------------------------------------------------------------
+    def partition_after(self) -> int:
+        """How many leading maps run on the whole batch before it is partitioned.
+
+        The partition key is the column as the parallelized engine sees it. Maps ahead of that engine
+        that pass the key column through untouched (or only filter rows) commute with partitioning, so
+        each task partitions first and maps only its own rows; a map that computes the key, or a Python
+        function map, must run on the whole batch first.
+        """
+        if self.partition_key is None:
+            return 0
+        leading = 0
+        for node in self.chain:
+            if not isinstance(node, MapNode):
+                break
+            leading += 1
+        for i in range(leading - 1, -1, -1):
+            node = self.chain[i]
+            assert isinstance(node, MapNode)
+            exprs = dict(node.exprs)
+            passes_key = node.fn is None and str(exprs.get(self.partition_key, "")) == self.partition_key
+            if not passes_key:
+                return i + 1
+        return 0
+
+    # -- the task ------------------------------------------------------------------------------------
     def run_task(self, task: int, start: int, end: int) -> TaskReport:
         """Process versions ``(start, end]`` for ``task``; report the output files written and the time split."""
         clock = time.perf_counter
@@ -179,6 +208,12 @@ class SubgraphTask:
         t = clock()
         rows = self.read(start, end)
         seconds["read"] = clock() - t
+        first = self.partition_after()
+        t = clock()
+        for node in self.chain[:first]:
+            assert isinstance(node, MapNode)
+            rows = apply_map(node, rows)
+        seconds["kernel"] += clock() - t
         t = clock()
         rows = self.select(rows, task)
         seconds["partition"] = clock() - t
@@ -186,7 +221,7 @@ class SubgraphTask:
         if rows_in == 0:
             return TaskReport([], 0, seconds)
         new_states: list[tuple[SnapshotStore, Any]] = []
-        for node, processor in zip(self.chain, self.processors(), strict=True):
+        for node, processor in list(zip(self.chain, self.processors(), strict=True))[first:]:
             if processor is not None:
                 t = clock()
                 store = SnapshotStore(os.path.join(self.state_root, node.name))
@@ -224,8 +259,36 @@ class SubgraphTask:
                 pq.write_table(rows.select(list(schema.names)).cast(schema.to_arrow()), tmp, compression="none",
                                use_dictionary=text)
                 os.replace(tmp, target)
-            files.append(OutputFile(index, name, os.path.getsize(target), rows.num_rows))
+            files.append(OutputFile(index, name, os.path.getsize(target), rows.num_rows, task))
         return files
+
+    def commit(self, files: Sequence[OutputFile], txn: tuple[str, int]) -> int:
+        """Commit one micro-batch's files: one Delta transaction per output table, tagged ``txn``.
+
+        A replayed batch finds ``txn`` already recorded and commits nothing. Returns the rows written
+        (to one output: every output receives the same rows).
+        """
+        from headwater.storage.stream_table import StreamTable
+
+        rows_out = 0
+        for index, (path, _schema) in enumerate(self.outputs):
+            mine = sorted((f for f in files if f.table == index), key=lambda f: (f.task, f.name))
+            if mine:
+                StreamTable.open(path).commit_files([(f.name, f.size, f.rows) for f in mine], txn=txn)
+                rows_out = sum(f.rows for f in mine)
+        return rows_out
+
+
+def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[int, str], checkpoints: Path,
+                  run: str) -> SubgraphTask:
+    """The data-plane description of subgraph ``sg`` (what every driver, Spark or local, runs)."""
+    return SubgraphTask(
+        run=f"g{run}", subgraph=sg.id, input_path=table_paths[sg.input],
+        input_schema=physical.nodes[sg.input].schema,
+        partition_key=sg.parallelism.key if sg.parallelism else None, n_tasks=sg.task_count,
+        chain=tuple(physical.nodes[n] for n in sg.chain),
+        outputs=tuple((table_paths[o], physical.nodes[o].schema) for o in sg.outputs),
+        state_root=str(checkpoints / f"subgraph_{sg.id}" / "state"))
 
 
 _PROCESSORS: dict[int, Processor] = {}

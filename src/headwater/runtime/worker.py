@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from headwater.errors import CaughtUpTimeout, ExecutionError
 from headwater.plan.physical import PhysicalGraph
-from headwater.runtime.task import SubgraphTask
+from headwater.runtime.task import subgraph_task
 from headwater.sql.policy import PreparedQuery
 
 
@@ -60,7 +60,6 @@ class Worker:
     def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
                     run_id: str = "") -> None:
         from headwater.spark.fused import start_fused_subgraph
-        from headwater.spark.runner import start_subgraph
 
         self.stop_graph(fqn)
         running = RunningGraph(physical, {}, start_args=(fqn, physical, table_paths, checkpoints, run_id))
@@ -74,22 +73,10 @@ class Worker:
                 for k, v in (stats or {}).items():
                     total[k] = total.get(k, 0.0) + v
 
-            app_id = f"{fqn}#{run}/subgraph_{sg.id}"
-            if sg.route == "fused":
-                plan = SubgraphTask(
-                    run=f"g{run}", subgraph=sg.id, input_path=table_paths[sg.input],
-                    input_schema=physical.nodes[sg.input].schema,
-                    partition_key=sg.parallelism.key if sg.parallelism else None, n_tasks=sg.task_count,
-                    chain=tuple(physical.nodes[n] for n in sg.chain),
-                    outputs=tuple((table_paths[o], physical.nodes[o].schema) for o in sg.outputs),
-                    state_root=str(checkpoints / f"subgraph_{sg.id}" / "state"))
-                running.queries[sg.id] = start_fused_subgraph(
-                    self.spark, plan, checkpoints / f"subgraph_{sg.id}", app_id=app_id,
-                    trigger_interval=self.trigger_interval, on_batch=record)
-            else:
-                running.queries[sg.id] = start_subgraph(
-                    self.spark, physical, sg, table_paths, checkpoints, app_id=app_id,
-                    trigger_interval=self.trigger_interval, on_batch=record)
+            running.queries[sg.id] = start_fused_subgraph(
+                self.spark, subgraph_task(physical, sg, table_paths, checkpoints, run),
+                checkpoints / f"subgraph_{sg.id}", app_id=f"{fqn}#{run}/subgraph_{sg.id}",
+                trigger_interval=self.trigger_interval, on_batch=record)
 
         self._wait_until_started(fqn, running)
 
@@ -123,8 +110,6 @@ class Worker:
         sg = physical.subgraph_of(node.id) if node is not None else None
         if node is None or sg is None:
             raise ExecutionError(f"stream graph {fqn} has no engine named {engine!r}")
-        if sg.route != "fused":
-            raise ExecutionError(f"warm-up of {engine!r}: supported on fused subgraphs; this one has expression maps")
         spec: Any = getattr(node, "spec", None)
         if spec is None:
             raise ExecutionError(f"{engine!r} in stream graph {fqn} is not an engine")

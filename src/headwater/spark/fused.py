@@ -1,4 +1,4 @@
-"""The fused route: one Spark task per stream task and micro-batch does read → engines → write.
+"""Spark drives the data plane: one Spark task per stream task and micro-batch does read → engines → write.
 
 A Python data source (``headwater_subgraph``) turns each micro-batch, an input-table
 version range ``(start, end]`` checkpointed by Spark, into one input partition per
@@ -82,13 +82,21 @@ class SubgraphStreamReader(DataSourceStreamReader):
         """Nothing to acknowledge: the input table is replayable."""
 
 
-_PLANS: dict[str, Any] = {}
+_PLANS: dict[str, tuple[tuple[int, int], Any]] = {}  # path -> (file identity, plan)
 
 
 def _cached_plan(path: str) -> Any:
-    if path not in _PLANS:
-        _PLANS[path] = _load(path)
-    return _PLANS[path]
+    """The plan at ``path``, loaded once per Python worker and file version.
+
+    Keyed by the file's inode and modification time too: a graph dropped and submitted again under the
+    same name writes a new plan file at the same path, which must not be served from the old entry.
+    """
+    st = os.stat(path)
+    identity = (st.st_ino, st.st_mtime_ns)
+    cached = _PLANS.get(path)
+    if cached is None or cached[0] != identity:
+        cached = _PLANS[path] = (identity, _load(path))
+    return cached[1]
 
 
 class SubgraphDataSource(DataSource):
@@ -123,7 +131,7 @@ def start_fused_subgraph(
     on_batch: Any = None,
 ) -> Any:
     """Start the streaming query of a fused subgraph; returns the StreamingQuery."""
-    from headwater.storage.stream_table import StreamTable
+    from headwater.runtime.task import OutputFile
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"
@@ -136,13 +144,8 @@ def start_fused_subgraph(
         files = batch_df.collect()
         stats = {"rows_in": sum(r["rows_in"] for r in files),
                  **{s: sum(r[f"{s}_s"] for r in files) for s in STAGES}}
-        rows_out = 0
-        for index, (path, _schema) in enumerate(plan.outputs):
-            mine = sorted((r for r in files if r["tbl"] == index), key=lambda r: (r["task"], r["name"]))
-            if mine:
-                StreamTable.open(path).commit_files([(r["name"], r["size"], r["num_rows"]) for r in mine],
-                                                    txn=(app_id, batch_id))
-                rows_out = sum(r["num_rows"] for r in mine)
+        rows_out = plan.commit([OutputFile(r["tbl"], r["name"], r["size"], r["num_rows"], r["task"])
+                                for r in files if r["tbl"] >= 0], txn=(app_id, batch_id))
         if on_batch is not None:
             on_batch(batch_id, rows_out, stats)
 

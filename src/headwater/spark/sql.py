@@ -19,13 +19,13 @@ _VIEWS_LOCK = threading.Lock()
 
 def run_sql(spark: SparkSession, query: PreparedQuery) -> pa.Table:
     """Check ``query`` on Spark's parsed and analysed plans, then run it and return its rows."""
-    from headwater.spark.runner import spark_schema
+    from headwater.spark.stream_table_source import spark_schema
     from headwater.storage.stream_table import StreamTable
 
     is_plan = _plan_class_checker(spark)
     with _VIEWS_LOCK:  # views are session-wide; registering and analysing must not interleave
         for view, (_, path) in query.views.items():
-            schema = spark_schema(StreamTable.open(path).schema, hidden=False)  # explicit: leaves _hw_seq out
+            schema = spark_schema(StreamTable.open(path), with_seq=False)
             spark.read.format("headwater_stream_table").schema(schema).option("path", path).load() \
                 .createOrReplaceTempView(view)
         try:
