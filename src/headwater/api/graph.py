@@ -7,9 +7,11 @@ a bad metric fails on the user's own line, long before Spark starts.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -156,6 +158,23 @@ class StreamGraph:
         self._physical = self.plan()
         self._session._master.submit(self._graph, self._physical)
         return self
+
+    def run_local(self, inputs: Mapping[str, Any], *, workdir: str | Path | None = None) -> dict[str, pd.DataFrame]:
+        """Run the graph in this process, without Spark, over ``inputs``; return what it writes.
+
+        ``inputs`` maps a source table's name to a pandas DataFrame or Arrow table, or to a list of them
+        (each one append: one micro-batch). The same data plane and evaluator as on Spark run the
+        graph; nothing is stored in the session's catalog. Returns every public table the graph writes,
+        by name, rows in commit order. Tables live in a temporary directory, or under ``workdir``.
+        See ``headwater.runtime.local`` for an example.
+        """
+        from headwater.runtime.local import run_local
+
+        physical = self.plan()
+        if workdir is not None:
+            return run_local(physical, inputs, Path(workdir))
+        with tempfile.TemporaryDirectory(prefix="headwater-local-") as tmp:
+            return run_local(physical, inputs, Path(tmp))
 
     def __repr__(self) -> str:
         return f"<StreamGraph {self.fqn} nodes={len(self._graph.nodes)}>"
