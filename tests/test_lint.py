@@ -30,3 +30,26 @@ def test_pyspark_is_only_imported_in_the_spark_layer():
         and any(line.lstrip().startswith(("import pyspark", "from pyspark")) for line in p.read_text().splitlines())
     ]
     assert offenders == []
+
+
+# Which headwater packages each layer must not import (imports point downwards; docs/architecture.md).
+FORBIDDEN_IMPORTS = {
+    "dataplane": ("headwater.runtime", "headwater.spark", "headwater.api"),
+    "spark": ("headwater.runtime", "headwater.api"),
+    "storage": ("headwater.runtime", "headwater.spark", "headwater.api", "headwater.dataplane"),
+    "engines": ("headwater.runtime", "headwater.spark", "headwater.api", "headwater.dataplane"),
+    "plan": ("headwater.runtime", "headwater.spark", "headwater.api", "headwater.dataplane"),
+}
+
+
+def test_layers_import_downwards_only():
+    import ast
+
+    offenders = []
+    for package, banned in FORBIDDEN_IMPORTS.items():
+        for path in (ROOT / "src" / "headwater" / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith(banned)]
+    assert offenders == []

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import headwater as hw
+from headwater.dataplane.local import LocalRunner
 from headwater.plan.logical import ComputeNode, EngineNode, MapNode
-from headwater.runtime.local import LocalRunner
 from tests.support.indicators import (
     assert_frames_match,
     build_indicator_graph,

@@ -166,9 +166,9 @@ class StreamGraph:
         (each one append: one micro-batch). The same data plane and evaluator as on Spark run the
         graph; nothing is stored in the session's catalog. Returns every public table the graph writes,
         by name, rows in commit order. Tables live in a temporary directory, or under ``workdir``.
-        See ``headwater.runtime.local`` for an example.
+        See ``headwater.dataplane.local`` for an example.
         """
-        from headwater.runtime.local import run_local
+        from headwater.dataplane.local import run_local
 
         physical = self.plan()
         if workdir is not None:

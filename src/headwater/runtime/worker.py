@@ -10,12 +10,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
+from headwater.dataplane.task import subgraph_task
 from headwater.errors import CaughtUpTimeout, ExecutionError
 from headwater.plan.physical import PhysicalGraph
-from headwater.runtime.task import subgraph_task
 from headwater.sql.policy import PreparedQuery
 
 
@@ -99,41 +98,25 @@ class Worker:
         The engine's subgraph is paused, each task's state is advanced from the snapshot the next
         micro-batch would load, and the subgraph resumes; returns the number of rows used.
         """
-        from headwater.runtime.task import SnapshotStore, task_of
         from headwater.spark.fused import committed_input_version
 
         g = self._graphs.get(fqn)
         if g is None:
             raise ExecutionError(f"stream graph {fqn} is not running in this worker")
-        physical = g.physical
-        node = next((n for n in physical.nodes.values() if n.name == engine), None)
-        sg = physical.subgraph_of(node.id) if node is not None else None
-        if node is None or sg is None:
-            raise ExecutionError(f"stream graph {fqn} has no engine named {engine!r}")
+        node = next((n for n in g.physical.nodes.values() if n.name == engine), None)
+        sg = g.physical.subgraph_of(node.id) if node is not None else None
         spec: Any = getattr(node, "spec", None)
-        if spec is None:
-            raise ExecutionError(f"{engine!r} in stream graph {fqn} is not an engine")
-        processor = spec.processor()
-        from headwater.engines.base import SEQ
-
-        data = data.select([n for n in spec.input_schema.names]).cast(spec.input_schema.to_arrow())
-        fqn_, physical_, table_paths, checkpoints, run_id = g.start_args
-        checkpoint = checkpoints / f"subgraph_{sg.id}"
+        if sg is None or spec is None:
+            raise ExecutionError(f"stream graph {fqn} has no engine named {engine!r}")
+        data = data.select(list(spec.input_schema.names)).cast(spec.input_schema.to_arrow())
+        fqn_, physical, table_paths, checkpoints, run_id = g.start_args
         self.stop_graph(fqn)
-        version = committed_input_version(checkpoint / "spark")
-        store = SnapshotStore(str(checkpoint / "state" / engine))
-        key = sg.parallelism.key if sg.parallelism else None
-        tasks = task_of([data[key]], sg.task_count) if key else np.zeros(data.num_rows, dtype=np.int64)
-        for task in range(sg.task_count):
-            rows = data.filter(pa.array(tasks == task))
-            if rows.num_rows == 0:
-                continue
-            rows = rows.append_column(SEQ, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-            loaded = store.load(task, version + 1)
-            state, _ = processor.process(processor.new_state() if loaded is None else loaded, rows)
-            store.save(task, version, state)
-        self.start_graph(fqn_, physical_, table_paths, checkpoints, run_id)
-        return data.num_rows
+        try:
+            task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0")
+            version = committed_input_version(checkpoints / f"subgraph_{sg.id}" / "spark")
+            return task.warm(engine, data, version)
+        finally:
+            self.start_graph(fqn_, physical, table_paths, checkpoints, run_id)
 
     def is_running(self, fqn: str) -> bool:
         g = self._graphs.get(fqn)

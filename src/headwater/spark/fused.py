@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 SOURCE_NAME = "headwater_subgraph"
-STAGES = ("read", "partition", "kernel", "state", "write")  # = headwater.runtime.task.STAGES, kept import-free
+STAGES = ("read", "partition", "kernel", "state", "write")  # = headwater.dataplane.task.STAGES, kept import-free
 RESULT_SCHEMA = ("tbl INT, name STRING, size BIGINT, num_rows BIGINT, task INT, rows_in BIGINT, "
                  + ", ".join(f"{s}_s DOUBLE" for s in STAGES))
 
@@ -131,7 +131,7 @@ def start_fused_subgraph(
     on_batch: Any = None,
 ) -> Any:
     """Start the streaming query of a fused subgraph; returns the StreamingQuery."""
-    from headwater.runtime.task import OutputFile
+    from headwater.dataplane.task import OutputFile
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"

@@ -16,10 +16,7 @@ finds its files already there and the commit is skipped by its transaction id.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pickle
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,79 +25,19 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from headwater.dataplane.maps import apply_map
+from headwater.dataplane.partition import task_of
+from headwater.dataplane.snapshots import SnapshotStore
 from headwater.engines.base import SEQ, Processor
-from headwater.engines.columns import evaluate_rowwise, filter_mask, to_arrow, to_numpy
+from headwater.errors import ExecutionError
 from headwater.plan.logical import EngineNode, MapNode, Node
 from headwater.plan.physical import PhysicalGraph, Subgraph
 from headwater.types import Schema
 
-KEEP_SNAPSHOTS = 3
 SEQ_SHIFT = 32
-
-
-class SnapshotStore:
-    """Versioned state snapshots of one engine: ``<root>/task=<t>/<version>.pkl``, written atomically."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def _dir(self, task: int) -> str:
-        return os.path.join(self.root, f"task={task}")
-
-    def _versions(self, task: int) -> list[int]:
-        try:
-            names = os.listdir(self._dir(task))
-        except FileNotFoundError:
-            return []
-        return sorted(int(n[:-4]) for n in names if re.fullmatch(r"\d+\.pkl", n))
-
-    def load(self, task: int, before: int) -> Any | None:
-        """The newest snapshot strictly older than ``before``, or None."""
-        older = [v for v in self._versions(task) if v < before]
-        if not older:
-            return None
-        with open(os.path.join(self._dir(task), f"{older[-1]}.pkl"), "rb") as f:
-            return pickle.load(f)
-
-    def save(self, task: int, version: int, state: Any) -> None:
-        d = self._dir(task)
-        os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f".{version}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump(state, f, protocol=5)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(d, f"{version}.pkl"))
-        for old in self._versions(task)[:-KEEP_SNAPSHOTS]:
-            if old < version:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(d, f"{old}.pkl"))
-
-
-def _hash_column(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A stable 64-bit hash per row; strings are hashed once per distinct value."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        encoded = column.dictionary_encode()
-        uniques = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
-        return pd.util.hash_array(uniques)[encoded.indices.to_numpy(zero_copy_only=False)]
-    values = column.to_numpy(zero_copy_only=False)
-    return pd.util.hash_array(values)
-
-
-def task_of(columns: list[pa.ChunkedArray | pa.Array], n_tasks: int) -> np.ndarray:
-    """The stream task of each row: a stable hash of its partition key, modulo the task count."""
-    hashed = None
-    for column in columns:
-        h = _hash_column(column)
-        hashed = h if hashed is None else pd.util.hash_array(hashed ^ (h * np.uint64(0x9E3779B97F4A7C15)))
-    assert hashed is not None
-    return (hashed % np.uint64(n_tasks)).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -262,6 +199,30 @@ class SubgraphTask:
             files.append(OutputFile(index, name, os.path.getsize(target), rows.num_rows, task))
         return files
 
+    def warm(self, engine: str, data: pa.Table, version: int) -> int:
+        """Advance ``engine``'s state by ``data`` without output (Orca's warmupOrcaStreamEngine).
+
+        Each task's rows go through the engine from the snapshot the next micro-batch after input
+        ``version`` would load, and the result is saved as the snapshot at ``version``. Run it only while
+        the subgraph is stopped. ``data`` has the engine's input columns; returns the rows used.
+        """
+        node = next((n for n in self.chain if n.name == engine), None)
+        if not isinstance(node, EngineNode) or node.spec is None:
+            raise ExecutionError(f"subgraph {self.subgraph} has no engine named {engine!r}")
+        processor = node.spec.processor()
+        store = SnapshotStore(os.path.join(self.state_root, engine))
+        tasks = task_of([data[self.partition_key]], self.n_tasks) if self.partition_key else \
+            np.zeros(data.num_rows, dtype=np.int64)
+        for task in range(self.n_tasks):
+            rows = data.filter(pa.array(tasks == task))
+            if rows.num_rows == 0:
+                continue
+            rows = rows.append_column(SEQ, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+            loaded = store.load(task, version + 1)
+            state, _ = processor.process(processor.new_state() if loaded is None else loaded, rows)
+            store.save(task, version, state)
+        return data.num_rows
+
     def commit(self, files: Sequence[OutputFile], txn: tuple[str, int]) -> int:
         """Commit one micro-batch's files: one Delta transaction per output table, tagged ``txn``.
 
@@ -303,24 +264,3 @@ def _processor(node: EngineNode) -> Processor:
     return _PROCESSORS[key]
 
 
-def apply_map(node: MapNode, rows: pa.Table) -> pa.Table:
-    """A stateless map on a batch (NumPy for expressions, the user's function otherwise)."""
-    schema = Schema.from_arrow(rows.schema.remove(rows.schema.get_field_index(SEQ)))
-    if node.filter is not None:
-        cols = {c: to_numpy(rows[c], schema[c]) for c in node.filter.columns()}
-        rows = rows.filter(pa.array(filter_mask(evaluate_rowwise(node.filter, cols, rows.num_rows))))
-    if node.fn is not None:
-        seq = rows[SEQ].to_numpy()
-        result = pa.Table.from_pandas(node.fn(rows.drop_columns([SEQ]).to_pandas()), preserve_index=False)
-        out_seq = seq if result.num_rows == len(seq) else np.full(result.num_rows, seq[0] if len(seq) else 0)
-        result = result.select(list(node.schema.names)).cast(node.schema.to_arrow())
-        return result.append_column(SEQ, pa.array(out_seq, pa.int64()))
-    needed = {c for _, e in node.exprs for c in e.columns()}
-    cols = {c: to_numpy(rows[c], schema[c]) for c in needed}
-    arrays = []
-    for (name, expr), (_, typ) in zip(node.exprs, node.schema, strict=True):
-        if expr.columns() == [name] and str(expr) == name:
-            arrays.append(rows[name])
-        else:
-            arrays.append(to_arrow(evaluate_rowwise(expr, cols, rows.num_rows), typ))
-    return pa.table([*arrays, rows[SEQ]], schema=node.schema.to_arrow().append(pa.field(SEQ, pa.int64())))

@@ -1,6 +1,6 @@
 """The in-process driver of the data plane: a graph's micro-batches without Spark.
 
-Spark drives :class:`~headwater.runtime.task.SubgraphTask` in production (``headwater.spark.fused``);
+Spark drives :class:`~headwater.dataplane.task.SubgraphTask` in production (``headwater.spark.fused``);
 ``LocalRunner`` drives the very same tasks here, in order: for each subgraph, the input versions
 appended since its last batch form one micro-batch, every stream task runs over it, and the files are
 committed with the same idempotent transaction. Tests use it for streaming == batch properties and for
@@ -27,9 +27,9 @@ from typing import Any, TypeAlias
 import pandas as pd
 import pyarrow as pa
 
+from headwater.dataplane.task import OutputFile, SubgraphTask, subgraph_task
 from headwater.errors import GraphDefinitionError
 from headwater.plan.physical import PhysicalGraph
-from headwater.runtime.task import OutputFile, SubgraphTask, subgraph_task
 from headwater.storage.stream_table import StreamTable, latest_version, read_files
 
 Frames: TypeAlias = pd.DataFrame | pa.Table

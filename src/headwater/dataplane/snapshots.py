@@ -1,0 +1,50 @@
+"""Engine state snapshots of one engine, versioned by input-table version and written atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+from typing import Any
+
+KEEP_SNAPSHOTS = 3
+
+
+class SnapshotStore:
+    """Versioned state snapshots of one engine: ``<root>/task=<t>/<version>.pkl``, written atomically."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _dir(self, task: int) -> str:
+        return os.path.join(self.root, f"task={task}")
+
+    def _versions(self, task: int) -> list[int]:
+        try:
+            names = os.listdir(self._dir(task))
+        except FileNotFoundError:
+            return []
+        return sorted(int(n[:-4]) for n in names if re.fullmatch(r"\d+\.pkl", n))
+
+    def load(self, task: int, before: int) -> Any | None:
+        """The newest snapshot strictly older than ``before``, or None."""
+        older = [v for v in self._versions(task) if v < before]
+        if not older:
+            return None
+        with open(os.path.join(self._dir(task), f"{older[-1]}.pkl"), "rb") as f:
+            return pickle.load(f)
+
+    def save(self, task: int, version: int, state: Any) -> None:
+        d = self._dir(task)
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".{version}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(state, f, protocol=5)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(d, f"{version}.pkl"))
+        for old in self._versions(task)[:-KEEP_SNAPSHOTS]:
+            if old < version:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(d, f"{old}.pkl"))
