@@ -125,7 +125,7 @@ def test_a_broken_graph_fails_alone_and_connect_does_not_wait_for_resuming(spark
         check_output(session, "out_g", frame)
         broken = session.stream_graph_meta("broken").loc[0]
         assert broken["status"] == "failed" and "cannot load its stored definition" in broken["reason"]
-        with pytest.raises(hw.ExecutionError, match="failed"):
+        with pytest.raises(hw.StreamGraphStateError, match="is failed: cannot load"):
             session.wait_until_caught_up("broken", timeout=60)
     finally:
         gate.set()

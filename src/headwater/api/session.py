@@ -12,10 +12,12 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.api.graph import StreamGraph
-from headwater.catalog import check_identifier, resolve
+from headwater.catalog import FQN, check_identifier, resolve
 from headwater.durations import parse_duration
 from headwater.errors import GraphDefinitionError, SchemaError
 from headwater.runtime.master import Master
+from headwater.runtime.protocol import InProcessWorkerPort
+from headwater.runtime.worker import Worker
 from headwater.types import Schema
 
 
@@ -90,7 +92,8 @@ class Session:
         self._catalog: str | None = None
         self._client_id = uuid.uuid4().hex if client_id is None else check_client_id(client_id)
         interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
-        self._master = Master(data_dir, spark_master=spark_master, trigger_interval=interval)
+        worker = Worker(data_dir, spark_master=spark_master, trigger_interval=interval)  # embedded: in this process
+        self._master = Master(data_dir, worker=InProcessWorkerPort(worker))
         if start_spark:
             try:
                 self._master.recover()
@@ -210,7 +213,7 @@ class Session:
 
     def progress(self, name: str) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch and rows written so far in this session."""
-        return self._master.worker.progress(str(resolve(name, "stream_graph", current_catalog=self._catalog)))
+        return self._master.progress(self._graph_fqn(name))
 
     def drop_stream_graph(self, name: str, *, include_tables: bool = False) -> None:
         """Stop and destroy a graph: its queries, checkpoints, state and private tables.
@@ -218,6 +221,25 @@ class Session:
         With ``include_tables=True`` its public tables go too, unless another graph still uses them.
         """
         self._master.drop_graph(resolve(name, "stream_graph", current_catalog=self._catalog), include_tables)
+
+    def stop_stream_graph(self, name: str) -> None:
+        """Pause a graph (status ``stopped``): queries stop, state and offsets are kept (Orca's stopStreamGraph)."""
+        self._master.stop_graph(self._graph_fqn(name))
+
+    def start_stream_graph(self, name: str) -> None:
+        """Resume a stopped graph from where it stopped: nothing appended meanwhile is lost or processed twice."""
+        self._master.start_graph(self._graph_fqn(name))
+
+    def resubmit_stream_graph(self, name: str) -> None:
+        """Run a ``failed`` graph again from its checkpoints, or a dropped one anew from its stored definition."""
+        self._master.resubmit_graph(self._graph_fqn(name))
+
+    def purge_stream_graph_records(self, name: str) -> int:
+        """Forget the records of a graph's destroyed runs (``stream_graph_meta`` rows); returns how many."""
+        return self._master.purge_records(self._graph_fqn(name))
+
+    def _graph_fqn(self, name: str) -> FQN:
+        return resolve(name, "stream_graph", current_catalog=self._catalog)
 
     def stream_graph_meta(self, name: str | None = None) -> pd.DataFrame:
         """One row per graph: id, fqn, status, semantics, tasks, create_time, reason."""

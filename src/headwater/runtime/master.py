@@ -14,10 +14,10 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import pyarrow as pa
 
 from headwater.catalog import FQN
@@ -27,12 +27,28 @@ from headwater.errors import (
     ExecutionError,
     GraphDefinitionError,
     SchemaError,
+    StreamGraphStateError,
     shorten,
 )
 from headwater.faults import fault_point
 from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import dumps, to_json
+from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
+from headwater.runtime.protocol import (
+    IsRunning,
+    Progress,
+    RunSql,
+    Shutdown,
+    StartGraph,
+    StopGraph,
+    TaskStatus,
+    WaitCaughtUp,
+    Warmup,
+    WorkerPort,
+    arrow_bytes,
+    arrow_table,
+)
 from headwater.sql.policy import prepare
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord, load_definition
@@ -69,8 +85,7 @@ class GraphPaths:
 
 
 class Master:
-    def __init__(self, data_dir: Path, *, spark_master: str, trigger_interval: timedelta) -> None:
-        from headwater.runtime.worker import Worker  # the worker is the only part that touches Spark
+    def __init__(self, data_dir: Path, *, worker: WorkerPort) -> None:
 
         self.data_dir = Path(data_dir)
         self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
@@ -80,7 +95,7 @@ class Master:
         except BaseException:
             self._lock.release()
             raise
-        self.worker = Worker(self.data_dir, spark_master=spark_master, trigger_interval=trigger_interval)
+        self.worker = worker  # the embedded worker, in process; the service mode reaches workers over HTTP
         self._tables: dict[str, StreamTable] = {}
         self._recovering: dict[str, threading.Event] = {}  # graphs being resumed in the background
         self._recovery: threading.Thread | None = None
@@ -201,9 +216,9 @@ class Master:
                     f"its state would be orphaned — drop it first with drop_stream_graph({fqn.split('.')[-1]!r}) "
                     "or choose another name"
                 )
-            if existing.status in ("running", "building") and self.worker.is_running(fqn):
+            if existing.status in (GraphStatus.RUNNING, GraphStatus.BUILDING) and self.worker.request(IsRunning(fqn)):
                 return
-            self._start(existing, logical, physical)
+            self._start(existing, logical, physical, action="submit")
             return
         public = self._check_tables(physical)
         paths = self._graph_paths(fqn)
@@ -228,7 +243,7 @@ class Master:
         fault_point("submit.after_metadata")
         rec = self.store.active_graph(fqn)
         assert rec is not None and rec.id == graph_id
-        self._start(rec, logical, physical)
+        self._start(rec, logical, physical, action="submit")
 
     def _check_tables(self, physical: PhysicalGraph) -> set[str]:
         """Validate public tables before anything is created; return those that already exist."""
@@ -260,16 +275,73 @@ class Master:
             paths[node.id] = rec.path
         return paths
 
-    def _start(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph) -> None:
-        self.store.set_status(rec.id, "building")
+    def _set_status(self, rec: GraphRecord, target: GraphStatus, reason: str = "", *, action: str) -> None:
+        """The one place a graph's status changes: checked against the state machine, then stored."""
+        current = self.store.get_graph(rec.id)
+        check_transition(rec.fqn, current.status if current else rec.status, target, action=action)
+        self.store.set_status(rec.id, target, reason)
+
+    def _start(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph, *, action: str = "start") -> None:
+        self._set_status(rec, GraphStatus.BUILDING, action=action)
         try:
-            self.worker.start_graph(rec.fqn, physical, self._table_paths(physical), self._graph_paths(rec.fqn).checkpoints,
-                                    run_id=str(rec.id))
+            self.worker.request(StartGraph(
+                rec.fqn, cloudpickle.dumps(physical), {str(k): v for k, v in self._table_paths(physical).items()},
+                str(self._graph_paths(rec.fqn).checkpoints), run_id=str(rec.id)))
         except Exception as exc:
             reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
-            self.store.set_status(rec.id, "failed", reason)
+            self._set_status(rec, GraphStatus.FAILED, reason, action=action)
             raise ExecutionError(f"stream graph {rec.fqn} failed to start: {reason}") from exc
-        self.store.set_status(rec.id, "running")
+        self._set_status(rec, GraphStatus.RUNNING, action=action)
+
+    # -- lifecycle (Orca A.5) ---------------------------------------------------------------------------
+    def stop_graph(self, fqn: FQN) -> None:
+        """Pause a graph: its queries stop, its state and offsets stay; ``start_graph`` resumes it."""
+        self._await_recovery(str(fqn))
+        rec = self._active(fqn)
+        if rec.status == GraphStatus.STOPPED:
+            raise StreamGraphStateError(f"stop stream graph {fqn}: it is stopped already; start_stream_graph resumes it")
+        check_transition(rec.fqn, rec.status, GraphStatus.STOPPED, action="stop")
+        self.worker.request(StopGraph(rec.fqn))
+        self._set_status(rec, GraphStatus.STOPPED, action="stop")
+
+    def start_graph(self, fqn: FQN) -> None:
+        """Resume a stopped graph from its checkpoints (nothing is lost or processed twice)."""
+        self._await_recovery(str(fqn))
+        rec = self._active(fqn)
+        if rec.status != GraphStatus.STOPPED:
+            raise StreamGraphStateError(f"start stream graph {fqn}: it is {rec.status}; start_stream_graph resumes "
+                                        "a stopped graph (a failed one: resubmit_stream_graph)")
+        logical: LogicalGraph = load_definition(rec)
+        self._start(rec, logical, plan(logical))
+
+    def resubmit_graph(self, fqn: FQN) -> None:
+        """Run a failed graph again from its checkpoints, or a destroyed one anew from its stored definition."""
+        self._await_recovery(str(fqn))
+        records = self.store.list_graphs(str(fqn))
+        if not records:
+            raise CatalogError(f"stream graph {fqn} does not exist")
+        rec = records[-1]
+        logical: LogicalGraph = load_definition(rec)
+        if rec.status == GraphStatus.FAILED:
+            self._start(rec, logical, plan(logical), action="resubmit")
+            return
+        if rec.status == GraphStatus.DESTROYING:  # a drop cut off: finish it first
+            self.drop_graph(fqn, include_tables=False)
+        elif rec.status != GraphStatus.DESTROYED:
+            raise StreamGraphStateError(f"resubmit stream graph {fqn}: it is {rec.status}; resubmit applies to a "
+                                        "failed, destroying or destroyed graph")
+        self.submit(logical, plan(logical))
+
+    def purge_records(self, fqn: FQN) -> int:
+        """Delete the records of ``fqn``'s destroyed runs; returns how many went."""
+        records = self.store.list_graphs(str(fqn))
+        destroyed = [r.id for r in records if r.status == GraphStatus.DESTROYED]
+        if not destroyed:
+            state = records[-1].status if records else "unknown"
+            raise StreamGraphStateError(f"purge stream graph records {fqn}: no destroyed run to purge (status: {state}); "
+                                        "drop_stream_graph first")
+        self.store.delete_graphs(destroyed)
+        return len(destroyed)
 
     def recover(self) -> list[str]:
         """Resume, in the background, every graph that was running when the previous master stopped.
@@ -278,9 +350,9 @@ class Master:
         ``failed`` with the reason when it cannot; one graph's failure holds up no other. Returns the
         names of the graphs being resumed.
         """
-        todo = [rec for rec in self.store.list_graphs() if rec.status in ("running", "building", "error")]
+        todo = [rec for rec in self.store.list_graphs() if rec.status in RESUMABLE]
         for rec in todo:
-            self.store.set_status(rec.id, "building")
+            self._set_status(rec, GraphStatus.BUILDING, action="resume")
             self._recovering[rec.fqn] = threading.Event()
         if todo:
             self._recovery = threading.Thread(target=self._recover_all, args=(todo,), name="headwater-recovery",
@@ -302,11 +374,11 @@ class Master:
             physical = plan(logical)
         except Exception as exc:  # the stored definition no longer loads (e.g. a user module was removed)
             reason = f"cannot load its stored definition: {type(exc).__name__}: {shorten(str(exc), 400)}"
-            self.store.set_status(rec.id, "failed", reason)
+            self._set_status(rec, GraphStatus.FAILED, reason, action="resume")
             log.error("stream graph %s %s", rec.fqn, reason)
             return
         try:
-            self._start(rec, logical, physical)
+            self._start(rec, logical, physical, action="resume")
         except ExecutionError as exc:  # _start stored 'failed' with the reason
             log.error("%s", exc)
 
@@ -327,13 +399,25 @@ class Master:
         if not self._await_recovery(str(fqn), timeout):
             raise CaughtUpTimeout(f"stream graph {fqn} is still resuming after {timeout:.0f}s")
         rec = self._active(fqn)
-        if rec.status == "failed":
-            raise ExecutionError(f"stream graph {fqn} is failed: {rec.reason}")
+        if rec.status in (GraphStatus.FAILED, GraphStatus.STOPPED):
+            raise StreamGraphStateError(f"stream graph {fqn} is {rec.status}" + (f": {rec.reason}" if rec.reason else ""))
         try:
-            self.worker.wait_until_caught_up(rec.fqn, max(deadline - time.monotonic(), 0.0))
-        except ExecutionError as exc:
-            self.store.set_status(rec.id, "failed", str(exc))
-            raise
+            self.worker.request(WaitCaughtUp(rec.fqn, max(deadline - time.monotonic(), 0.0)))
+            return
+        except ExecutionError as exc:  # 'error': restart once from the checkpoints, as Orca reschedules
+            self._set_status(rec, GraphStatus.ERROR, shorten(str(exc), 600), action="run")
+            log.warning("stream graph %s failed, restarting it from its checkpoints: %s", rec.fqn, exc)
+            first = exc
+        logical: LogicalGraph = load_definition(rec)
+        try:
+            self._start(rec, logical, plan(logical), action="restart")
+            self.worker.request(WaitCaughtUp(rec.fqn, max(deadline - time.monotonic(), 0.0)))
+        except ExecutionError as exc:  # failed twice in a row: the user must act
+            self.worker.request(StopGraph(rec.fqn))
+            self._set_status(rec, GraphStatus.FAILED, f"failed again after a restart: {shorten(str(exc), 600)}",
+                             action="run")
+            raise ExecutionError(f"stream graph {fqn} failed, and again after a restart from its checkpoints: "
+                                 f"{first}") from exc
 
     def warmup(self, engine: FQN, data: pa.Table) -> int:
         """Warm an engine of a running graph (found by its name in the engine's catalog)."""
@@ -345,7 +429,7 @@ class Master:
             logical: LogicalGraph = load_definition(rec)
             for node in logical.nodes.values():
                 if getattr(node, "fqn", None) == str(engine):
-                    return self.worker.warmup(rec.fqn, node.name, data)
+                    return int(self.worker.request(Warmup(rec.fqn, node.name, arrow_bytes(data))))
         raise CatalogError(f"stream engine {engine} is not part of a running graph")
 
     def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
@@ -361,8 +445,8 @@ class Master:
                         f"drop_stream_graph({fqn.name!r}, include_tables=True): table {t} is also used by {', '.join(others)}; "
                         "drop that graph first or keep the tables with include_tables=False"
                     )
-        self.store.set_status(rec.id, "destroying")
-        self.worker.stop_graph(rec.fqn)
+        self._set_status(rec, GraphStatus.DESTROYING, action="drop")
+        self.worker.request(StopGraph(rec.fqn))
         for table in self.store.list_tables():
             if table.owner_graph == rec.fqn:
                 self._delete_table(table)
@@ -373,7 +457,7 @@ class Master:
                 if trec is not None and not self.store.refs_of_table(t):
                     self._delete_table(trec)
         shutil.rmtree(self._graph_paths(rec.fqn).root, ignore_errors=True)
-        self.store.set_status(rec.id, "destroyed")
+        self._set_status(rec, GraphStatus.DESTROYED, action="drop")
 
     def graph_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
         rows = []
@@ -381,7 +465,7 @@ class Master:
             tasks = []
             if rec.status not in ("destroyed",):
                 with contextlib.suppress(Exception):  # a definition that no longer loads: its reason says so
-                    tasks = self.worker.task_status(rec.fqn, plan(load_definition(rec)))
+                    tasks = self.worker.request(TaskStatus(rec.fqn, cloudpickle.dumps(plan(load_definition(rec)))))
             rows.append({"id": rec.id, "fqn": rec.fqn, "status": rec.status, "semantics": rec.semantics,
                          "tasks": tasks, "create_time": _ts(rec.create_time), "reason": rec.reason})
         return rows
@@ -389,14 +473,21 @@ class Master:
     # -- SQL --------------------------------------------------------------------------------------------
     def sql(self, query: object, *, current_catalog: str | None) -> pa.Table:
         public = {t.fqn: t.path for t in self.store.list_tables() if not t.private}
-        return self.worker.sql(prepare(query, public, current_catalog))
+        q = prepare(query, public, current_catalog)
+        reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
+                                           sorted(q.cte_names)))
+        return arrow_table(reply)
+
+    def progress(self, fqn: FQN) -> dict[str, Any]:
+        """Per subgraph: last committed micro-batch, rows and the per-stage time split (this session)."""
+        return dict(self.worker.request(Progress(str(fqn))))
 
     def close(self) -> None:
         self._closing.set()
         if self._recovery is not None:
             self._recovery.join()
         try:
-            self.worker.close()
+            self.worker.request(Shutdown())
             self.store.dispose()
         finally:
             self._lock.release()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -10,11 +11,26 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import pyarrow as pa
 
 from headwater.dataplane.task import subgraph_task
-from headwater.errors import CaughtUpTimeout, ExecutionError
+from headwater.errors import CaughtUpTimeout, ExecutionError, shorten
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime.protocol import (
+    IsRunning,
+    Message,
+    Progress,
+    RunSql,
+    Shutdown,
+    StartGraph,
+    StopGraph,
+    TaskStatus,
+    WaitCaughtUp,
+    Warmup,
+    arrow_bytes,
+    arrow_table,
+)
 from headwater.sql.policy import PreparedQuery
 
 
@@ -90,7 +106,8 @@ class Worker:
                                          f"{_short(exc) if exc else 'no reason given'}")
                 if time.monotonic() > deadline:
                     raise ExecutionError(f"stream graph {fqn} subgraph {sg_id} did not start within {timeout:.0f}s")
-                query.awaitTermination(0.1)  # waits on the query, returns early if it stops
+                with contextlib.suppress(Exception):  # a query that died is reported by the check above
+                    query.awaitTermination(0.1)  # waits on the query, returns early if it stops
 
     def warmup(self, fqn: str, engine: str, data: pa.Table) -> int:
         """Feed ``data`` through ``engine``'s state without output (Orca's warmupOrcaStreamEngine).
@@ -183,14 +200,54 @@ class Worker:
 
         return run_sql(self.spark, query)
 
+    # -- the protocol (headwater.runtime.protocol) ------------------------------------------------------
+    def handle(self, message: Message) -> Any:
+        """Carry out one request of the master; the reply is a plain value, rows as Arrow IPC bytes."""
+        match message:
+            case StartGraph():
+                self.start_graph(message.fqn, cloudpickle.loads(message.plan),
+                                 {int(k): v for k, v in message.table_paths.items()}, Path(message.checkpoints),
+                                 message.run_id)
+            case StopGraph():
+                self.stop_graph(message.fqn)
+            case IsRunning():
+                return self.is_running(message.fqn)
+            case WaitCaughtUp():
+                self.wait_until_caught_up(message.fqn, message.timeout)
+            case Warmup():
+                return self.warmup(message.fqn, message.engine, arrow_table(message.data))
+            case TaskStatus():
+                return self.task_status(message.fqn, cloudpickle.loads(message.plan))
+            case Progress():
+                return self.progress(message.fqn)
+            case RunSql():
+                query = PreparedQuery(message.source, message.text, {v: (f, p) for v, f, p in message.views},
+                                      frozenset(message.cte_names))
+                return arrow_bytes(self.sql(query))
+            case Shutdown():
+                self.close()
+        return None
+
     def close(self) -> None:
         for fqn in list(self._graphs):
             self.stop_graph(fqn)
 
 
+_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)):\s*(.*)$")
+_WRAPPERS = ("org.apache.", "py4j", "pyspark", "java.", "scala.", "StreamingQueryException", "PythonException",
+             "Py4JJavaError", "ForeachBatchUserFuncException")
+
+
 def _short(exc: BaseException) -> str:
-    """The most telling line of a (possibly Java-wrapped) error."""
-    text = str(exc)
-    lines = [line for line in text.splitlines() if line.strip()]
-    useful = [line for line in lines if "Error" in line or "error" in line]
-    return (useful[-1] if useful else (lines[0] if lines else type(exc).__name__))[:500]
+    """The telling line of a (possibly Java-wrapped) error: the innermost Python exception if there is one.
+
+    Spark wraps a failure in a task (a user's map raising ``ValueError``) in several layers of Java and
+    Python traces; the user needs ``ValueError: ...``, not the wrappers.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [m for m in map(_ERROR_LINE.match, lines) if m and not m.group(1).startswith(_WRAPPERS)]
+    if errors:
+        return shorten(f"{errors[-1].group(1).rsplit('.', 1)[-1]}: {errors[-1].group(2)}", 500)
+    first = lines[0] if lines else type(exc).__name__
+    return shorten(first.split(" SQLSTATE")[0], 500)
+

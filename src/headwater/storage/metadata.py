@@ -55,9 +55,6 @@ table_refs = sa.Table(
     sa.Column("table_fqn", sa.String, primary_key=True),
 )
 
-ACTIVE_STATUSES = ("building", "running", "error", "stopped")
-
-
 @dataclass(frozen=True)
 class TableRecord:
     fqn: str
@@ -159,10 +156,19 @@ class MetadataStore:
         with self.engine.begin() as c:
             c.execute(sa.update(graphs).where(graphs.c.id == graph_id).values(status=status, reason=reason))
 
+    def get_graph(self, graph_id: int) -> GraphRecord | None:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(graphs).where(graphs.c.id == graph_id)).first()
+        return None if row is None else GraphRecord(**row._mapping)
+
+    def delete_graphs(self, graph_ids: Sequence[int]) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(graphs).where(graphs.c.id.in_(list(graph_ids))))
+
     def active_graph(self, fqn: str) -> GraphRecord | None:
         """The graph with this name that is not destroyed, if any."""
         with self.engine.connect() as c:
-            row = c.execute(sa.select(graphs).where(graphs.c.fqn == fqn, graphs.c.status.in_((*ACTIVE_STATUSES, "destroying", "failed")))
+            row = c.execute(sa.select(graphs).where(graphs.c.fqn == fqn, graphs.c.status != "destroyed")
                             .order_by(graphs.c.id.desc())).first()
         return None if row is None else GraphRecord(**row._mapping)
 

@@ -1,0 +1,152 @@
+"""Master ↔ Worker: what the master asks a worker to do, as serialisable messages behind one interface.
+
+The master talks to workers only through :class:`WorkerPort` and the messages below. The embedded mode
+uses :class:`InProcessWorkerPort` (the worker lives in the same process); the service mode carries the
+same messages over the network. Every request crosses :func:`encode` / :func:`decode` (JSON-safe dicts,
+bytes as base64) even in process, so nothing that could not cross a network slips into a message.
+
+>>> decode(json.loads(json.dumps(encode(StopGraph("demo.stream_graph.g")))))
+StopGraph(fqn='demo.stream_graph.g')
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from headwater.runtime.worker import Worker
+
+
+@dataclass(frozen=True)
+class StartGraph:
+    """Start (or restart) every subgraph of a graph from its checkpoints; reply once all run."""
+
+    fqn: str
+    plan: bytes  # the physical graph, pickled (user callables inside travel by value)
+    table_paths: dict[str, str]  # table node id (as text) -> table path
+    checkpoints: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class StopGraph:
+    fqn: str
+
+
+@dataclass(frozen=True)
+class IsRunning:
+    """Reply: whether every query of the graph is running on this worker."""
+
+    fqn: str
+
+
+@dataclass(frozen=True)
+class WaitCaughtUp:
+    """Process everything appended so far; reply when done (or fail after ``timeout`` seconds)."""
+
+    fqn: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """Advance an engine's state by rows (Arrow IPC stream) without output; reply: rows used."""
+
+    fqn: str
+    engine: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """Reply: one dict per stream task (id, node, status, reason)."""
+
+    fqn: str
+    plan: bytes
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Reply: per subgraph, the last committed micro-batch, rows and the per-stage time split."""
+
+    fqn: str
+
+
+@dataclass(frozen=True)
+class RunSql:
+    """Run a query that passed the SQL policy; reply: the rows as an Arrow IPC stream."""
+
+    source: str
+    text: str
+    views: list[list[str]]  # [view, table FQN, table path]
+    cte_names: list[str]
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop every query this worker runs."""
+
+
+MESSAGES = {cls.__name__: cls for cls in (StartGraph, StopGraph, IsRunning, WaitCaughtUp, Warmup, TaskStatus,
+                                          Progress, RunSql, Shutdown)}
+Message = StartGraph | StopGraph | IsRunning | WaitCaughtUp | Warmup | TaskStatus | Progress | RunSql | Shutdown
+
+
+def encode(message: Message) -> dict[str, Any]:
+    """A JSON-safe dict of ``message`` (bytes as base64)."""
+    fields = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+    return {"type": type(message).__name__,
+            **{k: base64.b64encode(v).decode("ascii") if isinstance(v, bytes) else v for k, v in fields.items()}}
+
+
+def decode(doc: dict[str, Any]) -> Message:
+    """The message :func:`encode` made; unknown types and fields are refused."""
+    cls = MESSAGES.get(doc.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown worker message type {doc.get('type')!r}; known: {', '.join(MESSAGES)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in doc.items() if k != "type"}
+    if set(values) != set(fields):
+        raise ValueError(f"worker message {cls.__name__}: fields {sorted(values)}, expected {sorted(fields)}")
+    for name, field in fields.items():
+        if field.type == "bytes":
+            values[name] = base64.b64decode(values[name])
+    return cls(**values)
+
+
+def arrow_bytes(table: pa.Table) -> bytes:
+    """Rows on the wire: ``table`` as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def arrow_table(data: bytes) -> pa.Table:
+    """The table :func:`arrow_bytes` made."""
+    return pa.ipc.open_stream(data).read_all()
+
+
+class WorkerPort(Protocol):
+    """How the master reaches a worker: send a message, get the reply (or the worker's error raised)."""
+
+    name: str
+
+    def request(self, message: Message) -> Any: ...
+
+
+class InProcessWorkerPort:
+    """A worker in this process: each request crosses the wire format, then runs on the worker."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.name = worker.name
+
+    def request(self, message: Message) -> Any:
+        return self.worker.handle(decode(json.loads(json.dumps(encode(message)))))

@@ -1,0 +1,98 @@
+"""Orca's graph lifecycle (A.5): stop/start lose nothing and process nothing twice; failures go through
+error to failed; drop, resubmit and purge; illegal requests are refused."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from tests.spark.test_crash_safety import build, check_output, rows
+
+import headwater as hw
+
+pytestmark = pytest.mark.spark
+
+
+def status(session: hw.Session, name: str) -> str:
+    return session.stream_graph_meta(name).iloc[-1]["status"]
+
+
+def test_stop_then_start_loses_and_duplicates_nothing(spark, tmp_path):
+    session = hw.connect(tmp_path)
+    session.use_catalog("demo")
+    try:
+        build(session, "g", "ticks", "out").submit()
+        frame = rows(600, seed=3)
+        session.append("ticks", frame.iloc[:200])
+        session.wait_until_caught_up("g")
+        session.stop_stream_graph("g")
+        assert status(session, "g") == "stopped"
+        with pytest.raises(hw.StreamGraphStateError, match="stopped"):
+            session.stop_stream_graph("g")
+        with pytest.raises(hw.StreamGraphStateError, match="stopped"):
+            session.wait_until_caught_up("g")
+        session.append("ticks", frame.iloc[200:400])  # appended while stopped: processed after start
+        session.start_stream_graph("g")
+        assert status(session, "g") == "running"
+        with pytest.raises(hw.StreamGraphStateError, match="it is running"):
+            session.start_stream_graph("g")
+        session.append("ticks", frame.iloc[400:])
+        session.wait_until_caught_up("g")
+        check_output(session, "out", frame)
+        assert session.stream_table_meta("out")["rows"].tolist() == [len(frame)]
+    finally:
+        session.close()
+
+
+def test_a_failing_graph_goes_to_error_then_failed_and_can_be_resubmitted(spark, tmp_path):
+    def explode_on_negative(batch: pd.DataFrame) -> pd.DataFrame:
+        if (batch["v"] < 0).any():
+            raise ValueError("negative value")
+        return batch
+
+    session = hw.connect(tmp_path)
+    session.use_catalog("demo")
+    try:
+        g = session.stream_graph("fragile")
+        g.source("ticks", schema={"time": "timestamp", "key": "string", "v": "double"}).map(explode_on_negative) \
+            .sink("out")
+        g.submit()
+        frame = rows(50, seed=4)
+        session.append("ticks", frame)
+        session.wait_until_caught_up("fragile")
+        session.append("ticks", frame.assign(v=-1.0).iloc[:1])
+        with pytest.raises(hw.ExecutionError, match="again after a restart"):
+            session.wait_until_caught_up("fragile", timeout=300)
+        meta = session.stream_graph_meta("fragile").iloc[-1]
+        assert meta["status"] == "failed" and "negative value" in meta["reason"]
+        with pytest.raises(hw.StreamGraphStateError, match="failed"):
+            session.start_stream_graph("fragile")
+        with pytest.raises(hw.ExecutionError):  # the bad row is still there: it fails again
+            session.resubmit_stream_graph("fragile")
+        assert status(session, "fragile") == "failed"
+        assert len(session.sql("select * from out")) == len(frame)  # what was committed stays
+    finally:
+        session.close()
+
+
+def test_drop_resubmit_and_purge(spark, tmp_path):
+    session = hw.connect(tmp_path)
+    session.use_catalog("demo")
+    try:
+        build(session, "g", "ticks", "out").submit()
+        with pytest.raises(hw.StreamGraphStateError, match="no destroyed run"):
+            session.purge_stream_graph_records("g")
+        with pytest.raises(hw.StreamGraphStateError, match="resubmit applies"):
+            session.resubmit_stream_graph("g")
+        session.drop_stream_graph("g", include_tables=True)
+        assert status(session, "g") == "destroyed"
+        session.resubmit_stream_graph("g")  # anew from the stored definition
+        assert session.stream_graph_meta("g")["status"].tolist() == ["destroyed", "running"]
+        frame = rows(100, seed=5)
+        session.append("ticks", frame)
+        session.wait_until_caught_up("g")
+        check_output(session, "out", frame)
+        session.drop_stream_graph("g")
+        assert session.purge_stream_graph_records("g") == 2
+        assert session.stream_graph_meta("g").empty
+    finally:
+        session.close()
