@@ -70,7 +70,10 @@ Headwater's views; then **Spark's own parse** of the text it will run is checked
 every relation one of those views, every function on the list), and **Spark's analysed plan** is checked
 (its only relations are Headwater's stream tables) before a row is read. Errors in an accepted query (an
 unknown column, a type mismatch) are `hw.SqlError` with Spark's one-line reason, no Java stack trace.
-Results are collected through the driver (`HEADWATER_DRIVER_MEMORY`, default 4g, bounds their size).
+Results never pass through the Spark driver: Spark's tasks write them as Parquet files under the data
+directory, and the result reads them lazily — `result.to_batches()` streams a result of any size in
+bounded memory (`benchmarks/bench_sql.py`); `to_arrow()`/`to_pandas()` load it whole; `close()` deletes
+the files (so does garbage collection, or the next session start).
 
 ## Functions a query may call
 """

@@ -177,3 +177,21 @@ def jvm_iter(seq):
     it = seq.iterator()
     while it.hasNext():
         yield it.next()
+
+
+def test_results_stream_in_order_as_bounded_batches_and_are_removed(session):
+    n = 200_000
+    got = session.sql(f"select id, id % 7 as m from (select explode(sequence(1, {n})) as id) order by m desc, id")
+    assert len(got) == n
+    sizes, last = [], None
+    for batch in got.to_batches(batch_size=10_000):
+        sizes.append(batch.num_rows)
+        keys = list(zip(batch.column("m").to_pylist(), batch.column("id").to_pylist(), strict=True))
+        ordered = [(-m, i) for m, i in keys]
+        assert ordered == sorted(ordered) and (last is None or last <= ordered[0])
+        last = ordered[-1]
+    assert sum(sizes) == n and max(sizes) <= 10_000 and len(sizes) >= 20
+    files = list(got._files)
+    assert files and all(f.exists() for f in files)
+    got.close()
+    assert not any(f.exists() for f in files)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import uuid
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from headwater.api.graph import StreamGraph
 from headwater.catalog import FQN, check_identifier, resolve
@@ -22,22 +26,39 @@ from headwater.types import Schema
 
 
 class SqlResult:
-    """The result of :meth:`Session.sql`: convert with ``to_pandas()`` or ``to_arrow()``."""
+    """The rows of :meth:`Session.sql`, read lazily from the result files Spark wrote.
 
-    def __init__(self, table: pa.Table) -> None:
-        self._table = table
+    ``to_batches()`` streams them in bounded memory (a result of any size); ``to_arrow()`` and
+    ``to_pandas()`` load them whole. The files live under the data directory until ``close()``, the
+    result being garbage-collected, or the next session start.
+    """
+
+    def __init__(self, directory: Path, schema: pa.Schema) -> None:
+        self._files = sorted(directory.glob("part-*.parquet"))  # Spark's part order is the query's order
+        self.schema = schema
+        self._cleanup = weakref.finalize(self, shutil.rmtree, directory, True)
+
+    def to_batches(self, batch_size: int = 65_536) -> Iterator[pa.RecordBatch]:
+        """Yield the rows as Arrow record batches of at most ``batch_size`` rows, in the query's order."""
+        for file in self._files:
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_size, use_threads=False):
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
 
     def to_arrow(self) -> pa.Table:
-        return self._table
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
 
     def to_pandas(self) -> pd.DataFrame:
-        return self._table.to_pandas()
+        return self.to_arrow().to_pandas()
+
+    def close(self) -> None:
+        """Delete the result files now."""
+        self._cleanup()
 
     def __len__(self) -> int:
-        return self._table.num_rows
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in self._files)
 
     def __repr__(self) -> str:
-        return f"<SqlResult rows={self._table.num_rows} columns={self._table.column_names}>"
+        return f"<SqlResult rows={len(self)} columns={self.schema.names}>"
 
 
 def default_data_dir() -> Path:
@@ -193,7 +214,7 @@ class Session:
         else (DDL, DML, ``SET``, ``ADD JAR``, ``CACHE``, paths such as ``parquet.`/x```, table functions,
         ``reflect``/``java_method``) raises :class:`~headwater.errors.SqlError` naming what was refused.
         """
-        return SqlResult(self._master.sql(query, current_catalog=self._catalog))
+        return SqlResult(*self._master.sql(query, current_catalog=self._catalog))
 
     # -- graphs ---------------------------------------------------------------------------------------
     def wait_until_caught_up(self, name: str, timeout: float = 120.0) -> None:

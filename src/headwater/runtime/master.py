@@ -47,7 +47,6 @@ from headwater.runtime.protocol import (
     Warmup,
     WorkerPort,
     arrow_bytes,
-    arrow_table,
 )
 from headwater.sql.policy import prepare
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
@@ -471,12 +470,13 @@ class Master:
         return rows
 
     # -- SQL --------------------------------------------------------------------------------------------
-    def sql(self, query: object, *, current_catalog: str | None) -> pa.Table:
+    def sql(self, query: object, *, current_catalog: str | None) -> tuple[Path, pa.Schema]:
+        """Run a read-only query; returns the directory of its Parquet result files and their schema."""
         public = {t.fqn: t.path for t in self.store.list_tables() if not t.private}
         q = prepare(query, public, current_catalog)
         reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
                                            sorted(q.cte_names)))
-        return arrow_table(reply)
+        return Path(reply["path"]), pa.ipc.read_schema(pa.py_buffer(reply["schema"]))
 
     def progress(self, fqn: FQN) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch, rows and the per-stage time split (this session)."""

@@ -6,6 +6,7 @@ import contextlib
 import re
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -28,7 +29,6 @@ from headwater.runtime.protocol import (
     TaskStatus,
     WaitCaughtUp,
     Warmup,
-    arrow_bytes,
     arrow_table,
 )
 from headwater.sql.policy import PreparedQuery
@@ -195,8 +195,13 @@ class Worker:
             tasks.extend({"id": t, "node": self.name, "status": status, "reason": reason} for t in sg.task_ids())
         return tasks
 
-    def sql(self, query: PreparedQuery) -> pa.Table:
+    def sql(self, query: PreparedQuery) -> tuple[str, pa.Schema]:
+        """Run ``query`` into Parquet files under the data directory; return their directory and schema."""
         from headwater.spark.sql import run_sql
+
+        out = self.data_dir / "tmp" / "sql" / uuid.uuid4().hex  # removed by the result, or at the next start
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return str(out), run_sql(self.spark, query, out)
 
         return run_sql(self.spark, query)
 
@@ -223,7 +228,8 @@ class Worker:
             case RunSql():
                 query = PreparedQuery(message.source, message.text, {v: (f, p) for v, f, p in message.views},
                                       frozenset(message.cte_names))
-                return arrow_bytes(self.sql(query))
+                path, schema = self.sql(query)
+                return {"path": path, "schema": schema.serialize().to_pybytes()}
             case Shutdown():
                 self.close()
         return None

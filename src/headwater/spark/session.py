@@ -98,6 +98,7 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.ansi.enabled", "false")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # SQL results: exact, no INT96
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.python.worker.reuse", "true")

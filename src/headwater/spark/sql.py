@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -17,8 +18,13 @@ from headwater.sql.policy import PreparedQuery, check_analysed_plan, check_parse
 _VIEWS_LOCK = threading.Lock()
 
 
-def run_sql(spark: SparkSession, query: PreparedQuery) -> pa.Table:
-    """Check ``query`` on Spark's parsed and analysed plans, then run it and return its rows."""
+def run_sql(spark: SparkSession, query: PreparedQuery, out_dir: Path) -> pa.Schema:
+    """Check ``query`` on Spark's parsed and analysed plans, then run it into Parquet files in ``out_dir``.
+
+    The rows never pass through the driver: Spark's tasks write them (in the query's order: part files
+    in name order), and the caller reads them back batch by batch, so a result of any size fits in
+    bounded memory. Returns the result's Arrow schema.
+    """
     from headwater.spark.stream_table_source import spark_schema
     from headwater.storage.stream_table import StreamTable
 
@@ -36,9 +42,11 @@ def run_sql(spark: SparkSession, query: PreparedQuery) -> pa.Table:
         except PySparkException as exc:
             raise SqlError(f"sql: {_spark_message(exc, query)}") from None
     try:
-        return frame.toArrow()
+        frame.write.mode("error").option("compression", "none").parquet(str(out_dir))
     except PySparkException as exc:
         raise SqlError(f"sql: the query failed while running: {_spark_message(exc, query)}") from None
+    schema = frame.limit(0).toArrow().schema
+    return schema.with_metadata(None)
 
 
 def _plan_class_checker(spark: SparkSession) -> Any:
