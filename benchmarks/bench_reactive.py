@@ -122,7 +122,7 @@ def run_kernels(rows: pd.DataFrame) -> tuple[float, pd.DataFrame]:
 def _kernels_task(args: tuple[int, int, int, int]) -> float:
     """One stream task's share of the rows (keys hashed as Headwater does), timed in its own process."""
     task, n_tasks, n_rows, keys = args
-    from headwater.dataplane.partition import task_of
+    from headwater.storage.buckets import task_of
 
     rows = make_rows(n_rows, keys)
     mine = rows[task_of([pa.array(rows["key"])], n_tasks) == task].reset_index(drop=True)

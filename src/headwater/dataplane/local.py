@@ -27,7 +27,7 @@ from typing import Any, TypeAlias
 import pandas as pd
 import pyarrow as pa
 
-from headwater.dataplane.task import OutputFile, SubgraphTask, subgraph_task
+from headwater.dataplane.task import OutputFile, SubgraphTask, reader_bucketing, subgraph_task
 from headwater.errors import GraphDefinitionError
 from headwater.plan.physical import PhysicalGraph
 from headwater.storage.stream_table import StreamTable, latest_version, read_files
@@ -45,6 +45,7 @@ class LocalRunner:
         for node in physical.tables():
             table = StreamTable.create(root / "tables" / node.name, node.schema, kind=node.table_kind,
                                        key_columns=node.key_columns, time_column=node.time_column, name=node.name)
+            table.bucketing = reader_bucketing(physical, node.id)  # as the master does for appends
             self.tables[node.name] = table
             paths[node.id] = str(table.path)
         self.tasks: list[SubgraphTask] = [subgraph_task(physical, sg, paths, root / "checkpoints", run)

@@ -26,15 +26,14 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from headwater.dataplane.maps import apply_map
-from headwater.dataplane.partition import task_of
 from headwater.dataplane.snapshots import SnapshotStore
 from headwater.engines.base import SEQ, Processor
 from headwater.errors import ExecutionError
 from headwater.plan.logical import EngineNode, MapNode, Node
 from headwater.plan.physical import PhysicalGraph, Subgraph
+from headwater.storage.buckets import Bucketing, read_bucket, read_in_order, task_of, write_table
 from headwater.types import Schema
 
 SEQ_SHIFT = 32
@@ -74,37 +73,66 @@ class SubgraphTask:
     chain: tuple[Node, ...]
     outputs: tuple[tuple[str, Schema], ...]
     state_root: str
+    output_buckets: tuple[Bucketing | None, ...] = ()  # per output: how its parallel reader partitions it
 
     # -- helpers -------------------------------------------------------------------------------------
-    def read(self, start: int, end: int) -> pa.Table:
-        """The rows committed in versions ``(start, end]``, in append order, with ``_hw_seq``."""
-        from headwater.storage.stream_table import iter_file_batches, read_commit
+    def read(self, start: int, end: int, task: int | None = None) -> pa.Table:
+        """The rows committed in versions ``(start, end]``, in append order, with ``_hw_seq``.
 
+        With ``task``, only that task's rows (NULL partition keys dropped, as in Orca): from a file
+        bucketed the way this subgraph partitions, only its own row groups are read (the writer
+        partitioned them); any other file is read whole and its rows hashed here.
+        """
+        from headwater.storage.stream_table import read_commit
+
+        columns = list(self.input_schema.names)
         arrow_schema = self.input_schema.to_arrow()
+        mine = self.bucketing if task is not None else None
         tables = []
         for version in range(start + 1, end + 1):
             commit = read_commit(self.input_path, version)
             if commit.rewrites:
                 continue
-            batches = [b for f in commit.files for b in iter_file_batches(f, arrow_schema)]
-            if not batches:
-                continue
-            t = pa.Table.from_batches(batches, schema=arrow_schema)
-            seq = (np.int64(version) << np.int64(SEQ_SHIFT)) + np.arange(t.num_rows, dtype=np.int64)
-            tables.append(t.append_column(SEQ, pa.array(seq)))
+            offset = 0
+            for file in commit.files:
+                bucket = read_bucket(file.path, columns, mine, task) if mine is not None and task is not None else None
+                if bucket is not None:
+                    rows, positions = bucket
+                else:
+                    rows = read_in_order(file.path, columns)
+                    positions = np.arange(rows.num_rows, dtype=np.int64)
+                    if task is not None:
+                        keep = self.task_mask(rows, task)
+                        rows, positions = rows.filter(pa.array(keep)), positions[keep]
+                if rows.num_rows:
+                    seq = (np.int64(version) << np.int64(SEQ_SHIFT)) + offset + positions
+                    tables.append(rows.cast(arrow_schema).append_column(SEQ, pa.array(seq, pa.int64())))
+                offset += file.rows()
         if not tables:
             return arrow_schema.append(pa.field(SEQ, pa.int64())).empty_table()
         return pa.concat_tables(tables)
+
+    @property
+    def bucketing(self) -> Bucketing | None:
+        """How this subgraph partitions its input (what a writer buckets by so that each task reads its own)."""
+        return Bucketing(self.partition_key, self.n_tasks) if self.partition_key else None
+
+    def task_mask(self, table: pa.Table, task: int) -> np.ndarray:
+        """Which rows belong to ``task`` (a row with a NULL partition key belongs to none, as in Orca)."""
+        if self.partition_key is None:
+            return np.ones(table.num_rows, dtype=bool)
+        key = table[self.partition_key]
+        valid = key.is_valid().to_numpy(zero_copy_only=False)
+        mask = np.zeros(table.num_rows, dtype=bool)
+        if valid.any():
+            mask[valid] = task_of([key if valid.all() else key.filter(pa.array(valid))], self.n_tasks) == task
+        return mask
 
     def select(self, table: pa.Table, task: int) -> pa.Table:
         """Rows of ``task`` (rows with a NULL partition key are dropped, as in Orca)."""
         if self.partition_key is None:
             return table
-        key = table[self.partition_key]
-        valid = key.is_valid().to_numpy(zero_copy_only=False)
-        if not valid.all():
-            table, key = table.filter(pa.array(valid)), key.filter(pa.array(valid))
-        return table.filter(pa.array(task_of([key], self.n_tasks) == task))
+        return table.filter(pa.array(self.task_mask(table, task)))
 
     def processors(self) -> list[Processor | None]:
         return [_processor(n) if isinstance(n, EngineNode) else None for n in self.chain]
@@ -143,17 +171,18 @@ class SubgraphTask:
         clock = time.perf_counter
         seconds = dict.fromkeys(STAGES, 0.0)
         t = clock()
-        rows = self.read(start, end)
-        seconds["read"] = clock() - t
         first = self.partition_after()
-        t = clock()
-        for node in self.chain[:first]:
-            assert isinstance(node, MapNode)
-            rows = apply_map(node, rows)
-        seconds["kernel"] += clock() - t
-        t = clock()
-        rows = self.select(rows, task)
-        seconds["partition"] = clock() - t
+        rows = self.read(start, end, None if first else task)  # partitioned as it is read, when it can be
+        seconds["read"] = clock() - t
+        if first:
+            t = clock()
+            for node in self.chain[:first]:
+                assert isinstance(node, MapNode)
+                rows = apply_map(node, rows)
+            seconds["kernel"] += clock() - t
+            t = clock()
+            rows = self.select(rows, task)
+            seconds["partition"] = clock() - t
         rows_in = rows.num_rows
         if rows_in == 0:
             return TaskReport([], 0, seconds)
@@ -191,10 +220,9 @@ class SubgraphTask:
             target = os.path.join(path, name)
             if not os.path.exists(target):  # a replay finds the identical file already written
                 tmp = os.path.join(path, f".{name}.{os.getpid()}.tmp")
-                # dictionary-encode only text, no compression: on numeric columns both cost write time for little gain
-                text = [n for n, t in schema if t == "string"]
-                pq.write_table(rows.select(list(schema.names)).cast(schema.to_arrow()), tmp, compression="none",
-                               use_dictionary=text)
+                write_table(rows.select(list(schema.names)).cast(schema.to_arrow()), tmp,
+                            bucketing=self.output_buckets[index] if self.output_buckets else None,
+                            text_columns=[n for n, t in schema if t == "string"])
                 os.replace(tmp, target)
             files.append(OutputFile(index, name, os.path.getsize(target), rows.num_rows, task))
         return files
@@ -249,7 +277,17 @@ def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[in
         partition_key=sg.parallelism.key if sg.parallelism else None, n_tasks=sg.task_count,
         chain=tuple(physical.nodes[n] for n in sg.chain),
         outputs=tuple((table_paths[o], physical.nodes[o].schema) for o in sg.outputs),
-        state_root=str(checkpoints / f"subgraph_{sg.id}" / "state"))
+        state_root=str(checkpoints / f"subgraph_{sg.id}" / "state"),
+        output_buckets=tuple(reader_bucketing(physical, o) for o in sg.outputs))
+
+
+def reader_bucketing(physical: PhysicalGraph, table: int) -> Bucketing | None:
+    """How the first parallel subgraph reading ``table`` partitions it, if one does (writers bucket by it)."""
+    schema = physical.nodes[table].schema
+    for sg in physical.subgraphs:
+        if sg.input == table and sg.parallelism is not None and sg.parallelism.key in schema:
+            return Bucketing(sg.parallelism.key, sg.parallelism.count)
+    return None
 
 
 _PROCESSORS: dict[int, Processor] = {}

@@ -21,6 +21,7 @@ import cloudpickle
 import pyarrow as pa
 
 from headwater.catalog import FQN
+from headwater.dataplane.task import reader_bucketing
 from headwater.errors import (
     CatalogError,
     CaughtUpTimeout,
@@ -282,6 +283,7 @@ class Master:
 
     def _start(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph, *, action: str = "start") -> None:
         self._set_status(rec, GraphStatus.BUILDING, action=action)
+        self._bucket_inputs(physical)
         try:
             self.worker.request(StartGraph(
                 rec.fqn, cloudpickle.dumps(physical), {str(k): v for k, v in self._table_paths(physical).items()},
@@ -291,6 +293,15 @@ class Master:
             self._set_status(rec, GraphStatus.FAILED, reason, action=action)
             raise ExecutionError(f"stream graph {rec.fqn} failed to start: {reason}") from exc
         self._set_status(rec, GraphStatus.RUNNING, action=action)
+
+    def _bucket_inputs(self, physical: PhysicalGraph) -> None:
+        """Appends to a public table a parallel subgraph reads are written bucketed its way (first reader wins)."""
+        for sg in physical.subgraphs:
+            node = physical.nodes[sg.input]
+            table_rec = self.store.get_table(node.fqn) if isinstance(node, TableNode) and not node.private else None
+            if table_rec is not None:
+                table = self._table(table_rec)
+                table.bucketing = table.bucketing or reader_bucketing(physical, sg.input)
 
     # -- lifecycle (Orca A.5) ---------------------------------------------------------------------------
     def stop_graph(self, fqn: FQN) -> None:

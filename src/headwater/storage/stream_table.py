@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 
 from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError, SchemaError, SequenceError
 from headwater.faults import fault_point
+from headwater.storage.buckets import Bucketing, file_buckets, read_in_order, write_table
 from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, canonical_type
 
 if TYPE_CHECKING:
@@ -322,9 +323,10 @@ def remove_orphan_files(path: str | Path, *, min_age: float = 10.0) -> tuple[int
 def iter_file_batches(
     file: DataFile, schema: pa.Schema, *, batch_size: int = 131_072
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the rows of one data file in stored order as batches conforming to ``schema``.
+    """Yield the rows of one data file in the order they were written, as batches conforming to ``schema``.
 
-    ``schema`` may be a subset of the table's columns (those are the only ones read).
+    ``schema`` may be a subset of the table's columns (those are the only ones read). A bucketed file
+    (:mod:`headwater.storage.buckets`) is read whole and put back in its original order.
     """
     try:
         pf = pq.ParquetFile(file.path)
@@ -333,7 +335,9 @@ def iter_file_batches(
             f"stream table data file {file.path} is missing; it was probably removed by vacuum "
             "after a compaction. Readers behind that point cannot replay it"
         ) from None
-    for batch in pf.iter_batches(batch_size=batch_size, columns=schema.names, use_threads=False):
+    batches = pf.iter_batches(batch_size=batch_size, columns=schema.names, use_threads=False) \
+        if file_buckets(pf) is None else read_in_order(file.path, schema.names).to_batches(batch_size)
+    for batch in batches:
         if batch.schema != schema:
             batch = pa.RecordBatch.from_arrays(
                 [batch.column(n).cast(schema.field(n).type) for n in schema.names], schema=schema
@@ -438,6 +442,9 @@ class StreamTable:
         self.time_column = time_column
         self.name = name
         self._arrow_schema = schema.to_arrow()
+        # How the table's parallel reader partitions it, if one is known: appends then write bucketed
+        # files so that each of its tasks reads only its rows. Set by the master; None writes plainly.
+        self.bucketing: Bucketing | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -804,7 +811,7 @@ class StreamTable:
             file_name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
             file_path = os.path.join(self.path, file_name)
             text = [n for n, t in self.schema if t == "string"]  # dictionary-encode text only: 2x faster writes
-            pq.write_table(rows, file_path, compression="none", use_dictionary=text)
+            write_table(rows, file_path, bucketing=self.bucketing, text_columns=text)
             size = os.path.getsize(file_path)
             actions.append(
                 AddAction(
