@@ -21,6 +21,7 @@ _EXPORTS = {
     "SqlResult": "headwater.api.session",
     "connect": "headwater.api.session",
     "CatalogError": "headwater.errors",
+    "ConfigurationError": "headwater.errors",
     "CaughtUpTimeout": "headwater.errors",
     "ExecutionError": "headwater.errors",
     "GraphDefinitionError": "headwater.errors",
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from headwater.errors import (
         CatalogError,
         CaughtUpTimeout,
+        ConfigurationError,
         DataDirectoryInUseError,
         ExecutionError,
         GraphDefinitionError,

@@ -12,26 +12,26 @@ from datetime import timedelta
 
 import pandas as pd
 
-from headwater.errors import GraphDefinitionError
+from headwater.errors import GraphDefinitionError, clip
 
 
 def parse_duration(value: str | timedelta | pd.Timedelta, *, where: str, allow_zero: bool = False) -> timedelta:
     """Parse ``"60s"``, ``"1min"``, ``"500ms"``, ``"1h"`` or a ``timedelta`` into a ``timedelta``."""
     if isinstance(value, (bool, int | float)):
         raise GraphDefinitionError(
-            f"{where}: got the bare number {value!r}; give a duration with its unit, e.g. '60s', '500ms' "
+            f"{where}: got the bare number {clip(value)}; give a duration with its unit, e.g. '60s', '500ms' "
             "or datetime.timedelta(seconds=60)"
         )
     try:
         delta = pd.Timedelta(value)
     except (ValueError, TypeError):
         raise GraphDefinitionError(
-            f"{where}: cannot read {value!r} as a duration; expected e.g. '60s', '1min', '500ms', '1h'"
+            f"{where}: cannot read {clip(value)} as a duration; expected e.g. '60s', '1min', '500ms', '1h'"
         ) from None
     if pd.isna(delta) or delta < pd.Timedelta(0) or (delta == pd.Timedelta(0) and not allow_zero):
-        raise GraphDefinitionError(f"{where}: duration must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
+        raise GraphDefinitionError(f"{where}: duration must be {'non-negative' if allow_zero else 'positive'}, got {clip(value)}")
     if delta.value % 1000:
-        raise GraphDefinitionError(f"{where}: {value!r} is finer than a microsecond, the resolution of timestamps")
+        raise GraphDefinitionError(f"{where}: {clip(value)} is finer than a microsecond, the resolution of timestamps")
     return delta.to_pytimedelta()
 
 

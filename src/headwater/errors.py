@@ -7,9 +7,22 @@ Messages follow one template: what, where, got, expected, how to fix.
 
 from __future__ import annotations
 
+MAX_MESSAGE_CHARS = 2_000
+
 
 class HeadwaterError(Exception):
-    """Base class of every error Headwater raises on purpose."""
+    """Base class of every error Headwater raises on purpose.
+
+    Its message is bounded (:data:`MAX_MESSAGE_CHARS`, cut in the middle): an error that echoes a
+    huge input stays readable. Sites that echo user input cut it further with :func:`clip`.
+    """
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(shorten(message, MAX_MESSAGE_CHARS) if isinstance(message, str) else message, *args)
+
+
+class ConfigurationError(HeadwaterError, ValueError):
+    """A setting or a path given to Headwater cannot be used."""
 
 
 class GraphDefinitionError(HeadwaterError, ValueError):

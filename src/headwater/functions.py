@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from headwater.errors import GraphDefinitionError, SchemaError, UnknownFunctionError
+from headwater.errors import GraphDefinitionError, SchemaError, UnknownFunctionError, clip
 from headwater.expr import (
     Alias,
     Call,
@@ -63,7 +63,7 @@ class FunctionSpec:
 
     def signature(self) -> str:
         parts = list(self.columns) + [
-            p.name if p.default is REQUIRED else f"{p.name}={p.default!r}" for p in self.params
+            p.name if p.default is REQUIRED else f"{p.name}={clip(p.default)}" for p in self.params
         ]
         return f"{self.name}({', '.join(parts)})"
 
@@ -151,7 +151,7 @@ def lookup(name: str, *, where: str = "metric") -> FunctionSpec:
         hint = difflib.get_close_matches(_camel_to_snake(name), list(FUNCTIONS) + list(STATE_FUNCTIONS), n=3)
         suggestion = f"; did you mean {', '.join(hint)}?" if hint else ""
         raise UnknownFunctionError(
-            f"{where}: unknown function {name!r}{suggestion} "
+            f"{where}: unknown function {clip(name)}{suggestion} "
             f"(see docs/functions.md for the {len(FUNCTIONS)} functions Headwater provides)"
         )
     return spec
@@ -169,9 +169,9 @@ def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
         (col_values if name in spec.columns else param_values)[name] = value
     for key, value in kwargs.items():
         if key not in names:
-            raise GraphDefinitionError(f"{where}: unexpected argument {key}={value!r}; accepted: {', '.join(names)}")
+            raise GraphDefinitionError(f"{where}: unexpected argument {key}={clip(value)}; accepted: {', '.join(names)}")
         if key in col_values or key in param_values:
-            raise GraphDefinitionError(f"{where}: argument {key!r} given twice")
+            raise GraphDefinitionError(f"{where}: argument {clip(key)} given twice")
         (col_values if key in spec.columns else param_values)[key] = value
     missing = [c for c in spec.columns if c not in col_values]
     missing += [p.name for p in spec.params if p.default is REQUIRED and p.name not in param_values]
@@ -282,7 +282,7 @@ def state(fn: Callable[..., Any]) -> Callable[..., Any]:
             return MultiExpr(tuple(as_expr(r) for r in result), label=f"{fn.__name__}({shown})")
         if not isinstance(result, Expr | int | float):
             raise GraphDefinitionError(
-                f"@state function {fn.__name__} returned {result!r}; expected an expression or a tuple of them"
+                f"@state function {fn.__name__} returned {clip(result)}; expected an expression or a tuple of them"
             )
         return as_expr(result)
 
@@ -303,8 +303,8 @@ def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str])
         real = schema.lookup(expr.name)
         if real is None:
             hint = difflib.get_close_matches(expr.name, schema.names, n=1)
-            more = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise SchemaError(f"{where}: unknown column {expr.name!r}{more} (input columns: {', '.join(schema.names)})")
+            more = f"; did you mean {clip(hint[0])}?" if hint else ""
+            raise SchemaError(f"{where}: unknown column {clip(expr.name)}{more} (input columns: {', '.join(schema.names)})")
         return schema[real]
     if isinstance(expr, Lit):
         v = expr.value
@@ -326,7 +326,7 @@ def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str])
     if isinstance(expr, Alias):
         raise GraphDefinitionError(f"{where}: 'as' can only name a whole metric, not part of {expr}")
     if not isinstance(expr, Call):
-        raise GraphDefinitionError(f"{where}: unsupported expression {expr!r}")
+        raise GraphDefinitionError(f"{where}: unsupported expression {clip(expr)}")
     spec = lookup(expr.func, where=where)
     if spec.kind not in kinds:
         allowed = " or ".join(sorted(kinds))

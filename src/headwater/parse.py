@@ -18,7 +18,7 @@ import ast
 import re
 from typing import Any
 
-from headwater.errors import GraphDefinitionError
+from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item, Lit, MultiExpr
 from headwater.functions import STATE_FUNCTIONS, bind, lookup
 
@@ -42,7 +42,7 @@ _CONSTANTS = {"true": True, "false": False, "null": None, "NULL": None}
 def parse_metric(text: str, *, where: str = "metric") -> Expr:
     """Parse ``"expr [as name, ...]"`` into an expression (an :class:`Alias` when named)."""
     if not isinstance(text, str) or not text.strip():
-        raise GraphDefinitionError(f"{where}: empty metric {text!r}; e.g. 'sum(volume) as volume'")
+        raise GraphDefinitionError(f"{where}: empty metric {clip(text)}; e.g. 'sum(volume) as volume'")
     body, names = text.strip(), None
     match = _AS.match(body)
     if match:
@@ -52,7 +52,7 @@ def parse_metric(text: str, *, where: str = "metric") -> Expr:
     if names is None:
         if isinstance(value, MultiExpr):
             raise GraphDefinitionError(
-                f"{where}: {text!r} has {len(value)} outputs; name them, e.g. '{body} as "
+                f"{where}: {clip(text)} has {len(value)} outputs; name them, e.g. '{clip(body)[1:-1]} as "
                 + ", ".join(f"out{i}" for i in range(len(value)))
                 + "'"
             )
@@ -60,15 +60,28 @@ def parse_metric(text: str, *, where: str = "metric") -> Expr:
     return value.alias(*names)
 
 
+MAX_EXPRESSION_CHARS = 10_000
+
+
 def parse_expr(text: str, *, where: str = "expression") -> Any:
     """Parse an expression string (no ``as``) into an :class:`Expr` (or a :class:`MultiExpr`)."""
-    source = text.replace("<>", "!=").replace("&&", " and ").replace("||", " or ")
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise GraphDefinitionError(f"{where}: the expression {clip(text)} has {len(text):,} characters, more than "
+                                   f"the {MAX_EXPRESSION_CHARS:,} allowed; split it, or compute parts in a map")
+    source = text.replace("<>", "!=").replace("&&", " and ").replace("||", " or ").strip()
     try:
-        tree = ast.parse(source.strip(), mode="eval")
+        tree = ast.parse(source, mode="eval")
+        return _convert(tree.body, text, where)
     except SyntaxError as exc:
-        pointer = " " * max((exc.offset or 1) - 1, 0) + "^"
-        raise GraphDefinitionError(f"{where}: cannot parse {text!r}\n    {source.strip()}\n    {pointer}") from None
-    return _convert(tree.body, text, where)
+        # show at most 60 characters each side of the error, with a caret under it
+        at = max((exc.offset or 1) - 1, 0)
+        lo = max(at - 60, 0)
+        window = ("…" if lo else "") + source[lo:at + 60] + ("…" if at + 60 < len(source) else "")
+        pointer = " " * (at - lo + (1 if lo else 0)) + "^"
+        raise GraphDefinitionError(f"{where}: cannot parse {clip(text)}: {exc.msg}\n    {window}\n    {pointer}") from None
+    except (RecursionError, MemoryError):
+        raise GraphDefinitionError(f"{where}: the expression {clip(text)} is nested too deeply to parse; "
+                                   "simplify it or compute parts in a map") from None
 
 
 def _convert(node: ast.AST, text: str, where: str) -> Any:
@@ -124,10 +137,10 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
         kwargs = {k.arg: _const_or_expr(conv(k.value)) for k in node.keywords if k.arg}
         if name in STATE_FUNCTIONS:
             return STATE_FUNCTIONS[name](*[a.name if isinstance(a, Col) else a for a in args], **kwargs)
-        spec = lookup(name, where=f"{where} {text!r}")
+        spec = lookup(name, where=f"{where} {clip(text)}")
         return bind(spec, args, kwargs)
     segment = ast.get_source_segment(text, node) or ast.dump(node)
-    raise GraphDefinitionError(f"{where}: unsupported syntax {segment!r} in {text!r}")
+    raise GraphDefinitionError(f"{where}: unsupported syntax {clip(segment)} in {clip(text)}")
 
 
 def _const_or_expr(value: Any) -> Any:

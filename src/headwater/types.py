@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from headwater.errors import SchemaError
+from headwater.errors import SchemaError, clip
 
 # Canonical type name -> Arrow type. Timestamps are naive (no zone) microseconds:
 # they round-trip pandas' naive datetimes and map to Spark's TIMESTAMP_NTZ.
@@ -59,7 +59,7 @@ def canonical_type(name: str, *, where: str = "schema") -> str:
     key = ALIASES.get(key, key)
     if key not in ARROW_TYPES:
         valid = ", ".join(sorted(ARROW_TYPES))
-        raise SchemaError(f"{where}: unknown column type {name!r}; expected one of {valid}")
+        raise SchemaError(f"{where}: unknown column type {clip(name)}; expected one of {valid}")
     return key
 
 
@@ -89,7 +89,7 @@ class Schema:
         seen: set[str] = set()
         for name, _ in self.columns:
             if name in seen:
-                raise SchemaError(f"schema: duplicate column name {name!r}")
+                raise SchemaError(f"schema: duplicate column name {clip(name)}")
             seen.add(name)
 
     @classmethod
@@ -99,19 +99,19 @@ class Schema:
             return spec
         if not isinstance(spec, Mapping) or not spec:
             raise SchemaError(
-                f"{where}: expected a non-empty dict of column name to type, got {spec!r}; "
+                f"{where}: expected a non-empty dict of column name to type, got {clip(spec)}; "
                 'e.g. {"time": "timestamp", "price": "double"}'
             )
         cols = []
         for name, typ in spec.items():
             if not isinstance(name, str) or not name.isidentifier():
-                raise SchemaError(f"{where}: column name {name!r} must be an identifier")
-            cols.append((name, canonical_type(typ, where=f"{where} column {name!r}")))
+                raise SchemaError(f"{where}: column name {clip(name)} must be an identifier")
+            cols.append((name, canonical_type(typ, where=f"{where} column {clip(name)}")))
         return cls(tuple(cols))
 
     @classmethod
     def from_arrow(cls, schema: pa.Schema, *, where: str = "data") -> Schema:
-        return cls(tuple((f.name, type_from_arrow(f.type, where=f"{where} column {f.name!r}")) for f in schema))
+        return cls(tuple((f.name, type_from_arrow(f.type, where=f"{where} column {clip(f.name)}")) for f in schema))
 
     @property
     def names(self) -> tuple[str, ...]:

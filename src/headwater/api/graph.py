@@ -25,7 +25,7 @@ from headwater.engines.reactive_state import (
 )
 from headwater.engines.reactive_stateless import ReactiveStatelessEngine, formulas_from
 from headwater.engines.time_series import TimeSeriesEngine
-from headwater.errors import GraphDefinitionError, SchemaError
+from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Alias, Expr
 from headwater.functions import default_name, infer_type
 from headwater.parse import parse_expr, to_metric
@@ -87,10 +87,10 @@ class StreamGraph:
     def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: str, keys: tuple[str, ...],
                 time_column: str | None) -> DStream:
         fqn = self._table_fqn(name)
-        parsed = Schema.parse(schema, where=f"source {name!r}")
+        parsed = Schema.parse(schema, where=f"source {clip(name)}")
         for k in (*keys, *([time_column] if time_column else [])):
             if k not in parsed:
-                raise GraphDefinitionError(f"source {name!r}: column {k!r} is not in its schema {parsed}")
+                raise GraphDefinitionError(f"source {clip(name)}: column {clip(k)} is not in its schema {parsed}")
         existing = self._find_table(fqn)
         if existing is not None:
             return DStream(self, existing.id)
@@ -208,10 +208,10 @@ class DStream:
         real = self.node.schema.lookup(column)
         if real is None:
             raise GraphDefinitionError(
-                f"parallelize on {self.node.name!r}: unknown column {column!r} (columns: {', '.join(self.node.schema.names)})"
+                f"parallelize on {clip(self.node.name)}: unknown column {clip(column)} (columns: {', '.join(self.node.schema.names)})"
             )
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1024:
-            raise GraphDefinitionError(f"parallelize on {self.node.name!r}: count must be an int in 1..1024, got {count!r}")
+            raise GraphDefinitionError(f"parallelize on {clip(self.node.name)}: count must be an int in 1..1024, got {clip(count)}")
         return replace(self, parallelism=Parallelism(real, count))
 
     def sync(self) -> DStream:
@@ -222,12 +222,12 @@ class DStream:
         """Name the engine declared by the previous call (names identify engine state)."""
         node = self.node
         if not isinstance(node, EngineNode):
-            raise GraphDefinitionError(f"set_engine_name({name!r}): the previous node {node.name!r} is not an engine")
+            raise GraphDefinitionError(f"set_engine_name({clip(name)}): the previous node {clip(node.name)} is not an engine")
         fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
         taken = [n for n in self.graph._graph.nodes.values() if n.name == fqn.name and n.id != node.id]
         if taken:
             raise GraphDefinitionError(
-                f"set_engine_name({name!r}): name {fqn.name!r} is already used by node {taken[0].id} ({taken[0].type}) "
+                f"set_engine_name({clip(name)}): name {clip(fqn.name)} is already used by node {taken[0].id} ({taken[0].type}) "
                 f"in {self.graph.fqn}; names identify tables and engine state, pick another one"
             )
         assert node.spec is not None
@@ -263,7 +263,7 @@ class DStream:
         """
 
         def make(name: str) -> TimeSeriesEngine:
-            where = f"time_series_engine {name!r}"
+            where = f"time_series_engine {clip(name)}"
             return TimeSeriesEngine(
                 name=name,
                 input_schema=self.node.schema,
@@ -332,13 +332,13 @@ class DStream:
             self.parallelism.key in _as_tuple(key_column1) and self.parallelism.key in _as_tuple(key_column2)
         ):
             raise GraphDefinitionError(
-                f"dual_ownership_reactive_state_engine after parallelize({self.parallelism.key!r}, "
+                f"dual_ownership_reactive_state_engine after parallelize({clip(self.parallelism.key)}, "
                 f"{self.parallelism.count}): rows must be partitioned by a column both key columns contain; "
                 "remove parallelize or partition by a common key"
             )
 
         def make(name: str) -> DualOwnershipReactiveStateEngine:
-            where = f"dual_ownership_reactive_state_engine {name!r}"
+            where = f"dual_ownership_reactive_state_engine {clip(name)}"
             return DualOwnershipReactiveStateEngine(
                 name=name, input_schema=self.node.schema,
                 metrics1=tuple(to_metric(m, where=where) for m in _as_list(metrics1, where)),
@@ -367,7 +367,7 @@ class DStream:
             )
 
         def make(name: str) -> ReactiveStatelessEngine:
-            where = f"reactive_stateless_engine {name!r}"
+            where = f"reactive_stateless_engine {clip(name)}"
             return ReactiveStatelessEngine(
                 name=name, input_schema=self.node.schema, formulas=formulas_from(metrics, where=where),
                 key_column=_as_tuple(key_column), value_column=value_column, time_column=time_column,
@@ -377,7 +377,7 @@ class DStream:
 
     def _rse_args(self, name: str, label: str, metrics: Any, key_column: Any, filter: Any, keep_order: bool,
                   key_purge_filter: Any, key_purge_freq: Any) -> dict[str, Any]:
-        where = f"{label} {name!r}"
+        where = f"{label} {clip(name)}"
 
         def expr(value: Any, what: str) -> Expr | None:
             if value is None or isinstance(value, Expr):
@@ -407,7 +407,7 @@ class DStream:
         """
         schema = self.node.schema
         name = f"map_{self.graph._graph.next_id()}"
-        label = f"map {name!r}"
+        label = f"map {clip(name)}"
         flt = None if where is None else (where if isinstance(where, Expr) else parse_expr(where, where=f"{label} where"))
         if flt is not None:
             infer_type(flt, schema, where=f"{label} where", kinds=frozenset({"scalar"}))
@@ -422,7 +422,7 @@ class DStream:
             pairs = zip(metric.names, metric.outputs(), strict=True) if isinstance(metric, Alias) else \
                 [(default_name(metric, where=label), metric)]
             exprs.extend(pairs)
-        cols = [(n, infer_type(e, schema, where=f"{label} column {n!r}", kinds=frozenset({"scalar"}))) for n, e in exprs]
+        cols = [(n, infer_type(e, schema, where=f"{label} column {clip(n)}", kinds=frozenset({"scalar"}))) for n, e in exprs]
         node = MapNode(self.graph._graph.next_id(), name, Schema(tuple(cols)), parallelism=self.parallelism,
                        exprs=tuple(exprs), filter=flt)
         return self._add(node)
@@ -430,7 +430,7 @@ class DStream:
     def fork(self, count: int) -> list[DStream]:
         """Broadcast this stream to ``count`` branches, each receiving every row."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 2:
-            raise GraphDefinitionError(f"fork on {self.node.name!r}: count must be an int >= 2, got {count!r}")
+            raise GraphDefinitionError(f"fork on {clip(self.node.name)}: count must be an int >= 2, got {clip(count)}")
         return [self] * count
 
     # -- tables ------------------------------------------------------------------------------------
@@ -439,11 +439,11 @@ class DStream:
         schema = self.node.schema
         for k in (*keys, *([time_column] if time_column else [])):
             if k not in schema:
-                raise GraphDefinitionError(f"{role} {name!r}: column {k!r} is not in the stream's schema {schema}")
+                raise GraphDefinitionError(f"{role} {clip(name)}: column {clip(k)} is not in the stream's schema {schema}")
         existing = self.graph._find_table(fqn)
         if existing is not None:  # writing into a table this graph already declared (may close a cycle)
             if existing.schema != schema:
-                raise SchemaError(f"{role} {name!r}: schema {schema} differs from the table's {existing.schema}")
+                raise SchemaError(f"{role} {clip(name)}: schema {schema} differs from the table's {existing.schema}")
             self.graph._graph.connect(self.node_id, existing.id)
             return DStream(self.graph, existing.id)
         check_identifier(fqn.name, what="stream table")
@@ -476,7 +476,7 @@ def _as_list(metrics: Any, where: str) -> list[Any]:
     if isinstance(metrics, str | Expr):
         return [metrics]
     if not isinstance(metrics, Sequence):
-        raise GraphDefinitionError(f"{where}: metrics must be a list of strings or expressions, got {metrics!r}")
+        raise GraphDefinitionError(f"{where}: metrics must be a list of strings or expressions, got {clip(metrics)}")
     return list(metrics)
 
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from headwater.api.graph import StreamGraph
 from headwater.catalog import FQN, check_identifier, resolve
 from headwater.durations import parse_duration
-from headwater.errors import GraphDefinitionError, SchemaError
+from headwater.errors import ConfigurationError, GraphDefinitionError, SchemaError, clip, shorten
 from headwater.runtime.master import Master
 from headwater.runtime.protocol import InProcessWorkerPort
 from headwater.runtime.worker import Worker
@@ -59,6 +59,36 @@ class SqlResult:
 
     def __repr__(self) -> str:
         return f"<SqlResult rows={len(self)} columns={self.schema.names}>"
+
+
+def to_arrow_table(data: object, *, where: str) -> pa.Table:
+    """Rows a user hands in (pandas or Arrow) as an Arrow table, or a :class:`SchemaError` naming the column.
+
+    >>> to_arrow_table(pd.DataFrame({"px": [1.0, "n/a"]}), where="append to t")
+    Traceback (most recent call last):
+    ...
+    headwater.errors.SchemaError: append to t: column 'px' holds values that do not fit one type (e.g. 'n/a' among numbers): Could not convert 'n/a' with type str: tried to convert to double; clean or cast the column first
+    """
+    if isinstance(data, pa.Table):
+        return data
+    if not isinstance(data, pd.DataFrame):
+        raise SchemaError(f"{where}: expected a pandas DataFrame or a pyarrow Table, got {type(data).__name__}")
+    names = [str(c) for c in data.columns]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise SchemaError(f"{where}: the frame has the column(s) {clip(repeated)} more than once; keep one of each")
+    try:
+        return pa.Table.from_pandas(data, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        for name in data.columns:
+            try:
+                pa.array(data[name], from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as col_exc:
+                raise SchemaError(
+                    f"{where}: column {clip(str(name), 120)} holds values that do not fit one type (e.g. 'n/a' among "
+                    f"numbers): {shorten(str(col_exc).splitlines()[0], 300)}; clean or cast the column first"
+                ) from None
+        raise SchemaError(f"{where}: the frame cannot be converted to Arrow: {shorten(str(exc), 300)}") from None
 
 
 def default_data_dir() -> Path:
@@ -109,6 +139,9 @@ class Session:
 
     def __init__(self, data_dir: Path, *, start_spark: bool, spark_master: str, trigger_interval: str,
                  client_id: str | None = None) -> None:
+        if data_dir.exists() and not data_dir.is_dir():
+            raise ConfigurationError(f"data directory {clip(str(data_dir), 300)} is a file, not a directory; pass a "
+                                     "directory (it is created if missing), e.g. hw.connect('./headwater-data')")
         self.data_dir = data_dir
         self._catalog: str | None = None
         self._client_id = uuid.uuid4().hex if client_id is None else check_client_id(client_id)
@@ -178,10 +211,7 @@ class Session:
             >>> s.close()
         """
         fqn = resolve(table, "stream_table", current_catalog=self._catalog)
-        if isinstance(data, pd.DataFrame):
-            data = pa.Table.from_pandas(data, preserve_index=False)
-        if not isinstance(data, pa.Table):
-            raise SchemaError(f"append to {fqn}: expected a pandas DataFrame or a pyarrow Table, got {type(data).__name__}")
+        data = to_arrow_table(data, where=f"append to {fqn}")
         if sequence is not None:
             return self._master.append_once(fqn, data, client_id=self._client_id, sequence=sequence)
         return self._master.append(fqn, data)
@@ -228,9 +258,7 @@ class Session:
         Returns the number of rows used.
         """
         fqn = resolve(name, "stream_engine", current_catalog=self._catalog)
-        if isinstance(data, pd.DataFrame):
-            data = pa.Table.from_pandas(data, preserve_index=False)
-        return self._master.warmup(fqn, data)
+        return self._master.warmup(fqn, to_arrow_table(data, where=f"warm-up of {fqn}"))
 
     def progress(self, name: str) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch and rows written so far in this session."""

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from headwater.errors import GraphDefinitionError
+from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item
 from headwater.functions import default_name
 from headwater.types import Schema
@@ -70,7 +70,7 @@ def resolve_columns(names: Sequence[str], schema: Schema, *, what: str, where: s
         real = schema.lookup(name)
         if real is None:
             raise GraphDefinitionError(
-                f"{where}: {what} {name!r} is not an input column (input columns: {', '.join(schema.names)})"
+                f"{where}: {what} {clip(name)} is not an input column (input columns: {', '.join(schema.names)})"
             )
         out.append(real)
     return tuple(out)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from headwater.errors import clip
 from headwater.expr import Call, Col, Expr, Lit
 from headwater.types import ARROW_TYPES
 
@@ -177,7 +178,7 @@ def evaluate_rowwise(expr: Expr, columns: Mapping[str, Array], n: int) -> Array:
         return literal_array(expr, n)
     if isinstance(expr, Call):
         return evaluate_scalar(expr, [evaluate_rowwise(a, columns, n) for a in expr.args])
-    raise TypeError(f"cannot evaluate {expr!r} row-wise")
+    raise TypeError(f"cannot evaluate {clip(expr)} row-wise")
 
 
 def filter_mask(values: Array) -> Array:

@@ -37,7 +37,7 @@ from headwater.engines.columns import (
     to_arrow,
     to_numpy,
 )
-from headwater.errors import GraphDefinitionError
+from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Call, Col, Expr, Item, Lit
 from headwater.functions import FUNCTIONS, infer_type
 from headwater.types import Schema
@@ -61,7 +61,7 @@ class ReactiveStateEngine(EngineSpec):
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        where = f"{self.kind.lower()} {self.name!r}"
+        where = f"{self.kind.lower()} {clip(self.name)}"
         if (self.key_purge_filter is None) != (self.key_purge_freq is None):
             raise GraphDefinitionError(
                 f"{where}: pass both key_purge_filter= and key_purge_freq= (or neither); "
@@ -78,7 +78,7 @@ class ReactiveStateEngine(EngineSpec):
                 f"{where}: metric name(s) {clash} repeat the key column, which is already the first output column"
             )
         for name, expr in outputs:
-            infer_type(expr, self.input_schema, where=f"{where} metric {name!r}", kinds=RSE_KINDS)
+            infer_type(expr, self.input_schema, where=f"{where} metric {clip(name)}", kinds=RSE_KINDS)
         if self.filter is not None:
             infer_type(self.filter, self.input_schema, where=f"{where} filter", kinds=RSE_KINDS)
         object.__setattr__(self, "_outputs", tuple(outputs))
@@ -95,7 +95,7 @@ class ReactiveStateEngine(EngineSpec):
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
         schema = self.input_schema
         cols = [(k, schema[k]) for k in self.key_column]
-        where = f"reactive_state_engine {self.name!r}"
+        where = f"reactive_state_engine {clip(self.name)}"
         cols += [(n, infer_type(e, schema, where=where, kinds=RSE_KINDS)) for n, e in self._outputs]
         return Schema(tuple(cols))
 
@@ -159,7 +159,7 @@ class MetricDag:
                 else:
                     values.append(evaluate_scalar(node, args))
             else:
-                raise TypeError(f"unsupported node {node!r}")
+                raise TypeError(f"unsupported node {clip(node)}")
         return new_state, values
 
     def value_of(self, values: list[np.ndarray], expr: Expr) -> np.ndarray:
@@ -267,7 +267,7 @@ class NarrowReactiveStateEngine(ReactiveStateEngine):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        where = f"narrow_reactive_state_engine {self.name!r}"
+        where = f"narrow_reactive_state_engine {clip(self.name)}"
         computed = [n for n, e in self._outputs if not isinstance(e, Col)]
         if len(computed) != len(self.metric_names):
             raise GraphDefinitionError(
@@ -276,7 +276,7 @@ class NarrowReactiveStateEngine(ReactiveStateEngine):
             )
         for name, expr in self._outputs:
             if not isinstance(expr, Col) and infer_type(expr, self.input_schema, where=where, kinds=RSE_KINDS) == "string":
-                raise GraphDefinitionError(f"{where}: metric {name!r} is a string; narrow output values are numbers")
+                raise GraphDefinitionError(f"{where}: metric {clip(name)} is a string; narrow output values are numbers")
 
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
         wide = super().output_schema()
@@ -358,7 +358,7 @@ class DualOwnershipReactiveStateEngine(EngineSpec):
         try:
             return Schema(tuple(cols))
         except Exception as exc:
-            raise GraphDefinitionError(f"dual_ownership_reactive_state_engine {self.name!r}: {exc}") from None
+            raise GraphDefinitionError(f"dual_ownership_reactive_state_engine {clip(self.name)}: {exc}") from None
 
     def properties(self) -> dict[str, Any]:
         return {"metrics1": [str(m) for m in self.metrics1], "metrics2": [str(m) for m in self.metrics2],

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from headwater.engines.base import SEQ, EngineSpec, Processor
 from headwater.engines.columns import evaluate_rowwise
-from headwater.errors import GraphDefinitionError
+from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
 from headwater.functions import infer_type
 from headwater.parse import parse_expr
@@ -48,7 +48,7 @@ class Formula:
                 f"{where}: each metric needs 'output' and 'formula', missing {missing}; e.g. "
                 "{'output': 'B:value', 'formula': 'A + B', 'variables': {'A': 'A:f1', 'B': 'B:f1'}}"
             ) from None
-        formula = text if isinstance(text, Expr) else parse_expr(text, where=f"{where} formula {text!r}")
+        formula = text if isinstance(text, Expr) else parse_expr(text, where=f"{where} formula {clip(text)}")
         variables = dict(spec.get("variables", {}))
         unknown = [c for c in formula.columns() if c not in variables]
         if unknown:
@@ -76,19 +76,19 @@ class ReactiveStatelessEngine(EngineSpec):
     _order: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        where = f"reactive_stateless_engine {self.name!r}"
+        where = f"reactive_stateless_engine {clip(self.name)}"
         for c in (*self.key_column, self.value_column, *([self.time_column] if self.time_column else [])):
             if c not in self.input_schema:
-                raise GraphDefinitionError(f"{where}: column {c!r} is not an input column {self.input_schema}")
+                raise GraphDefinitionError(f"{where}: column {clip(c)} is not an input column {self.input_schema}")
         if self.input_schema[self.value_column] not in NUMERIC:
-            raise GraphDefinitionError(f"{where}: value_column {self.value_column!r} must be numeric")
+            raise GraphDefinitionError(f"{where}: value_column {clip(self.value_column)} must be numeric")
         outputs = [f.output for f in self.formulas]
         if len(set(outputs)) != len(outputs):
             raise GraphDefinitionError(f"{where}: output cells repeat: {outputs}")
         for f in self.formulas:
             if len(f.output.split(":")) != len(self.key_column):
                 raise GraphDefinitionError(
-                    f"{where}: output cell {f.output!r} must have {len(self.key_column)} parts joined by ':'"
+                    f"{where}: output cell {clip(f.output)} must have {len(self.key_column)} parts joined by ':'"
                 )
         object.__setattr__(self, "_order", self._topological(where))
 

@@ -29,7 +29,7 @@ from headwater.engines.base import (
     resolve_expr,
 )
 from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
-from headwater.errors import GraphDefinitionError
+from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Call, Col, Expr, Lit
 from headwater.functions import FUNCTIONS, infer_type
 from headwater.types import NUMERIC, TEMPORAL, Schema
@@ -81,27 +81,27 @@ class TimeSeriesEngine(EngineSpec):
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        where = f"time_series_engine {self.name!r}"
+        where = f"time_series_engine {clip(self.name)}"
         if to_micros(self.window) % to_micros(self.step):
             raise GraphDefinitionError(
                 f"{where}: window {format_duration(self.window)} must be a multiple of step "
                 f"{format_duration(self.step)}; e.g. window='60s', step='30s'"
             )
         if self.closed not in ("left", "right"):
-            raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {self.closed!r}")
+            raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
         if isinstance(self.fill, str) and self.fill not in FILL_MODES:
             raise GraphDefinitionError(
-                f"{where}: fill must be one of {', '.join(FILL_MODES)} or a number, got {self.fill!r}"
+                f"{where}: fill must be one of {', '.join(FILL_MODES)} or a number, got {clip(self.fill)}"
             )
         time_col = self.input_schema.lookup(self.time_column)
         if time_col is None:
             raise GraphDefinitionError(
-                f"{where}: time_column {self.time_column!r} is not an input column "
+                f"{where}: time_column {clip(self.time_column)} is not an input column "
                 f"(input columns: {', '.join(self.input_schema.names)})"
             )
         if self.input_schema[time_col] not in TEMPORAL:
             raise GraphDefinitionError(
-                f"{where}: time_column {time_col!r} has type {self.input_schema[time_col]}; expected timestamp or date"
+                f"{where}: time_column {clip(time_col)} has type {self.input_schema[time_col]}; expected timestamp or date"
             )
         object.__setattr__(self, "time_column", time_col)
         keys = resolve_columns(self.key_column, self.input_schema, what="key_column", where=where)
@@ -111,7 +111,7 @@ class TimeSeriesEngine(EngineSpec):
         outputs = metric_outputs(self.metrics, where=where)
         taken = {time_col, *keys}
         for name, expr in outputs:
-            w = f"{where} metric {name!r}"
+            w = f"{where} metric {clip(name)}"
             if name in taken:
                 raise GraphDefinitionError(f"{w}: the name repeats the time or key column; rename it with 'as'")
             typ = infer_type(expr, self.input_schema, where=w, kinds=TSE_KINDS)
@@ -131,7 +131,7 @@ class TimeSeriesEngine(EngineSpec):
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
         schema = self.input_schema
         cols = [(self.time_column, schema[self.time_column])] + [(k, schema[k]) for k in self.key_column]
-        where = f"time_series_engine {self.name!r}"
+        where = f"time_series_engine {clip(self.name)}"
         cols += [(n, infer_type(e, schema, where=where, kinds=TSE_KINDS)) for n, e in self._outputs]
         return Schema(tuple(cols))
 
@@ -159,7 +159,7 @@ def _aggregates(expr: Expr) -> list[Call]:
 def _check_inside_aggregates(expr: Expr, *, where: str) -> None:
     if isinstance(expr, Col):
         raise GraphDefinitionError(
-            f"{where}: column {expr.name!r} is used outside an aggregate; a window engine outputs one row per "
+            f"{where}: column {clip(expr.name)} is used outside an aggregate; a window engine outputs one row per "
             f"window, e.g. 'last({expr.name}) as {expr.name}'"
         )
     if isinstance(expr, Call) and FUNCTIONS[expr.func].kind != "aggregate":

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headwater.engines.base import EngineSpec
-from headwater.errors import GraphDefinitionError
+from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
 from headwater.types import Schema
 
@@ -123,7 +123,7 @@ class LogicalGraph:
         if node.name in taken:
             other = taken[node.name]
             raise GraphDefinitionError(
-                f"stream graph {self.fqn}: name {node.name!r} is already used by node {other.id} ({other.type}); "
+                f"stream graph {self.fqn}: name {clip(node.name)} is already used by node {other.id} ({other.type}); "
                 "names identify tables and engine state, pick another one"
             )
         self.nodes[node.id] = node

@@ -29,6 +29,7 @@ from headwater.errors import (
     GraphDefinitionError,
     SchemaError,
     StreamGraphStateError,
+    clip,
     shorten,
 )
 from headwater.faults import fault_point
@@ -439,6 +440,7 @@ class Master:
             logical: LogicalGraph = load_definition(rec)
             for node in logical.nodes.values():
                 if getattr(node, "fqn", None) == str(engine):
+                    data = _conform_warmup(engine, node.spec.input_schema, data)  # type: ignore[attr-defined]
                     return int(self.worker.request(Warmup(rec.fqn, node.name, arrow_bytes(data))))
         raise CatalogError(f"stream engine {engine} is not part of a running graph")
 
@@ -502,6 +504,19 @@ class Master:
             self.store.dispose()
         finally:
             self._lock.release()
+
+
+def _conform_warmup(engine: FQN, schema: Schema, data: pa.Table) -> pa.Table:
+    """Warm-up rows with exactly the engine's input columns and types, or a SchemaError saying what differs."""
+    missing = [n for n in schema.names if n not in data.column_names]
+    if missing:
+        raise SchemaError(f"warm-up of {engine}: the data lacks column(s) {clip(missing, 300)}; the engine's input is "
+                          f"{clip(str(schema), 600)}")
+    try:
+        return data.select(list(schema.names)).cast(schema.to_arrow(), safe=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(f"warm-up of {engine}: the data does not fit the engine's input {clip(str(schema), 600)}: "
+                          f"{shorten(str(exc), 300)}") from None
 
 
 def _ts(seconds: float) -> Any:

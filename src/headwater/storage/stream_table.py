@@ -48,7 +48,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from headwater.errors import CatalogError, ExecutionError, GraphDefinitionError, SchemaError, SequenceError
+from headwater.errors import (
+    CatalogError,
+    ExecutionError,
+    GraphDefinitionError,
+    SchemaError,
+    SequenceError,
+    clip,
+)
 from headwater.faults import fault_point
 from headwater.storage.buckets import Bucketing, file_buckets, read_in_order, write_table
 from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, canonical_type
@@ -178,7 +185,7 @@ def _data_file_path(table_path: str, add_path: str) -> str:
         parsed = urlparse(add_path)
         if parsed.scheme != "file":
             raise ExecutionError(
-                f"stream table {table_path}: data file {add_path!r} is not on a local "
+                f"stream table {table_path}: data file {clip(add_path)} is not on a local "
                 "filesystem; only local paths are supported"
             )
         return unquote(parsed.path)
@@ -474,12 +481,12 @@ class StreamTable:
 
         path = Path(path).absolute()
         name = name or path.name
-        schema = Schema.parse(schema, where=f"stream table {name!r}")
+        schema = Schema.parse(schema, where=f"stream table {clip(name)}")
         key_columns = (key_columns,) if isinstance(key_columns, str) else tuple(key_columns)
         cls._check_definition(name, schema, kind, key_columns, time_column)
         if path.exists():
             raise CatalogError(
-                f"stream table {name!r}: path {path} already exists; open it with "
+                f"stream table {clip(name)}: path {path} already exists; open it with "
                 "StreamTable.open(path) or choose another path"
             )
         configuration = {
@@ -504,7 +511,7 @@ class StreamTable:
             )
         except Exception as exc:
             if "exist" in str(exc).lower():
-                raise CatalogError(f"stream table {name!r}: path {path} already exists") from exc
+                raise CatalogError(f"stream table {clip(name)}: path {path} already exists") from exc
             raise
         return cls(path, schema, kind=kind, key_columns=key_columns, time_column=time_column, name=name)
 
@@ -512,13 +519,13 @@ class StreamTable:
     def _check_definition(
         name: str, schema: Schema, kind: str, key_columns: tuple[str, ...], time_column: str | None
     ) -> None:
-        where = f"stream table {name!r}"
+        where = f"stream table {clip(name)}"
         if kind not in KINDS:
-            raise GraphDefinitionError(f"{where}: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+            raise GraphDefinitionError(f"{where}: unknown kind {clip(kind)}; expected one of {', '.join(KINDS)}")
         for col in (*key_columns, *([time_column] if time_column else [])):
             if col not in schema:
                 raise SchemaError(
-                    f"{where}: column {col!r} is not in the schema {schema}; "
+                    f"{where}: column {clip(col)} is not in the schema {schema}; "
                     f"expected one of {', '.join(schema.names)}"
                 )
         if len(set(key_columns)) != len(key_columns):
@@ -529,7 +536,7 @@ class StreamTable:
                 "use kind='keyed' or kind='latest_keyed' to de-duplicate by key"
             )
         if kind != "plain" and not key_columns:
-            raise GraphDefinitionError(f"{where}: kind={kind!r} needs key_columns, e.g. key_columns=['sym']")
+            raise GraphDefinitionError(f"{where}: kind={clip(kind)} needs key_columns, e.g. key_columns=['sym']")
         if kind == "latest_keyed":
             if time_column is None:
                 raise GraphDefinitionError(
@@ -537,11 +544,11 @@ class StreamTable:
                 )
             if schema[time_column] not in NUMERIC | TEMPORAL:
                 raise SchemaError(
-                    f"{where}: time_column {time_column!r} has type {schema[time_column]}; expected a "
+                    f"{where}: time_column {clip(time_column)} has type {schema[time_column]}; expected a "
                     "timestamp, date or numeric column"
                 )
             if time_column in key_columns:
-                raise GraphDefinitionError(f"{where}: time_column {time_column!r} cannot be a key column")
+                raise GraphDefinitionError(f"{where}: time_column {clip(time_column)} cannot be a key column")
 
     @classmethod
     def open(cls, path: str | Path) -> StreamTable:
@@ -551,7 +558,7 @@ class StreamTable:
         path = Path(path).absolute()
         if not path.is_dir() or not DeltaTable.is_deltatable(str(path)):
             raise CatalogError(
-                f"stream table {path.name!r}: no stream table at {path}; create it with "
+                f"stream table {clip(path.name)}: no stream table at {path}; create it with "
                 "StreamTable.create(path, schema)"
             )
         dt = DeltaTable(str(path))
@@ -561,7 +568,7 @@ class StreamTable:
         if _CONF_SCHEMA in conf:
             schema = Schema(tuple((n, canonical_type(t)) for n, t in json.loads(conf[_CONF_SCHEMA])))
         else:  # a Delta table written by another tool: read it as a plain table
-            schema = Schema.from_arrow(pa.schema(dt.schema().to_arrow()), where=f"stream table {name!r}")
+            schema = Schema.from_arrow(pa.schema(dt.schema().to_arrow()), where=f"stream table {clip(name)}")
         table = cls(
             path,
             schema,
@@ -583,8 +590,8 @@ class StreamTable:
 
     def __repr__(self) -> str:
         keys = f", key_columns={list(self.key_columns)}" if self.key_columns else ""
-        tcol = f", time_column={self.time_column!r}" if self.time_column else ""
-        return f"StreamTable({self.name!r}, {self.schema}, kind={self.kind!r}{keys}{tcol}, path={str(self.path)!r})"
+        tcol = f", time_column={clip(self.time_column)}" if self.time_column else ""
+        return f"StreamTable({clip(self.name)}, {self.schema}, kind={clip(self.kind)}{keys}{tcol}, path={str(self.path)!r})"
 
     # -- reading -------------------------------------------------------------
 
@@ -593,7 +600,7 @@ class StreamTable:
         st = _state(self.path)
         if not os.path.exists(_commit_file(self.path, st.known_version)):
             if not os.path.isdir(_log_dir(self.path)):
-                raise CatalogError(f"stream table {self.name!r}: no stream table at {self.path} (deleted?)")
+                raise CatalogError(f"stream table {clip(self.name)}: no stream table at {self.path} (deleted?)")
             st.known_version = 0
         v = latest_version(self.path, st.known_version)
         st.known_version = v
@@ -663,7 +670,7 @@ class StreamTable:
                     continue
                 st.known_version = max(st.known_version, base + 1)
                 return base + 1
-        raise ExecutionError(f"stream table {self.name!r}: could not commit files after {_MAX_COMMIT_ATTEMPTS} attempts")
+        raise ExecutionError(f"stream table {clip(self.name)}: could not commit files after {_MAX_COMMIT_ATTEMPTS} attempts")
 
 
     def append(
@@ -696,8 +703,8 @@ class StreamTable:
                 or batch_id < 0
             ):
                 raise GraphDefinitionError(
-                    f"stream table {self.name!r}: txn must be (app_id: non-empty str, batch_id: int >= 0), "
-                    f"got {txn!r}"
+                    f"stream table {clip(self.name)}: txn must be (app_id: non-empty str, batch_id: int >= 0), "
+                    f"got {clip(txn)}"
                 )
             txn = (app_id, int(batch_id))
         st = _state(self.path)
@@ -707,7 +714,7 @@ class StreamTable:
                 if version != -1:
                     return version
             raise ExecutionError(
-                f"stream table {self.name!r}: could not commit after {_MAX_COMMIT_ATTEMPTS} attempts; "
+                f"stream table {clip(self.name)}: could not commit after {_MAX_COMMIT_ATTEMPTS} attempts; "
                 "other writers keep committing to the same table"
             )
 
@@ -729,7 +736,7 @@ class StreamTable:
         rows = self._conform(data)
         if isinstance(sequence, bool) or not isinstance(sequence, int | np.integer) or sequence < 0:
             raise GraphDefinitionError(
-                f"stream table {self.name!r}: sequence must be an int >= 0, got {sequence!r}"
+                f"stream table {clip(self.name)}: sequence must be an int >= 0, got {clip(sequence)}"
             )
         sequence = int(sequence)
         st = _state(self.path)
@@ -742,7 +749,7 @@ class StreamTable:
                     if found is not None:
                         return found
                     raise SequenceError(
-                        f"stream table {self.name!r}: append with sequence {sequence} for {app_id!r} is "
+                        f"stream table {clip(self.name)}: append with sequence {sequence} for {clip(app_id)} is "
                         f"out of order: sequence {done} is already committed and {sequence} never was. "
                         "Sequences must increase; resume from committed_sequence(table) + 1"
                     )
@@ -750,7 +757,7 @@ class StreamTable:
                 if version is not None and version != -1:
                     return version
         raise ExecutionError(
-            f"stream table {self.name!r}: could not commit after {_MAX_COMMIT_ATTEMPTS} attempts; "
+            f"stream table {clip(self.name)}: could not commit after {_MAX_COMMIT_ATTEMPTS} attempts; "
             "other writers keep committing to the same table"
         )
 
@@ -783,7 +790,7 @@ class StreamTable:
 
         if st.delta is None:
             if not os.path.isdir(_log_dir(self.path)):
-                raise CatalogError(f"stream table {self.name!r}: no stream table at {self.path} (deleted?)")
+                raise CatalogError(f"stream table {clip(self.name)}: no stream table at {self.path} (deleted?)")
             st.delta = DeltaTable(str(self.path))
         else:
             st.delta.update_incremental()
@@ -850,7 +857,7 @@ class StreamTable:
     # -- validation ----------------------------------------------------------
 
     def _conform(self, data: Any) -> pa.Table:
-        where = f"stream table {self.name!r}"
+        where = f"stream table {clip(self.name)}"
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         elif not isinstance(data, pa.Table):
@@ -873,8 +880,8 @@ class StreamTable:
                 extra.append(col)
             elif real in by_table_name:
                 raise SchemaError(
-                    f"{where}: data has columns {by_table_name[real]!r} and {col!r} that both "
-                    f"match table column {real!r}; keep one"
+                    f"{where}: data has columns {clip(by_table_name[real])} and {clip(col)} that both "
+                    f"match table column {clip(real)}; keep one"
                 )
             else:
                 by_table_name[real] = col
@@ -895,7 +902,7 @@ class StreamTable:
             target = ARROW_TYPES[typ]
             if not _cast_allowed(col.type, typ):
                 raise SchemaError(
-                    f"{where}: column {name!r} has type {col.type}, expected {typ} ({target}); "
+                    f"{where}: column {clip(name)} has type {col.type}, expected {typ} ({target}); "
                     f"{_type_hint(col.type, typ)}"
                 )
             if col.type != target:
@@ -903,7 +910,7 @@ class StreamTable:
                     col = pc.cast(col, target, safe=True)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                     raise SchemaError(
-                        f"{where}: column {name!r} of type {col.type} does not fit {typ} "
+                        f"{where}: column {clip(name)} of type {col.type} does not fit {typ} "
                         f"({target}) without changing values: {exc}; "
                         f"{_type_hint(col.type, typ)}"
                     ) from None
