@@ -110,7 +110,9 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     if scratch is not None:
         builder = builder.config("spark.local.dir", str(scratch / "local"))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    # Failures of Headwater's queries are reported by Headwater (the graph's status and reason, ExecutionError)
+    # in one line; Spark would print each with its Java stack trace. HEADWATER_SPARK_LOG_LEVEL=ERROR shows them.
+    spark.sparkContext.setLogLevel(os.environ.get("HEADWATER_SPARK_LOG_LEVEL", "FATAL"))
     logging.getLogger("py4j").setLevel(logging.ERROR)
     from pyspark.logger import PySparkLogger
 
