@@ -60,7 +60,7 @@ def test_a_failing_graph_goes_to_error_then_failed_and_can_be_resubmitted(spark,
         session.append("ticks", frame)
         session.wait_until_caught_up("fragile")
         session.append("ticks", frame.assign(v=-1.0).iloc[:1])
-        with pytest.raises(hw.ExecutionError, match="again after a restart.*ValueError: negative value"):
+        with pytest.raises(hw.ExecutionError, match=r"again after a restart.*ValueError: negative value"):
             session.wait_until_caught_up("fragile", timeout=300)
         meta = session.stream_graph_meta("fragile").iloc[-1]
         assert meta["status"] == "failed" and "negative value" in meta["reason"]
