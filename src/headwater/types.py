@@ -79,6 +79,9 @@ def type_from_arrow(dtype: pa.DataType, *, where: str = "data") -> str:
     raise SchemaError(f"{where}: column type {dtype} is not supported; expected one of {sorted(ARROW_TYPES)}")
 
 
+RESERVED_PREFIX = "_hw_"  # hidden columns: _hw_seq (stream order), _hw_pos (bucketed files)
+
+
 @dataclass(frozen=True)
 class Schema:
     """An ordered, immutable list of (column name, type name) pairs."""
@@ -90,6 +93,9 @@ class Schema:
         for name, _ in self.columns:
             if name in seen:
                 raise SchemaError(f"schema: duplicate column name {clip(name)}")
+            if name.lower().startswith(RESERVED_PREFIX):
+                raise SchemaError(f"schema: column name {clip(name)} is reserved (names starting with "
+                                  f"{RESERVED_PREFIX!r} are Headwater's own, e.g. _hw_seq); rename it")
             seen.add(name)
 
     @classmethod

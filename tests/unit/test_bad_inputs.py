@@ -88,3 +88,15 @@ def test_non_frames_are_schema_errors(session):
     table = pa.table({"sym": ["a"], "px": ["1.5"]})  # a string column where a double is expected
     with pytest.raises(hw.SchemaError, match="column 'px' has type string, expected double"):
         session.append("quotes", table)
+
+
+@pytest.mark.parametrize("declare", [
+    lambda s, g: g.source("t", schema={"_hw_seq": "long", "x": "double"}),
+    lambda s, g: s.create_stream_table("t2", {"_HW_pos": "long"}),
+    lambda s, g: g.source("t", schema={"k": "string", "x": "double"}).map(["k", "x * 2 as _hw_x"]),
+    lambda s, g: g.source("t", schema={"k": "string", "x": "double"})
+                  .reactive_state_engine(key_column="k", metrics=["cumsum(x) as _hw_seq"]),
+])
+def test_reserved_column_names_are_refused(session, declare):
+    with pytest.raises(hw.SchemaError, match="is reserved"):
+        declare(session, session.stream_graph("g"))

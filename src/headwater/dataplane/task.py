@@ -34,6 +34,7 @@ from headwater.errors import ExecutionError
 from headwater.plan.logical import EngineNode, MapNode, Node
 from headwater.plan.physical import PhysicalGraph, Subgraph
 from headwater.storage.buckets import Bucketing, read_bucket, read_in_order, task_of, write_table
+from headwater.storage.stream_table import commit_time
 from headwater.types import Schema
 
 SEQ_SHIFT = 32
@@ -186,6 +187,7 @@ class SubgraphTask:
         rows_in = rows.num_rows
         if rows_in == 0:
             return TaskReport([], 0, seconds)
+        batch_time = commit_time(self.input_path, end)  # the batch's processing time, identical on replay
         new_states: list[tuple[SnapshotStore, Any]] = []
         for node, processor in list(zip(self.chain, self.processors(), strict=True))[first:]:
             if processor is not None:
@@ -194,7 +196,8 @@ class SubgraphTask:
                 state = store.load(task, start + 1)
                 seconds["state"] += clock() - t
                 t = clock()
-                state, rows = processor.process(processor.new_state() if state is None else state, rows)
+                state, rows = processor.process(processor.new_state() if state is None else state, rows,
+                                                batch_time=batch_time)
                 seconds["kernel"] += clock() - t
                 new_states.append((store, state))
             else:
@@ -247,7 +250,8 @@ class SubgraphTask:
                 continue
             rows = rows.append_column(SEQ, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
             loaded = store.load(task, version + 1)
-            state, _ = processor.process(processor.new_state() if loaded is None else loaded, rows)
+            state, _ = processor.process(processor.new_state() if loaded is None else loaded, rows,
+                                         batch_time=commit_time(self.input_path, version) if version else 0.0)
             store.save(task, version, state)
         return data.num_rows
 

@@ -34,11 +34,14 @@ class Processor(abc.ABC):
         """State before the first row."""
 
     @abc.abstractmethod
-    def process(self, state: Any, table: pa.Table) -> tuple[Any, pa.Table]:
+    def process(self, state: Any, table: pa.Table, *, batch_time: float = 0.0) -> tuple[Any, pa.Table]:
         """Consume ``table`` (input columns + ``_hw_seq``, in stream order); return new state and output.
 
         The output has the engine's output columns plus ``_hw_seq``, the order key of
         each output row (the sequence number of the input row that produced it).
+        ``batch_time`` (seconds since the epoch) is when the micro-batch's input was committed: the same
+        on every replay of the batch. An engine that acts on processing time (key purge) uses it, never
+        the wall clock, so a replayed batch leaves exactly the same state.
         """
 
 

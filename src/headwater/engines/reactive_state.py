@@ -10,7 +10,6 @@ key, evaluating node by node over the batch equals evaluating row by row.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -182,7 +181,7 @@ class ReactiveStateProcessor(Processor):
     def new_state(self) -> dict[str, Any]:
         return {"keys": [], "ops": self.dag.new_state(), "last": {}, "last_purge": None}
 
-    def process(self, state: dict[str, Any], table: pa.Table) -> tuple[dict[str, Any], pa.Table]:
+    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
         n = table.num_rows
         if n == 0:
             return state, self.empty_output()
@@ -206,10 +205,11 @@ class ReactiveStateProcessor(Processor):
         new_state = {"keys": keys.keys, "ops": ops_state, "last": state.get("last", {}),
                      "last_purge": state.get("last_purge")}
         if self.purge_columns:
-            new_state = self._purge(new_state, slots, pa.table(arrays[:-1], schema=self.out_schema.to_arrow()))
+            new_state = self._purge(new_state, slots, pa.table(arrays[:-1], schema=self.out_schema.to_arrow()),
+                                    batch_time)
         return new_state, out
 
-    def _purge(self, state: dict[str, Any], slots: np.ndarray, out: pa.Table) -> dict[str, Any]:
+    def _purge(self, state: dict[str, Any], slots: np.ndarray, out: pa.Table, batch_time: float) -> dict[str, Any]:
         """Orca's key purge: drop keys whose latest output matches the filter, if they are >= 10% of keys.
 
         Runs after a batch's output is computed, so a replayed batch still yields identical rows.
@@ -229,7 +229,7 @@ class ReactiveStateProcessor(Processor):
             grown[seen] = values[last_row[seen]]
             last[c] = grown
         state = {**state, "last": last}
-        now = time.time()
+        now = batch_time  # the input's commit time, not the wall clock: replays purge identically
         if state["last_purge"] is None:
             return {**state, "last_purge": now}
         assert self.spec.key_purge_freq is not None and self.spec.key_purge_filter is not None
@@ -301,8 +301,8 @@ class NarrowProcessor(ReactiveStateProcessor):
     def empty_output(self) -> pa.Table:
         return self.narrow_schema.to_arrow().append(pa.field(SEQ, pa.int64())).empty_table()
 
-    def process(self, state: dict[str, Any], table: pa.Table) -> tuple[dict[str, Any], pa.Table]:
-        state, wide = super().process(state, table)
+    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        state, wide = super().process(state, table, batch_time=batch_time)
         if wide.num_rows == 0:
             return state, self.empty_output()
         spec = self.narrow
@@ -378,9 +378,9 @@ class DualOwnershipProcessor(Processor):
     def new_state(self) -> dict[str, Any]:
         return {"first": self.first.new_state(), "second": self.second.new_state()}
 
-    def process(self, state: dict[str, Any], table: pa.Table) -> tuple[dict[str, Any], pa.Table]:
-        s1, out1 = self.first.process(state["first"], table)
-        s2, out2 = self.second.process(state["second"], table)
+    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        s1, out1 = self.first.process(state["first"], table, batch_time=batch_time)
+        s2, out2 = self.second.process(state["second"], table, batch_time=batch_time)
         columns = {**{n: out2[n] for n in out2.column_names}, **{n: out1[n] for n in out1.column_names}}
         out = pa.table([columns[f.name] if f.name in columns else table[f.name] for f in self.schema],
                        schema=self.schema)

@@ -146,7 +146,7 @@ class ReactiveStatelessProcessor(Processor):
                 changed.add(f.output)
         return out
 
-    def process(self, state: dict[str, float], table: pa.Table) -> tuple[dict[str, float], pa.Table]:
+    def process(self, state: dict[str, float], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, float], pa.Table]:
         spec = self.spec
         if table.num_rows == 0:
             return state, self.schema.empty_table()

@@ -216,7 +216,7 @@ class TimeSeriesProcessor(Processor):
     def empty_output(self) -> pa.Table:
         return self._arrow_schema().empty_table()
 
-    def process(self, state: dict[str, Any], table: pa.Table) -> tuple[dict[str, Any], pa.Table]:
+    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
         spec = self.spec
         table = table.filter(table[spec.time_column].is_valid())
         n = table.num_rows

@@ -192,6 +192,19 @@ def _data_file_path(table_path: str, add_path: str) -> str:
     return os.path.join(table_path, unquote(add_path))
 
 
+def commit_time(path: str | Path, version: int) -> float:
+    """When commit ``version`` was made (seconds since the epoch), from its ``commitInfo``; a fixed fact
+    of the log, so every replay of a micro-batch sees the same time."""
+    file = _commit_file(path, version)
+    with open(file, encoding="utf-8") as f:
+        for line in f:
+            if '"commitInfo"' in line:
+                stamp = json.loads(line)["commitInfo"].get("timestamp")
+                if stamp is not None:
+                    return float(stamp) / 1000.0
+    return os.stat(file).st_mtime  # a writer that recorded no timestamp: the commit file's own time
+
+
 def read_commit(path: str | Path, version: int) -> Commit:
     """Parse ``_delta_log/<version>.json`` and return the data files it added, in order."""
     table_path = os.fspath(path)
