@@ -3,6 +3,7 @@ stop the others from resuming, and connect() returns while graphs resume in the 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -129,4 +130,30 @@ def test_a_broken_graph_fails_alone_and_connect_does_not_wait_for_resuming(spark
             session.wait_until_caught_up("broken", timeout=60)
     finally:
         gate.set()
+        session.close()
+
+
+def test_a_graph_whose_plan_changed_is_not_resumed_on_foreign_state(spark, tmp_path):
+    data = tmp_path / "data"
+    session = hw.connect(data)
+    session.use_catalog("demo")
+    build(session, "g", "ticks", "out").submit()
+    session.close()
+    engine = sa.create_engine(f"sqlite:///{data / 'headwater.db'}")
+    with engine.begin() as c:  # as if an older Headwater had planned it with another parallelism
+        doc = json.loads(c.execute(sa.text("select graph_json from stream_graphs")).scalar_one())
+        for node in doc["physical"]["nodes"]:
+            if node.get("parallelism", {}).get("count") == 2:
+                node["parallelism"]["count"] = 4
+        c.execute(sa.text("update stream_graphs set graph_json = :j"), {"j": json.dumps(doc)})
+    engine.dispose()
+    session = hw.connect(data)
+    session.use_catalog("demo")
+    try:
+        with pytest.raises(hw.StreamGraphStateError, match="plan changed"):
+            session.wait_until_caught_up("g", timeout=120)
+        meta = session.stream_graph_meta("g").iloc[-1]
+        assert meta["status"] == "failed"
+        assert "parallelism > count: was 4, now 2" in meta["reason"] and "drop it and submit it again" in meta["reason"]
+    finally:
         session.close()

@@ -9,6 +9,7 @@ background, each on its own (``recover``), so a session is usable at once.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import threading
@@ -35,7 +36,7 @@ from headwater.errors import (
 from headwater.faults import fault_point
 from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
-from headwater.plan.render import dumps, to_json
+from headwater.plan.render import dumps, plan_changes, to_json
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
 from headwater.runtime.protocol import (
     IsRunning,
@@ -385,6 +386,13 @@ class Master:
             physical = plan(logical)
         except Exception as exc:  # the stored definition no longer loads (e.g. a user module was removed)
             reason = f"cannot load its stored definition: {type(exc).__name__}: {shorten(str(exc), 400)}"
+            self._set_status(rec, GraphStatus.FAILED, reason, action="resume")
+            log.error("stream graph %s %s", rec.fqn, reason)
+            return
+        changes = plan_changes(json.loads(rec.graph_json), to_json(logical, physical))
+        if changes:  # its checkpoints and state belong to another plan: running would silently orphan them
+            reason = (f"its plan changed since it was submitted, so its state cannot be reused: {'; '.join(changes[:3])}"
+                      f"{f' (and {len(changes) - 3} more)' if len(changes) > 3 else ''}; drop it and submit it again")
             self._set_status(rec, GraphStatus.FAILED, reason, action="resume")
             log.error("stream graph %s %s", rec.fqn, reason)
             return
