@@ -40,7 +40,7 @@ def test_output_schema_is_inferred(session):
 
 def test_unknown_column_in_metric_names_node_and_value(session):
     src = session.stream_graph("g").source("trade", schema=TRADE_SCHEMA)
-    with pytest.raises(hw.SchemaError, match=r"time_series_engine 'engine_1'.*unknown column 'prize'.*did you mean 'price'"):
+    with pytest.raises(hw.SchemaError, match=r"time_series_engine 'time_series_trade'.*unknown column 'prize'.*did you mean 'price'"):
         src.time_series_engine(window="60s", step="60s", time_column="time", metrics=["max(prize) as high"])
 
 

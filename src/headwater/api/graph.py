@@ -7,6 +7,7 @@ a bad metric fails on the user's own line, long before Spark starts.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headwater.catalog import FQN, check_identifier, resolve
+from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
 from headwater.durations import parse_duration
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
@@ -80,8 +81,25 @@ class StreamGraph:
     def _table_fqn(self, name: str) -> FQN:
         return resolve(name, "stream_table", current_catalog=self.fqn.catalog)
 
-    def _next_engine_name(self) -> str:
-        return f"engine_{self._graph.next_id()}"
+    def _engine_name(self, kind: str, upstream: int) -> str:
+        """A stable default engine name: its kind and the nearest named node upstream (a table or engine).
+
+        Unlike a node number it does not change when another branch is added to the graph, so the state
+        it names survives such an edit: ``time_series_trade``, ``reactive_state_one_min_bar``, then
+        ``..._2`` for a second engine of the same kind on the same input.
+        """
+        anchor = upstream
+        while not isinstance(self._graph.nodes[anchor], TableNode | EngineNode) and self._graph.inputs(anchor):
+            anchor = self._graph.inputs(anchor)[0]
+        base = f"{kind.lower().removesuffix('_engine')}_{self._graph.nodes[anchor].name}"
+        if len(base) > MAX_NAME_CHARS:
+            base = f"{base[:MAX_NAME_CHARS - 9]}_{hashlib.sha1(base.encode()).hexdigest()[:8]}"
+        taken = {n.name for n in self._graph.nodes.values()}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base[:MAX_NAME_CHARS - 1 - len(str(n))]}_{n}"
+        return name
 
     # -- sources -----------------------------------------------------------------------------------
     def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: str, keys: tuple[str, ...],
@@ -235,8 +253,8 @@ class DStream:
         return self
 
     # -- engines -----------------------------------------------------------------------------------
-    def _engine(self, make: Callable[[str], Any]) -> DStream:
-        name = self.graph._next_engine_name()
+    def _engine(self, kind: str, make: Callable[[str], Any]) -> DStream:
+        name = self.graph._engine_name(kind, self.node_id)
         spec = make(name)
         fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
         node = EngineNode(self.graph._graph.next_id(), name, spec.output_schema(), parallelism=self.parallelism,
@@ -278,7 +296,7 @@ class DStream:
                 fill=fill,
             )
 
-        return self._engine(make)
+        return self._engine(TimeSeriesEngine.kind, make)
 
     def reactive_state_engine(
         self,
@@ -297,7 +315,7 @@ class DStream:
         matches are dropped from state at most once per ``key_purge_freq``, when they are at least
         10% of the keys (Orca's rule). Output is always in input order.
         """
-        return self._engine(lambda name: ReactiveStateEngine(**self._rse_args(
+        return self._engine(ReactiveStateEngine.kind, lambda name: ReactiveStateEngine(**self._rse_args(
             name, "reactive_state_engine", metrics, key_column, filter, keep_order, key_purge_filter, key_purge_freq)))
 
     def narrow_reactive_state_engine(
@@ -315,7 +333,7 @@ class DStream:
 
         Columns: key columns, pass-through metrics (plain columns), ``metricName``, ``value``.
         """
-        return self._engine(lambda name: NarrowReactiveStateEngine(**self._rse_args(
+        return self._engine(NarrowReactiveStateEngine.kind, lambda name: NarrowReactiveStateEngine(**self._rse_args(
             name, "narrow_reactive_state_engine", metrics, key_column, filter, keep_order, key_purge_filter,
             key_purge_freq), metric_names=tuple(metric_names)))
 
@@ -345,7 +363,7 @@ class DStream:
                 metrics2=tuple(to_metric(m, where=where) for m in _as_list(metrics2, where)),
                 key_column1=_as_tuple(key_column1), key_column2=_as_tuple(key_column2))
 
-        return self._engine(make)
+        return self._engine(DualOwnershipReactiveStateEngine.kind, make)
 
     def reactive_stateless_engine(
         self,
@@ -373,7 +391,7 @@ class DStream:
                 key_column=_as_tuple(key_column), value_column=value_column, time_column=time_column,
                 filter=None if filter is None else (float(filter[0]), float(filter[1])))
 
-        return self._engine(make)
+        return self._engine(ReactiveStatelessEngine.kind, make)
 
     def _rse_args(self, name: str, label: str, metrics: Any, key_column: Any, filter: Any, keep_order: bool,
                   key_purge_filter: Any, key_purge_freq: Any) -> dict[str, Any]:
@@ -399,7 +417,7 @@ class DStream:
     # -- edges -------------------------------------------------------------------------------------
     def map(self, func: Callable[[pd.DataFrame], pd.DataFrame] | Sequence[Expr | str] | None = None, *,
             where: Expr | str | None = None) -> DStream:
-        """A stateless transform: expressions (run inside Spark's JVM) or a function over a pandas batch.
+        """A stateless transform: expressions (Headwater's one evaluator) or a function over a pandas batch.
 
         ``map(["time", "price * volume as notional"], where="volume > 0")`` selects and filters;
         ``map(fn)`` calls ``fn(batch: pd.DataFrame) -> pd.DataFrame`` (it must be pure); its

@@ -281,7 +281,7 @@ def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[in
         partition_key=sg.parallelism.key if sg.parallelism else None, n_tasks=sg.task_count,
         chain=tuple(physical.nodes[n] for n in sg.chain),
         outputs=tuple((table_paths[o], physical.nodes[o].schema) for o in sg.outputs),
-        state_root=str(checkpoints / f"subgraph_{sg.id}" / "state"),
+        state_root=str(checkpoints / sg.key(physical) / "state"),
         output_buckets=tuple(reader_bucketing(physical, o) for o in sg.outputs))
 
 

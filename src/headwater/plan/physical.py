@@ -35,6 +35,14 @@ class Subgraph:
     def task_count(self) -> int:
         return self.parallelism.count if self.parallelism else 1
 
+    def key(self, graph: PhysicalGraph) -> str:
+        """A stable name for the subgraph's checkpoint and state: its input table and first node (or output).
+
+        Subgraph numbers follow the planner's order and shift when a branch is added; this key does not.
+        """
+        last = graph.nodes[self.chain[0]].name if self.chain else f"copy_{graph.nodes[self.outputs[0]].name}"
+        return f"{graph.nodes[self.input].name}__{last}"
+
     def task_ids(self) -> list[str]:
         return [f"{self.id}.{i}" for i in range(self.task_count)]
 
@@ -82,14 +90,15 @@ def plan(logical: LogicalGraph, *, private_table_fqn: str = "{graph}.private_{n}
         if isinstance(node, ComputeNode):
             g.nodes[node.id] = replace(node, parallelism=_effective_parallelism(logical, node))
 
-    counter = 0
+    per_producer: dict[int, int] = {}
 
     def insert_private_table(after: int, consumers: list[int]) -> int:
-        nonlocal counter
-        counter += 1
+        # named after its producer (numbered per producer), not after a plan-wide count: the name keys the
+        # reading subgraph's state, which must not move when another branch of the graph changes
+        per_producer[after] = per_producer.get(after, 0) + 1
         producer = g.nodes[after]
         tid = max(g.nodes) + 1
-        name = f"private_{producer.name}_{counter}"
+        name = f"private_{producer.name}_{per_producer[after]}"
         g.nodes[tid] = TableNode(tid, name, producer.schema, fqn=f"{logical.fqn}.{name}", role="buffer", private=True)
         g.edges = [(s, d) for s, d in g.edges if not (s == after and d in consumers)]
         g.edges.append((after, tid))

@@ -90,7 +90,7 @@ class Worker:
 
             running.queries[sg.id] = start_fused_subgraph(
                 self.spark, subgraph_task(physical, sg, table_paths, checkpoints, run),
-                checkpoints / f"subgraph_{sg.id}", app_id=f"{fqn}#{run}/subgraph_{sg.id}",
+                checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
                 trigger_interval=self.trigger_interval, on_batch=record)
 
         self._wait_until_started(fqn, running)
@@ -130,7 +130,7 @@ class Worker:
         self.stop_graph(fqn)
         try:
             task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0")
-            version = committed_input_version(checkpoints / f"subgraph_{sg.id}" / "spark")
+            version = committed_input_version(checkpoints / sg.key(physical) / "spark")
             return task.warm(engine, data, version)
         finally:
             self.start_graph(fqn_, physical, table_paths, checkpoints, run_id)
