@@ -71,6 +71,9 @@ def private_tmp(fake: Path) -> list[str] | None:
     """
     if shutil.which("unshare") is None:
         return None
+    tmp = Path("/tmp").resolve()
+    if any(tmp in Path(p).resolve().parents for p in (ROOT, sys.executable, sys.prefix)):
+        return None  # the checkout or its interpreter lives in /tmp (a CI clone): a private /tmp would hide it
     prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"',
               str(fake)]
     probe = subprocess.run([*prefix, "true"], capture_output=True, check=False)
