@@ -455,3 +455,31 @@ def test_open_a_delta_table_written_by_another_tool(tmp_path):
     assert (t.kind, t.schema) == ("plain", Schema.parse({"a": "long", "b": "string"}))
     assert sorted(t.read_version(0).column("a").to_pylist()) == [1, 2]
     assert t.append(pa.table({"a": [3], "b": ["z"]})) == 1
+
+
+def test_the_log_is_checkpointed_and_every_commit_stays_replayable(tmp_path):
+    """delta-rs writes a log checkpoint every 100 commits (its post-commit hook), so opening a long-lived
+    table stays fast; the commit files stay too (expired-log cleanup is off), so readers replay any version."""
+    t = StreamTable.create(tmp_path / "t", TICKS)
+    for i in range(101):
+        t.append(ticks([i], ["a"], [float(i)]))
+    log = tmp_path / "t" / "_delta_log"
+    assert list(log.glob("*.checkpoint.parquet")) and (log / "_last_checkpoint").exists()
+    again = StreamTable.open(tmp_path / "t")
+    assert again.version() == 101 and again.read_version(1).column("px").to_pylist() == [0.0]
+    assert again.to_arrow().num_rows == 101
+
+
+def test_compaction_keeps_every_readers_replay_and_the_snapshot(tmp_path):
+    t = StreamTable.create(tmp_path / "t", TICKS)
+    for i in range(30):
+        t.append(ticks([i, i], ["a", "b"], [float(i), -float(i)]))
+    replay = [t.read_version(v) for v in range(1, t.version() + 1)]
+    snapshot = t.to_arrow().sort_by([("time", "ascending"), ("sym", "ascending")])
+    version = t.compact()
+    assert version == 31 and read_commit(tmp_path / "t", version).rewrites  # stream readers skip it
+    assert [t.read_version(v) for v in range(1, 31)] == replay  # older versions still replay exactly
+    assert t.to_arrow().sort_by([("time", "ascending"), ("sym", "ascending")]).equals(snapshot)
+    assert len(t.commit(version).files) == 0 and t.compact() is None  # nothing left to merge
+    t.append(ticks([99], ["c"], [1.0]))  # and appends go on
+    assert t.read_version(32).num_rows == 1

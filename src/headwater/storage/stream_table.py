@@ -774,6 +774,26 @@ class StreamTable:
             "other writers keep committing to the same table"
         )
 
+    def compact(self, *, target_size: int = 128 * 2**20) -> int | None:
+        """Merge small data files into larger ones for snapshot readers (SQL); return the new version.
+
+        The compaction commit removes the small files from the snapshot and adds the merged ones with
+        ``dataChange: false``, so stream readers skip it (:func:`read_commit` marks it ``rewrites``) and
+        keep replaying older versions from the small files, which stay on disk: nothing is vacuumed here.
+        Holds the table's writer lock, so no append of this process interleaves. Returns None when there
+        was nothing to merge.
+        """
+        st = _state(self.path)
+        with st.lock:
+            dt = self._delta(st)
+            before = dt.version()
+            metrics = dt.optimize.compact(target_size=target_size)
+            if not metrics.get("numFilesRemoved"):
+                return None
+            dt.update_incremental()
+            st.known_version = max(st.known_version, dt.version())
+            return None if dt.version() == before else int(dt.version())
+
     def transaction_version(self, app_id: str) -> int | None:
         """Return the newest transaction version ``app_id`` committed to this table, or None."""
         st = _state(self.path)
