@@ -14,6 +14,7 @@ import logging
 import shutil
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from headwater.faults import fault_point
 from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import dumps, plan_changes, to_json
+from headwater.runtime.compactor import Compactor
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
 from headwater.runtime.protocol import (
     IsRunning,
@@ -88,7 +90,6 @@ class GraphPaths:
 
 class Master:
     def __init__(self, data_dir: Path, *, worker: WorkerPort) -> None:
-
         self.data_dir = Path(data_dir)
         self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
         try:
@@ -102,6 +103,13 @@ class Master:
         self._recovering: dict[str, threading.Event] = {}  # graphs being resumed in the background
         self._recovery: threading.Thread | None = None
         self._closing = threading.Event()
+        # started with the first graph: a session that only declares graphs or appends runs no thread; a weak
+        # reference, so that an unclosed master is still freed (and its directory lock released) at once
+        tables = weakref.WeakMethod(self._all_tables)
+        self.compactor = Compactor(lambda: (tables() or list)())
+
+    def _all_tables(self) -> list[StreamTable]:
+        return [self._table(t) for t in self.store.list_tables()]
 
     def remove_leftovers(self, *, min_age: float = ORPHAN_MIN_AGE_S) -> tuple[int, int]:
         """Delete what killed processes left: data files no commit references, dead Spark scratch.
@@ -286,6 +294,7 @@ class Master:
     def _start(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph, *, action: str = "start") -> None:
         self._set_status(rec, GraphStatus.BUILDING, action=action)
         self._bucket_inputs(physical)
+        self.compactor.start()
         try:
             self.worker.request(StartGraph(
                 rec.fqn, cloudpickle.dumps(physical), {str(k): v for k, v in self._table_paths(physical).items()},
@@ -505,6 +514,7 @@ class Master:
 
     def close(self) -> None:
         self._closing.set()
+        self.compactor.stop()
         if self._recovery is not None:
             self._recovery.join()
         try:

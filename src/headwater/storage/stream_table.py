@@ -774,6 +774,12 @@ class StreamTable:
             "other writers keep committing to the same table"
         )
 
+    def file_count(self) -> int:
+        """How many data files the current snapshot holds (from the log; no data is read)."""
+        st = _state(self.path)
+        with st.lock:
+            return len(self._delta(st).file_uris())
+
     def compact(self, *, target_size: int = 128 * 2**20) -> int | None:
         """Merge small data files into larger ones for snapshot readers (SQL); return the new version.
 
