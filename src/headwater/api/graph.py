@@ -136,7 +136,7 @@ class StreamGraph:
         existing = self._find_table(fqn)
         if existing is not None:
             return DStream(self, existing.id)
-        info = self._session._master.table_info(fqn)
+        info = self._session._table_info(fqn)
         node = TableNode(self._graph.next_id(), fqn.name, info.schema, fqn=str(fqn), role="source_by_name",
                          table_kind=info.kind, key_columns=info.key_columns, time_column=info.time_column)
         self._graph.add(node)
@@ -174,7 +174,7 @@ class StreamGraph:
     def submit(self) -> StreamGraph:
         """Plan the graph, create its tables and start it; returns once it is running."""
         self._physical = self.plan()
-        self._session._master.submit(self._graph, self._physical)
+        self._session._submit(self._graph, self._physical)
         return self
 
     def run_local(self, inputs: Mapping[str, Any], *, workdir: str | Path | None = None) -> dict[str, pd.DataFrame]:

@@ -19,9 +19,12 @@ from headwater.api.graph import StreamGraph
 from headwater.catalog import FQN, check_identifier, resolve
 from headwater.durations import parse_duration
 from headwater.errors import ConfigurationError, GraphDefinitionError, SchemaError, clip, shorten
+from headwater.plan.logical import LogicalGraph
+from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.master import Master
 from headwater.runtime.protocol import InProcessWorkerPort
 from headwater.runtime.worker import Worker
+from headwater.storage.metadata import TableRecord
 from headwater.types import Schema
 
 
@@ -286,6 +289,13 @@ class Session:
     def purge_stream_graph_records(self, name: str) -> int:
         """Forget the records of a graph's destroyed runs (``stream_graph_meta`` rows); returns how many."""
         return self._master.purge_records(self._graph_fqn(name))
+
+    # -- what StreamGraph asks of its session (the master stays private to the session) ---------------
+    def _submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
+        self._master.submit(logical, physical)
+
+    def _table_info(self, fqn: FQN) -> TableRecord:
+        return self._master.table_info(fqn)
 
     def _graph_fqn(self, name: str) -> FQN:
         return resolve(name, "stream_graph", current_catalog=self._catalog)
