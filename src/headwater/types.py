@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 import pyarrow as pa
 
@@ -77,6 +78,14 @@ def type_from_arrow(dtype: pa.DataType, *, where: str = "data") -> str:
     if pa.types.is_floating(dtype):
         return "double"
     raise SchemaError(f"{where}: column type {dtype} is not supported; expected one of {sorted(ARROW_TYPES)}")
+
+
+class TableKind(StrEnum):
+    """How a stream table treats rows of a key it already holds (see ``headwater.storage.stream_table``)."""
+
+    PLAIN = "plain"
+    KEYED = "keyed"
+    LATEST_KEYED = "latest_keyed"
 
 
 RESERVED_PREFIX = "_hw_"  # hidden columns: _hw_seq (stream order), _hw_pos (bucketed files)

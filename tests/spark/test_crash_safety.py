@@ -102,7 +102,8 @@ def test_a_broken_graph_fails_alone_and_connect_does_not_wait_for_resuming(spark
     session.close()
     engine = sa.create_engine(f"sqlite:///{data / 'headwater.db'}")
     with engine.begin() as c:  # its stored definition no longer loads (as when a user module is gone)
-        c.execute(sa.text("update stream_graphs set definition = x'00' where fqn = 'demo.stream_graph.broken'"))
+        c.execute(sa.text("update stream_graphs set graph_json = replace(graph_json, '\"$type\": \"TableNode\"', "
+                          "'\"$type\": \"GoneNode\"') where fqn = 'demo.stream_graph.broken'"))
     engine.dispose()
 
     gate = threading.Event()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import headwater as hw
-from headwater.plan.physical import PLAN_VERSION
+from headwater.plan.document import PLAN_VERSION
 from tests.support.indicators import build_indicator_graph
 
 GOLDEN = Path(__file__).parent.parent / "golden"

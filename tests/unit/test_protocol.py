@@ -25,12 +25,12 @@ from headwater.runtime.protocol import (
 )
 
 SAMPLES = [
-    StartGraph("demo.stream_graph.g", b"\x80\x05plan", {"0": "/d/t", "2": "/d/o"}, "/d/ck", "7"),
+    StartGraph("demo.stream_graph.g", "{\"version\": 3}", {"0": "/d/t", "2": "/d/o"}, "/d/ck", "7"),
     StopGraph("demo.stream_graph.g"),
     IsRunning("demo.stream_graph.g"),
     WaitCaughtUp("demo.stream_graph.g", 12.5),
     Warmup("demo.stream_graph.g", "engine_1", arrow_bytes(pa.table({"x": [1, 2]}))),
-    TaskStatus("demo.stream_graph.g", b"plan"),
+    TaskStatus("demo.stream_graph.g", "{\"version\": 3}"),
     Progress("demo.stream_graph.g"),
     RunSql("select 1", "SELECT 1", [["hw__v", "demo.stream_table.t", "/d/t"]], ["a"]),
     Shutdown(),

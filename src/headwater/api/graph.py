@@ -30,7 +30,9 @@ from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Alias, Expr
 from headwater.functions import default_name, infer_type
 from headwater.parse import parse_expr, to_metric
+from headwater.plan.document import dumps, from_json, to_json
 from headwater.plan.logical import (
+    MAX_TASKS,
     ComputeNode,
     EngineNode,
     LogicalGraph,
@@ -38,10 +40,11 @@ from headwater.plan.logical import (
     Node,
     Parallelism,
     TableNode,
+    TableRole,
 )
 from headwater.plan.physical import PhysicalGraph, plan
-from headwater.plan.render import dumps, explain_logical, explain_physical, to_dot, to_json
-from headwater.types import Schema
+from headwater.plan.render import explain_logical, explain_physical, to_dot
+from headwater.types import Schema, TableKind
 
 if TYPE_CHECKING:
     from headwater.api.session import Session
@@ -102,7 +105,7 @@ class StreamGraph:
         return name
 
     # -- sources -----------------------------------------------------------------------------------
-    def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: str, keys: tuple[str, ...],
+    def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: TableKind, keys: tuple[str, ...],
                 time_column: str | None) -> DStream:
         fqn = self._table_fqn(name)
         parsed = Schema.parse(schema, where=f"source {clip(name)}")
@@ -112,23 +115,23 @@ class StreamGraph:
         existing = self._find_table(fqn)
         if existing is not None:
             return DStream(self, existing.id)
-        node = TableNode(self._graph.next_id(), fqn.name, parsed, fqn=str(fqn), role="source", table_kind=kind,
+        node = TableNode(self._graph.next_id(), fqn.name, parsed, fqn=str(fqn), role=TableRole.SOURCE, table_kind=kind,
                          key_columns=keys, time_column=time_column)
         self._graph.add(node)
         return DStream(self, node.id)
 
     def source(self, name: str, schema: Mapping[str, str] | Schema) -> DStream:
         """Declare a public stream table as the graph's input: ``g.source("trade", schema={...})``."""
-        return self._source(name, schema, "plain", (), None)
+        return self._source(name, schema, TableKind.PLAIN, (), None)
 
     def keyed_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table keeps the first row of every key (later rows with that key are dropped)."""
-        return self._source(name, schema, "keyed", _as_tuple(key_column), None)
+        return self._source(name, schema, TableKind.KEYED, _as_tuple(key_column), None)
 
     def latest_keyed_source(self, name: str, key_column: str | Sequence[str], time_column: str,
                             schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table accepts a row only if it is newer than the stored row of its key."""
-        return self._source(name, schema, "latest_keyed", _as_tuple(key_column), time_column)
+        return self._source(name, schema, TableKind.LATEST_KEYED, _as_tuple(key_column), time_column)
 
     def source_by_name(self, name: str) -> DStream:
         """Read an existing public stream table (another graph's sink, a standalone table, or this graph's)."""
@@ -137,8 +140,8 @@ class StreamGraph:
         if existing is not None:
             return DStream(self, existing.id)
         info = self._session._table_info(fqn)
-        node = TableNode(self._graph.next_id(), fqn.name, info.schema, fqn=str(fqn), role="source_by_name",
-                         table_kind=info.kind, key_columns=info.key_columns, time_column=info.time_column)
+        node = TableNode(self._graph.next_id(), fqn.name, info.schema, fqn=str(fqn), role=TableRole.SOURCE_BY_NAME,
+                         table_kind=TableKind(info.kind), key_columns=info.key_columns, time_column=info.time_column)
         self._graph.add(node)
         return DStream(self, node.id)
 
@@ -168,8 +171,29 @@ class StreamGraph:
         return to_dot(self._graph, self.plan())
 
     def to_json(self) -> str:
-        """Versioned JSON of the logical and physical graph."""
+        """Versioned JSON of the logical and physical graph: what the catalog stores; see :meth:`from_json`."""
         return dumps(to_json(self._graph, self.plan()))
+
+    @classmethod
+    def from_json(cls, session: Session, document: str) -> StreamGraph:
+        """The graph a :meth:`to_json` document declares, ready to ``submit()`` in ``session``.
+
+        User functions of ``map(fn)`` travel pickled in the document, so loading one runs code: take
+        documents only from people you would let submit graphs.
+
+        >>> import headwater as hw, tempfile
+        >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> session.use_catalog("doc")
+        >>> g = session.stream_graph("copy")
+        >>> _ = g.source("ticks", schema={"sym": "string", "px": "double"}).map(["sym", "px * 2 as px2"]).sink("out")
+        >>> hw.StreamGraph.from_json(session, g.to_json()).explain() == g.explain()
+        True
+        >>> session.close()
+        """
+        logical, _ = from_json(document)
+        graph = cls(session, resolve(logical.fqn, "stream_graph", current_catalog=None))
+        graph._graph = logical
+        return graph
 
     def submit(self) -> StreamGraph:
         """Plan the graph, create its tables and start it; returns once it is running."""
@@ -228,8 +252,9 @@ class DStream:
             raise GraphDefinitionError(
                 f"parallelize on {clip(self.node.name)}: unknown column {clip(column)} (columns: {', '.join(self.node.schema.names)})"
             )
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1024:
-            raise GraphDefinitionError(f"parallelize on {clip(self.node.name)}: count must be an int in 1..1024, got {clip(count)}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_TASKS:
+            raise GraphDefinitionError(
+                f"parallelize on {clip(self.node.name)}: count must be an int in 1..{MAX_TASKS}, got {clip(count)}")
         return replace(self, parallelism=Parallelism(real, count))
 
     def sync(self) -> DStream:
@@ -452,7 +477,7 @@ class DStream:
         return [self] * count
 
     # -- tables ------------------------------------------------------------------------------------
-    def _table(self, name: str, role: str, kind: str, keys: tuple[str, ...], time_column: str | None) -> DStream:
+    def _table(self, name: str, role: TableRole, kind: TableKind, keys: tuple[str, ...], time_column: str | None) -> DStream:
         fqn = self.graph._table_fqn(name)
         schema = self.node.schema
         for k in (*keys, *([time_column] if time_column else [])):
@@ -471,23 +496,23 @@ class DStream:
 
     def buffer(self, name: str) -> DStream:
         """Store the stream in a public table, queryable with SQL; the chain continues from it."""
-        return self._table(name, "buffer", "plain", (), None)
+        return self._table(name, TableRole.BUFFER, TableKind.PLAIN, (), None)
 
     def keyed_buffer(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        return self._table(name, "buffer", "keyed", _as_tuple(key_column), None)
+        return self._table(name, TableRole.BUFFER, TableKind.KEYED, _as_tuple(key_column), None)
 
     def latest_keyed_buffer(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        return self._table(name, "buffer", "latest_keyed", _as_tuple(key_column), time_column)
+        return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, _as_tuple(key_column), time_column)
 
     def sink(self, name: str) -> DStream:
         """Write the stream to a public table (the end of a chain)."""
-        return self._table(name, "sink", "plain", (), None)
+        return self._table(name, TableRole.SINK, TableKind.PLAIN, (), None)
 
     def keyed_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        return self._table(name, "sink", "keyed", _as_tuple(key_column), None)
+        return self._table(name, TableRole.SINK, TableKind.KEYED, _as_tuple(key_column), None)
 
     def latest_keyed_sink(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        return self._table(name, "sink", "latest_keyed", _as_tuple(key_column), time_column)
+        return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, _as_tuple(key_column), time_column)
 
 
 def _as_list(metrics: Any, where: str) -> list[Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,6 +23,17 @@ from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item
 from headwater.functions import default_name
 from headwater.types import Schema
+
+
+class EngineKind(StrEnum):
+    """Every engine Headwater runs, as Orca names its type in a graph's JSON."""
+
+    TIME_SERIES = "TIME_SERIES_ENGINE"
+    REACTIVE_STATE = "REACTIVE_STATE_ENGINE"
+    NARROW_REACTIVE_STATE = "NARROW_REACTIVE_STATE_ENGINE"
+    DUAL_OWNERSHIP_REACTIVE_STATE = "DUAL_OWNERSHIP_REACTIVE_STATE_ENGINE"
+    REACTIVE_STATELESS = "REACTIVE_STATELESS_ENGINE"
+
 
 SEQ = "_hw_seq"  # total order of rows within a stream (append order); reserved name
 
@@ -49,7 +61,7 @@ class Processor(abc.ABC):
 class EngineSpec(abc.ABC):
     """Base of engine descriptions; subclasses are frozen dataclasses that validate themselves."""
 
-    kind: ClassVar[str] = "ENGINE"
+    kind: ClassVar[EngineKind]
 
     @abc.abstractmethod
     def output_schema(self, input_schema: Schema | None = None) -> Schema: ...

@@ -21,6 +21,7 @@ import pyarrow as pa
 from headwater.durations import format_duration
 from headwater.engines.base import (
     SEQ,
+    EngineKind,
     EngineSpec,
     KeyTable,
     Processor,
@@ -48,7 +49,7 @@ RSE_KINDS = frozenset({"scalar", "state"})
 class ReactiveStateEngine(EngineSpec):
     """Parameters of ``reactive_state_engine`` (validated against the input schema on creation)."""
 
-    kind: ClassVar[str] = "REACTIVE_STATE_ENGINE"
+    kind: ClassVar[EngineKind] = EngineKind.REACTIVE_STATE
     name: str
     input_schema: Schema
     metrics: tuple[Expr, ...]
@@ -262,7 +263,7 @@ class NarrowReactiveStateEngine(ReactiveStateEngine):
     pass-through columns, ``metricName`` and ``value`` (Orca C.6).
     """
 
-    kind: ClassVar[str] = "NARROW_REACTIVE_STATE_ENGINE"
+    kind: ClassVar[EngineKind] = EngineKind.NARROW_REACTIVE_STATE
     metric_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -326,7 +327,7 @@ class DualOwnershipReactiveStateEngine(EngineSpec):
     input row, always in input order.
     """
 
-    kind: ClassVar[str] = "DUAL_OWNERSHIP_REACTIVE_STATE_ENGINE"
+    kind: ClassVar[EngineKind] = EngineKind.DUAL_OWNERSHIP_REACTIVE_STATE
     name: str
     input_schema: Schema
     metrics1: tuple[Expr, ...]

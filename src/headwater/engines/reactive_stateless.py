@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from headwater.engines.base import SEQ, EngineSpec, Processor
+from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor
 from headwater.engines.columns import evaluate_rowwise
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
@@ -65,7 +65,7 @@ class Formula:
 
 @dataclass(frozen=True)
 class ReactiveStatelessEngine(EngineSpec):
-    kind: ClassVar[str] = "REACTIVE_STATELESS_ENGINE"
+    kind: ClassVar[EngineKind] = EngineKind.REACTIVE_STATELESS
     name: str
     input_schema: Schema
     formulas: tuple[Formula, ...]

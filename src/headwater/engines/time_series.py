@@ -21,6 +21,7 @@ import pyarrow as pa
 from headwater.durations import format_duration, to_micros
 from headwater.engines.base import (
     SEQ,
+    EngineKind,
     EngineSpec,
     KeyTable,
     Processor,
@@ -65,7 +66,7 @@ def alignment_micros(step_us: int, *, round_time: bool) -> int:
 class TimeSeriesEngine(EngineSpec):
     """Parameters of ``time_series_engine`` (validated against the input schema on creation)."""
 
-    kind: ClassVar[str] = "TIME_SERIES_ENGINE"
+    kind: ClassVar[EngineKind] = EngineKind.TIME_SERIES
     name: str
     input_schema: Schema
     window: timedelta

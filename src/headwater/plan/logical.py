@@ -4,15 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from headwater.engines.base import EngineSpec
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
-from headwater.types import Schema
+from headwater.types import Schema, TableKind
 
-TABLE_KINDS = ("plain", "keyed", "latest_keyed")
-TABLE_ROLES = ("source", "source_by_name", "buffer", "sink")
+MAX_TASKS = 1024  # stream tasks of one subgraph
+
+
+class TableRole(StrEnum):
+    """Why a graph holds a table: its input, a table it reads by name, an intermediate store or an output."""
+
+    SOURCE = "source"
+    SOURCE_BY_NAME = "source_by_name"
+    BUFFER = "buffer"
+    SINK = "sink"
 
 
 @dataclass(frozen=True)
@@ -24,6 +33,10 @@ class Parallelism:
 
     def __str__(self) -> str:
         return f"{self.key}×{self.count}"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or not 1 <= self.count <= MAX_TASKS:
+            raise GraphDefinitionError(f"parallelize: count must be an int in 1..{MAX_TASKS}, got {clip(self.count)}")
 
 
 @dataclass(frozen=True)
@@ -43,18 +56,22 @@ class Node:
 @dataclass(frozen=True)
 class TableNode(Node):
     fqn: str
-    role: str
-    table_kind: str = "plain"
+    role: TableRole
+    table_kind: TableKind = TableKind.PLAIN
     key_columns: tuple[str, ...] = ()
     time_column: str | None = None
     private: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", TableRole(self.role))
+        object.__setattr__(self, "table_kind", TableKind(self.table_kind))
 
     @property
     def type(self) -> str:
         return "TABLE"
 
     def properties(self) -> dict[str, Any]:
-        props: dict[str, Any] = {"fqn": self.fqn, "role": self.role, "kind": self.table_kind,
+        props: dict[str, Any] = {"fqn": self.fqn, "role": str(self.role), "kind": str(self.table_kind),
                                  "visibility": "private" if self.private else "public"}
         if self.key_columns:
             props["keyColumn"] = list(self.key_columns)

@@ -17,10 +17,16 @@ Each subgraph later becomes one Spark streaming query (see ``headwater.spark``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
-from headwater.plan.logical import ComputeNode, LogicalGraph, MapNode, Node, Parallelism, TableNode
+from headwater.plan.logical import ComputeNode, LogicalGraph, MapNode, Node, Parallelism, TableNode, TableRole
 
-PLAN_VERSION = 2  # 2: one execution path, subgraphs carry no route
+
+class Partitioning(StrEnum):
+    """How rows travel along a physical edge."""
+
+    FORWARD = "FORWARD"  # within a task, in order
+    SHUFFLE = "SHUFFLE"  # from a table to the task that owns each row's key (rows are bucketed once, on write)
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,10 @@ class Subgraph:
 class PhysicalEdge:
     src: int
     dst: int
-    partition: str  # FORWARD | SHUFFLE
+    partition: Partitioning
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "partition", Partitioning(self.partition))
 
 
 @dataclass(frozen=True)
@@ -99,7 +108,8 @@ def plan(logical: LogicalGraph, *, private_table_fqn: str = "{graph}.private_{n}
         producer = g.nodes[after]
         tid = max(g.nodes) + 1
         name = f"private_{producer.name}_{per_producer[after]}"
-        g.nodes[tid] = TableNode(tid, name, producer.schema, fqn=f"{logical.fqn}.{name}", role="buffer", private=True)
+        g.nodes[tid] = TableNode(tid, name, producer.schema, fqn=f"{logical.fqn}.{name}", role=TableRole.BUFFER,
+                              private=True)
         g.edges = [(s, d) for s, d in g.edges if not (s == after and d in consumers)]
         g.edges.append((after, tid))
         g.edges.extend((tid, c) for c in consumers)
@@ -157,5 +167,5 @@ def plan(logical: LogicalGraph, *, private_table_fqn: str = "{graph}.private_{n}
     for s, d in sorted(g.edges):
         dst = g.nodes[d]
         shuffle = isinstance(g.nodes[s], TableNode) and isinstance(dst, ComputeNode) and dst.parallelism is not None
-        edges.append(PhysicalEdge(s, d, "SHUFFLE" if shuffle else "FORWARD"))
+        edges.append(PhysicalEdge(s, d, Partitioning.SHUFFLE if shuffle else Partitioning.FORWARD))
     return PhysicalGraph(logical.fqn, dict(sorted(g.nodes.items())), tuple(edges), tuple(subgraphs))

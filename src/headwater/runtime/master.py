@@ -15,11 +15,10 @@ import shutil
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
 import pyarrow as pa
 
 from headwater.catalog import FQN
@@ -35,9 +34,9 @@ from headwater.errors import (
     shorten,
 )
 from headwater.faults import fault_point
+from headwater.plan.document import dumps, from_json, plan_changes, same_definition, to_json
 from headwater.plan.logical import LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
-from headwater.plan.render import dumps, plan_changes, to_json
 from headwater.runtime.compactor import Compactor
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
 from headwater.runtime.protocol import (
@@ -55,7 +54,7 @@ from headwater.runtime.protocol import (
 )
 from headwater.sql.policy import prepare
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
-from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord, load_definition
+from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.stream_table import StreamTable, remove_orphan_files
 from headwater.types import Schema
 
@@ -94,6 +93,7 @@ class Master:
         self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
         try:
             self.store = MetadataStore.in_directory(self.data_dir)
+            self.store.upgrade(_render_legacy)
             self.remove_leftovers()
         except BaseException:
             self._lock.release()
@@ -220,7 +220,7 @@ class Master:
         graph_json = dumps(to_json(logical, physical))
         existing = self.store.active_graph(fqn)
         if existing is not None:
-            if existing.graph_json != graph_json:
+            if not same_definition(existing.graph_json, graph_json):
                 raise CatalogError(
                     f"stream graph {fqn} already exists (status {existing.status}) with a different definition; "
                     f"its state would be orphaned — drop it first with drop_stream_graph({fqn.split('.')[-1]!r}) "
@@ -248,7 +248,7 @@ class Master:
                                                        node.key_columns, node.time_column, owner))
             fault_point("submit.after_first_table")
         fault_point("submit.before_metadata")
-        graph_id = self.store.create_graph(fqn, logical, graph_json, SEMANTICS, new_tables=new_tables,
+        graph_id = self.store.create_graph(fqn, graph_json, SEMANTICS, new_tables=new_tables,
                                            refs=[t.fqn for t in physical.tables() if not t.private])
         fault_point("submit.after_metadata")
         rec = self.store.active_graph(fqn)
@@ -297,7 +297,7 @@ class Master:
         self.compactor.start()
         try:
             self.worker.request(StartGraph(
-                rec.fqn, cloudpickle.dumps(physical), {str(k): v for k, v in self._table_paths(physical).items()},
+                rec.fqn, dumps(to_json(logical, physical)), {str(k): v for k, v in self._table_paths(physical).items()},
                 str(self._graph_paths(rec.fqn).checkpoints), run_id=str(rec.id)))
         except Exception as exc:
             reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
@@ -332,7 +332,7 @@ class Master:
         if rec.status != GraphStatus.STOPPED:
             raise StreamGraphStateError(f"start stream graph {fqn}: it is {rec.status}; start_stream_graph resumes "
                                         "a stopped graph (a failed one: resubmit_stream_graph)")
-        logical: LogicalGraph = load_definition(rec)
+        logical: LogicalGraph = _definition(rec)
         self._start(rec, logical, plan(logical))
 
     def resubmit_graph(self, fqn: FQN) -> None:
@@ -342,7 +342,7 @@ class Master:
         if not records:
             raise CatalogError(f"stream graph {fqn} does not exist")
         rec = records[-1]
-        logical: LogicalGraph = load_definition(rec)
+        logical: LogicalGraph = _definition(rec)
         if rec.status == GraphStatus.FAILED:
             self._start(rec, logical, plan(logical), action="resubmit")
             return
@@ -391,7 +391,7 @@ class Master:
 
     def _resume(self, rec: GraphRecord) -> None:
         try:
-            logical: LogicalGraph = load_definition(rec)
+            logical: LogicalGraph = _definition(rec)
             physical = plan(logical)
         except Exception as exc:  # the stored definition no longer loads (e.g. a user module was removed)
             reason = f"cannot load its stored definition: {type(exc).__name__}: {shorten(str(exc), 400)}"
@@ -436,7 +436,7 @@ class Master:
             self._set_status(rec, GraphStatus.ERROR, shorten(str(exc), 600), action="run")
             log.warning("stream graph %s failed, restarting it from its checkpoints: %s", rec.fqn, exc)
             first = exc
-        logical: LogicalGraph = load_definition(rec)
+        logical: LogicalGraph = _definition(rec)
         try:
             self._start(rec, logical, plan(logical), action="restart")
             self.worker.request(WaitCaughtUp(rec.fqn, max(deadline - time.monotonic(), 0.0)))
@@ -454,7 +454,7 @@ class Master:
         for rec in self.store.list_graphs():
             if rec.status != "running":
                 continue
-            logical: LogicalGraph = load_definition(rec)
+            logical: LogicalGraph = _definition(rec)
             for node in logical.nodes.values():
                 if getattr(node, "fqn", None) == str(engine):
                     data = _conform_warmup(engine, node.spec.input_schema, data)  # type: ignore[attr-defined]
@@ -464,7 +464,7 @@ class Master:
     def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
         self._await_recovery(str(fqn))
         rec = self._active(fqn)
-        logical: LogicalGraph = load_definition(rec)
+        logical: LogicalGraph = _definition(rec)
         public = [n.fqn for n in logical.nodes.values() if isinstance(n, TableNode)]
         if include_tables:
             for t in public:
@@ -494,7 +494,7 @@ class Master:
             tasks = []
             if rec.status not in ("destroyed",):
                 with contextlib.suppress(Exception):  # a definition that no longer loads: its reason says so
-                    tasks = self.worker.request(TaskStatus(rec.fqn, cloudpickle.dumps(plan(load_definition(rec)))))
+                    tasks = self.worker.request(TaskStatus(rec.fqn, rec.graph_json))
             rows.append({"id": rec.id, "fqn": rec.fqn, "status": rec.status, "semantics": rec.semantics,
                          "tasks": tasks, "create_time": _ts(rec.create_time), "reason": rec.reason})
         return rows
@@ -522,6 +522,17 @@ class Master:
             self.store.dispose()
         finally:
             self._lock.release()
+
+
+def _definition(rec: GraphRecord) -> LogicalGraph:
+    """The logical graph a record stores (its JSON document; user functions unpickled by name)."""
+    return from_json(rec.graph_json)[0]
+
+
+def _render_legacy(logical: LogicalGraph) -> str:
+    """The JSON document of a graph stored pickled by an earlier Headwater (see ``MetadataStore.upgrade``)."""
+    upgraded = LogicalGraph(logical.fqn, {i: replace(n) for i, n in logical.nodes.items()}, list(logical.edges))
+    return dumps(to_json(upgraded, plan(upgraded)))
 
 
 def _conform_warmup(engine: FQN, schema: Schema, data: pa.Table) -> pa.Table:

@@ -28,7 +28,7 @@ class StartGraph:
     """Start (or restart) every subgraph of a graph from its checkpoints; reply once all run."""
 
     fqn: str
-    plan: bytes  # the physical graph, pickled (user callables inside travel by value)
+    plan: str  # the graph's JSON document (headwater.plan.document); user functions travel pickled in it
     table_paths: dict[str, str]  # table node id (as text) -> table path
     checkpoints: str
     run_id: str
@@ -68,7 +68,7 @@ class TaskStatus:
     """Reply: one dict per stream task (id, node, status, reason)."""
 
     fqn: str
-    plan: bytes
+    plan: str  # the graph's JSON document
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
 import pyarrow as pa
 
 from headwater.dataplane.task import subgraph_task
-from headwater.errors import CaughtUpTimeout, ExecutionError, shorten
+from headwater.errors import CaughtUpTimeout, ExecutionError, GraphDefinitionError, shorten
+from headwater.plan.document import from_json
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.protocol import (
     IsRunning,
@@ -210,7 +210,7 @@ class Worker:
         """Carry out one request of the master; the reply is a plain value, rows as Arrow IPC bytes."""
         match message:
             case StartGraph():
-                self.start_graph(message.fqn, cloudpickle.loads(message.plan),
+                self.start_graph(message.fqn, _physical(message.plan),
                                  {int(k): v for k, v in message.table_paths.items()}, Path(message.checkpoints),
                                  message.run_id)
             case StopGraph():
@@ -222,7 +222,7 @@ class Worker:
             case Warmup():
                 return self.warmup(message.fqn, message.engine, arrow_table(message.data))
             case TaskStatus():
-                return self.task_status(message.fqn, cloudpickle.loads(message.plan))
+                return self.task_status(message.fqn, _physical(message.plan))
             case Progress():
                 return self.progress(message.fqn)
             case RunSql():
@@ -257,3 +257,9 @@ def _short(exc: BaseException) -> str:
     first = lines[0] if lines else type(exc).__name__
     return shorten(first.split(" SQLSTATE")[0], 500)
 
+
+def _physical(document: str) -> PhysicalGraph:
+    physical = from_json(document)[1]
+    if physical is None:
+        raise GraphDefinitionError("the master sent a graph without its physical plan")
+    return physical

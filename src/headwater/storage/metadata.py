@@ -1,8 +1,8 @@
 """The metadata store: graphs, tables and their references (SQLAlchemy; SQLite by default).
 
 Everything the master needs to resume after a restart lives here: each graph's
-declaration (pickled logical graph plus its JSON rendering), its status and the
-reason of its last transition, and every stream table's location and definition.
+declaration (its versioned JSON document, :mod:`headwater.plan.document`), its status and
+the reason of its last transition, and every stream table's location and definition.
 """
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import pickle
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
 import sqlalchemy as sa
 
 from headwater.errors import CatalogError
@@ -32,7 +31,6 @@ graphs = sa.Table(
     sa.Column("semantics", sa.String, nullable=False),
     sa.Column("create_time", sa.Float, nullable=False),
     sa.Column("reason", sa.String, nullable=False, default=""),
-    sa.Column("definition", sa.LargeBinary, nullable=False),
     sa.Column("graph_json", sa.Text, nullable=False),
 )
 
@@ -78,7 +76,6 @@ class GraphRecord:
     semantics: str
     create_time: float
     reason: str
-    definition: bytes
     graph_json: str
 
 
@@ -88,6 +85,23 @@ class MetadataStore:
     def __init__(self, url: str) -> None:
         self.engine = sa.create_engine(url)
         _meta.create_all(self.engine)
+
+    def upgrade(self, render: Callable[[Any], str]) -> int:
+        """Rewrite graphs stored by Headwater before plans were data (a pickled logical graph) as JSON.
+
+        ``render`` turns an unpickled logical graph into its JSON document. Returns how many graphs were
+        rewritten; afterwards the old column is gone. A store written by this version has nothing to do.
+        """
+        columns = {c["name"] for c in sa.inspect(self.engine).get_columns("stream_graphs")}
+        if "definition" not in columns:
+            return 0
+        with self.engine.begin() as c:
+            rows = c.execute(sa.text("SELECT id, definition FROM stream_graphs")).all()
+            for graph_id, definition in rows:
+                c.execute(sa.update(graphs).where(graphs.c.id == graph_id)
+                          .values(graph_json=render(pickle.loads(definition))))
+            c.execute(sa.text("ALTER TABLE stream_graphs DROP COLUMN definition"))
+        return len(rows)
 
     @classmethod
     def in_directory(cls, data_dir: Path) -> MetadataStore:
@@ -127,7 +141,7 @@ class MetadataStore:
             c.execute(sa.delete(table_refs).where(table_refs.c.graph_fqn == graph_fqn))
 
     # -- graphs ---------------------------------------------------------------------------------------
-    def create_graph(self, fqn: str, definition: Any, graph_json: str, semantics: str, *,
+    def create_graph(self, fqn: str, graph_json: str, semantics: str, *,
                      new_tables: Sequence[TableRecord] = (), refs: Sequence[str] = ()) -> int:
         """Store a graph together with the tables it creates and its references to public tables.
 
@@ -139,7 +153,7 @@ class MetadataStore:
             with self.engine.begin() as c:
                 res = c.execute(sa.insert(graphs).values(
                     fqn=fqn, status="building", semantics=semantics, create_time=time.time(), reason="",
-                    definition=cloudpickle.dumps(definition), graph_json=graph_json))
+                    graph_json=graph_json))
                 for rec in new_tables:
                     c.execute(sa.insert(tables).values(**_table_row(rec)))
                 c.execute(sa.delete(table_refs).where(table_refs.c.graph_fqn == fqn))
@@ -194,6 +208,3 @@ def _table(row: Any) -> TableRecord:
     return TableRecord(m["fqn"], m["path"], m["kind"], Schema(tuple(tuple(c) for c in json.loads(m["schema"]))),
                        tuple(json.loads(m["key_columns"])), m["time_column"], m["owner_graph"])
 
-
-def load_definition(rec: GraphRecord) -> Any:
-    return pickle.loads(rec.definition)

@@ -1,0 +1,210 @@
+"""A graph as a versioned JSON document: what the metadata store keeps and what a worker is sent.
+
+The document shows each node as Orca does (id, name, type, schema, properties, parallelism, subgraph)
+and carries its full ``definition`` (:mod:`headwater.plan.codec`), so :func:`from_json` rebuilds the
+logical graph and its physical plan exactly. User functions are the only pickles, under ``callables``.
+
+>>> import tempfile, headwater as hw
+>>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
+>>> session.use_catalog("doc")
+>>> g = session.stream_graph("g")
+>>> _ = g.source("trade", {"sym": "string", "price": "double"}).reactive_state_engine(
+...     metrics=["cumsum(price) as total"], key_column="sym").sink("totals")
+>>> logical, physical = from_json(json.loads(dumps(to_json(g._graph, g.plan()))))
+>>> to_json(logical, physical) == to_json(g._graph, g.plan())
+True
+>>> session.close()
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from headwater.errors import GraphDefinitionError, clip, shorten
+from headwater.plan.codec import decode, encode, pack_callables, unpack_callables
+from headwater.plan.logical import ComputeNode, LogicalGraph, Node, Parallelism
+from headwater.plan.physical import Partitioning, PhysicalEdge, PhysicalGraph, Subgraph
+
+PLAN_VERSION = 3  # 3: nodes carry their definitions (from_json); 2: one execution path
+
+
+def _node_json(n: Node, p: PhysicalGraph | None, callables: dict[str, bytes]) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": n.id, "name": n.name, "type": str(n.type), "schema": n.schema.to_dict(),
+                           "properties": n.properties()}
+    if isinstance(n, ComputeNode):
+        out["parallelism"] = _parallelism_json(n.parallelism)
+    sg = p.subgraph_of(n.id) if p else None
+    out["subgraphId"] = sg.id if sg else -1
+    out["definition"] = encode(n, callables)
+    return out
+
+
+def _parallelism_json(par: Parallelism | None) -> dict[str, Any]:
+    return {"keyName": par.key, "count": par.count} if par else {"keyName": None, "count": 1}
+
+
+def to_json(g: LogicalGraph, p: PhysicalGraph | None = None) -> dict[str, Any]:
+    """Versioned, JSON-ready description of the graph (and of its plan once submitted)."""
+    callables: dict[str, bytes] = {}
+    doc: dict[str, Any] = {
+        "version": PLAN_VERSION,
+        "fqn": g.fqn,
+        "logical": {
+            "nodes": [_node_json(n, None, callables) for n in g.nodes.values()],
+            "edges": [{"inNodeId": s, "outNodeId": d} for s, d in g.edges],
+        },
+    }
+    if p:
+        doc["physical"] = {
+            "nodes": [_node_json(n, p, callables) for n in p.nodes.values()],
+            "edges": [{"inNodeId": e.src, "outNodeId": e.dst, "partitionType": str(e.partition)} for e in p.edges],
+            "subgraphs": [
+                {"id": sg.id, "input": sg.input, "chain": list(sg.chain), "outputs": list(sg.outputs),
+                 "parallelism": _parallelism_json(sg.parallelism), "tasks": sg.task_ids()}
+                for sg in p.subgraphs
+            ],
+        }
+    doc["callables"] = pack_callables(callables)
+    return doc
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)
+
+
+def same_definition(a: str, b: str) -> bool:
+    """Whether two stored documents declare the same graph (user functions compared by name, not bytes).
+
+    A function pickled in another process may pickle to other bytes; a graph resubmitted after a crash
+    must still be recognised as the one already stored.
+    """
+    def strip(text: str) -> Any:
+        doc = json.loads(text)
+        doc.pop("callables", None)
+        return doc
+
+    return bool(strip(a) == strip(b))
+
+
+def from_json(doc: Any) -> tuple[LogicalGraph, PhysicalGraph | None]:
+    """The logical graph (and physical plan, when the document has one) that :func:`to_json` described.
+
+    Raises :class:`GraphDefinitionError` naming what is wrong for any document :func:`to_json` could
+    not have written (another plan version, unknown types or fields, edges to missing nodes, a cycle).
+    """
+    where = "graph JSON"
+    if isinstance(doc, (str, bytes)):
+        try:
+            doc = json.loads(doc)
+        except ValueError as exc:
+            raise GraphDefinitionError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise GraphDefinitionError(f"{where}: expected an object, got {clip(doc)}")
+    if doc.get("version") != PLAN_VERSION:
+        raise GraphDefinitionError(f"{where}: plan version {clip(doc.get('version'))} is not supported "
+                                   f"(this Headwater reads version {PLAN_VERSION})")
+    fqn = doc.get("fqn")
+    if not isinstance(fqn, str):
+        raise GraphDefinitionError(f"{where}: 'fqn' must be a string")
+    callables = unpack_callables(doc.get("callables", {}), where=where)
+    nodes, edges = _section(doc, "logical", callables)
+    logical = LogicalGraph(fqn, nodes, [(s, d) for s, d, _ in edges])
+    logical.topological_order()
+    if "physical" not in doc:
+        return logical, None
+    nodes, edges = _section(doc, "physical", callables)
+    subgraphs = []
+    for i, sg in enumerate(_list(doc["physical"], "subgraphs", where)):
+        w = f"{where}: physical subgraph {i}"
+        try:
+            par = sg["parallelism"]
+            subgraph = Subgraph(int(sg["id"]), int(sg["input"]), tuple(int(n) for n in sg["chain"]),
+                                tuple(int(n) for n in sg["outputs"]),
+                                Parallelism(par["keyName"], par["count"]) if par["keyName"] is not None else None)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GraphDefinitionError(f"{w}: malformed ({type(exc).__name__}: {clip(str(exc))})") from None
+        missing = [n for n in (subgraph.input, *subgraph.chain, *subgraph.outputs) if n not in nodes]
+        if missing:
+            raise GraphDefinitionError(f"{w}: refers to node {missing[0]}, which the plan does not have")
+        subgraphs.append(subgraph)
+    try:
+        physical_edges = tuple(PhysicalEdge(s, d, Partitioning(p or "")) for s, d, p in edges)
+    except ValueError:
+        raise GraphDefinitionError(f"{where}: every physical edge needs a partitionType, one of "
+                                   f"{', '.join(Partitioning)}") from None
+    physical = PhysicalGraph(fqn, nodes, physical_edges, tuple(subgraphs))
+    return logical, physical
+
+
+def _list(section: Any, key: str, where: str) -> list[Any]:
+    value = section.get(key) if isinstance(section, dict) else None
+    if not isinstance(value, list):
+        raise GraphDefinitionError(f"{where}: '{key}' must be a list")
+    return value
+
+
+def _section(doc: dict[str, Any], name: str, callables: dict[str, bytes]
+             ) -> tuple[dict[int, Node], list[tuple[int, int, str | None]]]:
+    where = f"graph JSON: {name}"
+    nodes: dict[int, Node] = {}
+    for entry in _list(doc.get(name), "nodes", where):
+        if not isinstance(entry, dict) or "definition" not in entry:
+            raise GraphDefinitionError(f"{where}: every node needs its 'definition'")
+        node = decode(entry["definition"], callables, where=f"{where} node {clip(entry.get('name'))}")
+        if not isinstance(node, Node) or node.id != entry.get("id") or node.id in nodes:
+            raise GraphDefinitionError(f"{where}: node {clip(entry.get('id'))} has a bad or duplicate definition")
+        nodes[node.id] = node
+    edges = []
+    for e in _list(doc.get(name), "edges", where):
+        try:
+            src, dst, part = int(e["inNodeId"]), int(e["outNodeId"]), e.get("partitionType")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise GraphDefinitionError(f"{where}: malformed edge {clip(e)}") from None
+        if src not in nodes or dst not in nodes:
+            raise GraphDefinitionError(f"{where}: edge {src}->{dst} refers to a node the graph does not have")
+        edges.append((src, dst, part))
+    return nodes, edges
+
+
+def state_layout(doc: dict[str, Any]) -> dict[str, Any]:
+    """What a submitted graph's checkpoints and engine state depend on, from its JSON rendering.
+
+    Per subgraph: its input table, the chain of nodes (name, kind, schema, properties, parallelism), its
+    outputs and task count. Two plans with the same layout can share state; presentation fields (plan
+    version, routes) do not count.
+    """
+    nodes = {n["id"]: n for n in doc["physical"]["nodes"]}
+
+    def node(i: int) -> dict[str, Any]:
+        n = nodes[i]
+        return {k: n.get(k) for k in ("name", "type", "schema", "properties", "parallelism")}
+
+    return {f"subgraph {sg['id']}": {"input": nodes[sg["input"]]["name"], "chain": [node(i) for i in sg["chain"]],
+                                     "outputs": [nodes[o]["name"] for o in sg["outputs"]], "tasks": len(sg["tasks"])}
+            for sg in doc["physical"]["subgraphs"]}
+
+
+def plan_changes(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Where two plans' state layouts differ, as readable paths (empty when state can be reused).
+
+    >>> a = {"physical": {"nodes": [{"id": 0, "name": "t"}, {"id": 1, "name": "e", "properties": {"w": "1min"}}],
+    ...                   "subgraphs": [{"id": 0, "input": 0, "chain": [1], "outputs": [], "tasks": ["0.0"]}]}}
+    >>> b = json.loads(json.dumps(a)); b["physical"]["nodes"][1]["properties"]["w"] = "5min"
+    >>> plan_changes(a, b)
+    ["subgraph 0 > chain[0] > properties > w: was '1min', now '5min'"]
+    """
+    changes: list[str] = []
+
+    def walk(path: str, old: Any, new: Any) -> None:
+        if isinstance(old, dict) and isinstance(new, dict):
+            for key in sorted(set(old) | set(new), key=str):
+                walk(f"{path} > {key}" if path else str(key), old.get(key), new.get(key))
+        elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            for i, (o, n) in enumerate(zip(old, new, strict=True)):
+                walk(f"{path}[{i}]", o, n)
+        elif old != new:
+            changes.append(f"{path}: was {shorten(repr(old), 120)}, now {shorten(repr(new), 120)}")
+
+    walk("", state_layout(stored), state_layout(current))
+    return changes
