@@ -9,6 +9,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from headwater.errors import CatalogError, GraphDefinitionError, SchemaError
@@ -483,3 +484,9 @@ def test_compaction_keeps_every_readers_replay_and_the_snapshot(tmp_path):
     assert len(t.commit(version).files) == 0 and t.compact() is None  # nothing left to merge
     t.append(ticks([99], ["c"], [1.0]))  # and appends go on
     assert t.read_version(32).num_rows == 1
+    # a log checkpoint of the compacted snapshot, without the compacted files' tombstones: a snapshot reader
+    # opens one small checkpoint (benchmarks/bench_compaction.py), a stream reader still replays every commit
+    checkpoint = pq.read_table(tmp_path / "t" / "_delta_log" / f"{version:020d}.checkpoint.parquet")
+    assert checkpoint.column("add").drop_null().to_pylist() != []
+    assert "remove" not in checkpoint.column_names or checkpoint.column("remove").drop_null().to_pylist() == []
+    assert [t.read_version(v) for v in range(1, 31)] == replay

@@ -505,6 +505,10 @@ class StreamTable:
         configuration = {
             "delta.appendOnly": "true",
             "delta.enableExpiredLogCleanup": "false",
+            # Tombstones of compacted files serve only Delta's vacuum, which never runs on a stream table
+            # (its replay reads the commit files, and the files they name stay). Expired at once, they
+            # leave the next log checkpoint instead of making every reader load thousands of them.
+            "delta.deletedFileRetentionDuration": "interval 0 seconds",
             _CONF_FORMAT: _FORMAT_VERSION,
             _CONF_KIND: kind,
             _CONF_KEYS: json.dumps(list(key_columns)),
@@ -786,6 +790,7 @@ class StreamTable:
         The compaction commit removes the small files from the snapshot and adds the merged ones with
         ``dataChange: false``, so stream readers skip it (:func:`read_commit` marks it ``rewrites``) and
         keep replaying older versions from the small files, which stay on disk: nothing is vacuumed here.
+        A log checkpoint is written right after, so snapshot readers open the compacted table quickly.
         Holds the table's writer lock, so no append of this process interleaves. Returns None when there
         was nothing to merge.
         """
@@ -798,7 +803,13 @@ class StreamTable:
                 return None
             dt.update_incremental()
             st.known_version = max(st.known_version, dt.version())
-            return None if dt.version() == before else int(dt.version())
+            if dt.version() == before:
+                return None
+            # A log checkpoint of the compacted snapshot: a reader opening the table then reads one small
+            # checkpoint, not the last checkpoint's thousands of small files plus the compaction's removes
+            # (measured: 1.5x a bulk-written table's open+read without it, 0.95x with it).
+            dt.create_checkpoint()
+            return int(dt.version())
 
     def transaction_version(self, app_id: str) -> int | None:
         """Return the newest transaction version ``app_id`` committed to this table, or None."""
