@@ -114,7 +114,7 @@ for _f, _res in (
 
 # -- state functions of the reactive state engine: one source of truth, the kernel registry ---------
 def _register_state_functions() -> None:
-    from headwater.kernels.ops import STATE_OPS
+    from headwater.kernels.registry import STATE_OPS
 
     for op in STATE_OPS.values():
         optional = [p for p in op.params if p not in op.required]
@@ -201,7 +201,7 @@ def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
 
 def _validate_state_params(call: Call) -> None:
     """Build the kernel once so bad parameters fail on the user's line, not in Spark."""
-    from headwater.kernels.ops import make_state_op  # numba import is deferred until needed
+    from headwater.kernels.registry import make_state_op  # numba import is deferred until needed
 
     try:
         make_state_op(call.func, dict(call.params))

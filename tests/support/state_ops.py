@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headwater.kernels.ops import StateOp
+from headwater.kernels.base.operators import StateOp
 
 
 def run_batches(

@@ -19,15 +19,16 @@ from hypothesis import strategies as st
 from headwater.engines.base import SEQ
 from headwater.engines.reactive_state import ReactiveStateEngine
 from headwater.errors import ExecutionError, GraphDefinitionError
-from headwater.kernels import ops_higher
-from headwater.kernels.ops import StateOp, make_state_op
-from headwater.kernels.ops_higher import AGGREGATES, Moving
+from headwater.kernels.base.operators import StateOp
+from headwater.kernels.higher_order.aggregates import AGGREGATES, Moving, Segmentby
+from headwater.kernels.higher_order.iterators import COMBINERS
+from headwater.kernels.registry import STATE_OPS, make_state_op
 from headwater.parse import to_metric
 from headwater.types import Schema
 from tests.support.state_ops import run_batches
 
 NAN = math.nan
-HIGHER_NAMES = {s.name for s in ops_higher._specs()}
+HIGHER_NAMES = {n for n, s in STATE_OPS.items() if s.build.__module__.startswith("headwater.kernels.higher_order.")}
 
 
 
@@ -127,7 +128,7 @@ def _segment_ids(df: pd.DataFrame) -> pd.Series:
     return (first | ~same).astype(int).groupby(df["key"]).cumsum()
 
 
-@pytest.mark.parametrize("func", sorted(ops_higher.Segmentby._FUNCS))
+@pytest.mark.parametrize("func", sorted(Segmentby._FUNCS))
 @pytest.mark.parametrize("seed", [1, 2])
 def test_segmentby_matches_pandas_per_key_and_segment(func: str, seed: int) -> None:
     df = _frame(seed)
@@ -139,7 +140,7 @@ def test_segmentby_matches_pandas_per_key_and_segment(func: str, seed: int) -> N
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9, equal_nan=True)
 
 
-@pytest.mark.parametrize("func", sorted(ops_higher.Segmentby._FUNCS))
+@pytest.mark.parametrize("func", sorted(Segmentby._FUNCS))
 def test_segmentby_with_one_segment_equals_the_cumulative_function(func: str) -> None:
     df = _frame(5)
     (got,) = run_batches(make_state_op("segmentby", {"func": func}), df["key"], [df["x"], np.zeros(len(df))])
@@ -510,7 +511,7 @@ def _last_plus(last: np.ndarray, x: float) -> float:
 # ---------------------------------------------------------------- streaming == batch (all groups)
 
 PROPERTY_CONFIGS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
-    *(("segmentby", {"func": f}, ("x", "s")) for f in ops_higher.Segmentby._FUNCS),
+    *(("segmentby", {"func": f}, ("x", "s")) for f in Segmentby._FUNCS),
     *(("moving", {"window": w, "func": a, "min_periods": mp}, ("x",))
       for a in AGGREGATES for w, mp in ((3, None), (4, 2))),
     *(("window", {"d1": d1, "d2": d2, "func": a}, ("x",)) for a in ("sum", "med", "first", "count")
@@ -524,12 +525,13 @@ PROPERTY_CONFIGS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     *(("state_iterate", {"initial_window": 2, "iterate_func": f, "iterate_window": w, "combine_coeff": (0.5, 0.5)},
        ("x", "s")) for f, w in ITER_FUNCS),
     *(("conditional_iterate", {"false_iter_func": f, "func_window": w}, ("s", "x")) for f, w in ITER_FUNCS[::2]),
-    *(("generic_state_iterate", {"window": w, "func": f}, ("x", "s")) for f in ops_higher.COMBINERS for w in (0, 2)),
+    *(("generic_state_iterate", {"window": w, "func": f}, ("x", "s")) for f in COMBINERS for w in (0, 2)),
     ("generic_state_iterate", {"window": 2, "func": _last_plus}, ("x", "s")),
 ]  # fmt: skip
 
 
 def test_property_configs_cover_every_function() -> None:
+    assert len(HIGHER_NAMES) == 9
     assert {n for n, _, _ in PROPERTY_CONFIGS} == HIGHER_NAMES
 
 

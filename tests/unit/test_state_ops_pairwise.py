@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from headwater.engines.base import SEQ
 from headwater.engines.reactive_state import ReactiveStateEngine
 from headwater.errors import GraphDefinitionError
-from headwater.kernels.ops import STATE_OPS, make_state_op
+from headwater.kernels.registry import STATE_OPS, make_state_op
 from headwater.parse import to_metric
 from headwater.types import Schema
 from tests.support.state_ops import run_batches
@@ -26,8 +26,15 @@ from tests.support.state_ops import run_batches
 NAN = math.nan
 Outputs = list[np.ndarray]
 
-# Every function this module's family registers (the builders live in ops_pairwise).
-FAMILY = {n for n, s in STATE_OPS.items() if s.build.__module__ == "headwater.kernels.ops_pairwise"}
+# The functions this module covers: two whole families, and the TA-lib, ewm and cumulative functions
+# that test_state_ops.py leaves out.
+FAMILY = {
+    n for n, s in STATE_OPS.items()
+    if s.build.__module__ in ("headwater.kernels.pairwise", "headwater.kernels.moving.scans")
+} | {
+    "ewm_cov", "ewm_corr", "dema", "tema", "t3", "trima", "kama", "ma", "linear_time_trend", "cummed",
+    "cumpercentile", "cumnunique", "cum_positive_streak", "cummdd",
+}  # fmt: skip
 
 
 
@@ -689,6 +696,7 @@ def _batches(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[
 
 
 def test_property_configs_cover_the_family() -> None:
+    assert len(FAMILY) == 35
     assert {n for n, _ in PROPERTY_CONFIGS} == FAMILY
 
 

@@ -3,7 +3,7 @@
 Metrics compile into a DAG whose nodes are unique by canonical text, so a shared
 sub-expression (``ewm_mean(close, span=12)`` used by two metrics) runs once per row.
 Every node is evaluated a whole column at a time: row-wise nodes with NumPy, state
-nodes with the vectorised kernels of :mod:`headwater.kernels.ops`, which walk the batch
+nodes with the vectorised kernels of :mod:`headwater.kernels`, which walk the batch
 in arrival order and keep per-key state. Because each state function is causal per
 key, evaluating node by node over the batch equals evaluating row by row.
 """
@@ -120,7 +120,7 @@ class MetricDag:
     """Unique expression nodes in evaluation order, with a kernel for each state node."""
 
     def __init__(self, roots: Sequence[Expr]) -> None:
-        from headwater.kernels.ops import make_state_op
+        from headwater.kernels.registry import make_state_op
 
         self.nodes: list[Expr] = []
         self.index: dict[str, int] = {}

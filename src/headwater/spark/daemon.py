@@ -16,7 +16,7 @@ def warm_up() -> None:
     import numpy as np
 
     import headwater.engines.reactive_state  # noqa: F401  (imports pandas, pyarrow and the expression layer)
-    from headwater.kernels.ops import STATE_OPS, make_state_op
+    from headwater.kernels.registry import STATE_OPS, make_state_op
     from headwater.kernels.windows import WindowAggregator, WindowSpec
 
     slots = np.zeros(4, dtype=np.int64)

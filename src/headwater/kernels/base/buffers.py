@@ -1,0 +1,149 @@
+"""Per-key buffers that widen on demand, for operators whose state grows with the data.
+
+Time windows, TopN and range counts keep a variable number of rows per key. Their
+kernels take a start row and return the row at which they stopped because a key's
+buffer was full while it may still grow; :class:`_BufferedOp` then widens every
+buffer (doubling, up to ``max_rows``) and calls again from that row. Re-running a
+row from its start is harmless: everything a kernel did for that row before
+stopping (evicting expired rows) is idempotent.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+from numba import njit
+
+from headwater.kernels.base.operators import MAX_WINDOW, State, StateOp, _check_batch
+
+
+class _Arr(NamedTuple):
+    """One state array: ``kind`` says how its second axis behaves."""
+
+    dtype: type
+    fill: Any = 0.0
+    kind: str = "key"  # key: one value per key | cols: fixed width | ring / deque / prefix: widens
+    width: int = 0  # for kind "cols"
+
+
+_GROWING = ("ring", "deque", "prefix")
+
+
+class _BufferedOp(StateOp):
+    """An operator whose per-key buffers widen on demand, up to ``max_rows`` rows.
+
+    Kernels stop at the row whose key has a full buffer; ``run`` widens every
+    buffer (doubling, capped at ``max_rows``) and resumes at that row.
+    """
+
+    max_rows: ClassVar[int] = MAX_WINDOW
+    initial_rows: ClassVar[int] = 8
+
+    @abc.abstractmethod
+    def _layout(self) -> dict[str, _Arr]:
+        """Name, dtype, initial value and kind of every state array."""
+
+    @abc.abstractmethod
+    def _step(self, st: State, slots: np.ndarray, cols: list[np.ndarray], out: np.ndarray, i0: int) -> int:
+        """Run the kernel from row ``i0``; return the row it stopped at (``len(slots)`` when done)."""
+
+    def _first_width(self) -> int:
+        return min(self.initial_rows, self._max_width())
+
+    def _max_width(self) -> int:
+        return self.max_rows
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        width = self._first_width()
+        return {name: np.empty((0, *_shape(a, width)), dtype=a.dtype) for name, a in self._layout().items()}
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        layout = self._layout()
+        st = _grown_copy(self.name, layout, state, n_keys, self._width_of(state, layout))
+        out = np.empty(slots_.shape[0])
+        i = 0
+        while True:
+            i = self._step(st, slots_, cols, out, i)
+            if i >= slots_.shape[0]:
+                return st, [out]
+            st = _widen(layout, st, min(2 * self._width_of(st, layout), self._max_width()))
+
+    def _width_of(self, state: State, layout: dict[str, _Arr]) -> int:
+        for name, a in layout.items():
+            if a.kind in _GROWING and name in state and state[name].ndim == 2:
+                return int(state[name].shape[1])
+        return self._first_width()
+
+
+def _shape(a: _Arr, width: int) -> tuple[int, ...]:
+    if a.kind == "key":
+        return ()
+    return (a.width,) if a.kind == "cols" else (width,)
+
+
+def _grown_copy(func: str, layout: dict[str, _Arr], state: State, n_keys: int, width: int) -> State:
+    # Always copy: the caller may keep the old dict as the last committed snapshot.
+    out: State = {}
+    for name, a in layout.items():
+        old = state.get(name)
+        shape = _shape(a, width)
+        if old is None or old.shape[1:] != shape or old.dtype != a.dtype:
+            got = None if old is None else f"{old.dtype}{old.shape}"
+            raise ValueError(
+                f"state function {func!r}: state array {name!r} is {got}, expected "
+                f"{np.dtype(a.dtype)}(n_keys, {', '.join(map(str, shape))}); "
+                "was the state made by another operator or parameter set?"
+            )
+        n_old = old.shape[0]
+        if n_keys < n_old:
+            raise ValueError(
+                f"state function {func!r}: n_keys={n_keys} is less than the {n_old} keys in state"
+            )
+        new: np.ndarray = np.empty((n_keys, *shape), dtype=a.dtype)
+        new[:n_old] = old
+        new[n_old:] = a.fill
+        out[name] = new
+    return out
+
+
+def _widen(layout: dict[str, _Arr], st: State, width: int) -> State:
+    out = dict(st)
+    for name, a in layout.items():
+        if a.kind not in _GROWING:
+            continue
+        old = st[name]
+        new: np.ndarray = np.full((old.shape[0], width), a.fill, dtype=a.dtype)
+        if a.kind == "ring":
+            widen_ring(old, new, st["start"], st["count"])
+        elif a.kind == "deque":
+            widen_deque(old, new, st["dq_head"], st["dq_len"])
+            out["dq_head"] = np.zeros_like(st["dq_head"])
+        else:
+            new[:, : old.shape[1]] = old
+        out[name] = new
+    return out
+
+
+@njit(cache=True)
+def widen_ring(old, new, start, count):  # pragma: no cover - numba
+    """Copy the live rows of every key from a ring of width old.shape[1] to one of new.shape[1]."""
+    c0 = old.shape[1]
+    c1 = new.shape[1]
+    for k in range(old.shape[0]):
+        for s in range(start[k], start[k] + count[k]):
+            new[k, s % c1] = old[k, s % c0]
+
+
+@njit(cache=True)
+def widen_deque(old, new, head, length):  # pragma: no cover - numba
+    """Copy every key's deque to the front of a wider one (the caller sets head to 0)."""
+    c0 = old.shape[1]
+    for k in range(old.shape[0]):
+        for j in range(length[k]):
+            p = head[k] + j
+            new[k, j] = old[k, p - c0 if p >= c0 else p]

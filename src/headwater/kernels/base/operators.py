@@ -1,0 +1,345 @@
+"""The operator contract, state layouts, batch and parameter checks, and :class:`StateOpSpec`.
+
+A stream task holds many keys. Each micro-batch delivers the rows of all its
+keys in arrival order; a :class:`StateOp` processes the whole batch in one
+Numba loop, indexing compact per-key state arrays by key slot. Results do not
+depend on how rows are split into batches (streaming == batch), and NaN means
+NULL in every input, output and state array.
+
+``run`` copies the state once per call (O(n_keys x window) for window
+functions) and updates the copy in place, so the caller's dict stays a valid
+snapshot of the last committed batch. For big windows and small batches that
+copy, not the kernel, dominates; prefer larger micro-batches there.
+
+Example:
+    >>> import numpy as np
+    >>> class RunningCount(LayoutOp):
+    ...     name, n_args = "running_count", 1
+    ...     def _layout(self):
+    ...         return {"n": _i64()}
+    ...     def _compute(self, st, slots, cols):
+    ...         out = np.empty(len(slots))
+    ...         for i, k in enumerate(slots):  # a real operator runs a Numba kernel here
+    ...             st["n"][k] += cols[0][i] == cols[0][i]
+    ...             out[i] = st["n"][k]
+    ...         return [out]
+    >>> op = RunningCount()
+    >>> state, (out,) = op.run(op.init_state(), np.array([0, 1, 0]), 2, [np.array([5.0, np.nan, 7.0])])
+    >>> out.tolist(), state["n"].tolist()
+    ([1.0, 0.0, 2.0], [2, 0])
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import numbers
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from headwater.durations import parse_duration, to_micros
+from headwater.errors import GraphDefinitionError
+
+__all__ = ["MAX_WINDOW", "LayoutOp", "State", "StateOp", "StateOpSpec", "build_op"]
+
+
+MAX_WINDOW = 102_400
+"""Largest moving window DolphinDB allows in streaming engines."""
+
+
+State = dict[str, np.ndarray]
+
+
+class StateOp(abc.ABC):
+    """One stateful operator instance (e.g. ``ewm_mean(x, span=20)``) over all keys of a stream task."""
+
+    name: str
+    n_args: int
+    n_outputs: int = 1
+
+    @abc.abstractmethod
+    def init_state(self) -> dict[str, np.ndarray]:
+        """Return the state for zero keys; the first axis of every array is the key slot."""
+
+    @abc.abstractmethod
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        """Process one batch; return the new state and one float64 array per output.
+
+        ``slots`` holds the key slot (``0..n_keys-1``) of every row; keys first seen
+        in this batch have slots at the end, and the state grows to ``n_keys``.
+        The arrays of ``state`` are never modified, so a caller may keep it as the
+        snapshot of the previous batch.
+        """
+
+
+class _Field(NamedTuple):
+    shape: tuple[int, ...]  # per-key shape (after the key axis)
+    dtype: type
+    fill: float
+
+
+def _f64(fill: float = math.nan, shape: tuple[int, ...] = ()) -> _Field:
+    return _Field(shape, np.float64, fill)
+
+
+def _i64(shape: tuple[int, ...] = ()) -> _Field:
+    return _Field(shape, np.int64, 0)
+
+
+class LayoutOp(StateOp):
+    """An operator with a fixed set of per-key state arrays whose work is kernel calls over the batch.
+
+    Subclasses declare the arrays (``_layout``) and compute the outputs (``_compute``) on a freshly
+    grown copy of the state, which they may update in place.
+    """
+
+    @abc.abstractmethod
+    def _layout(self) -> dict[str, _Field]:
+        """Name, per-key shape, dtype and initial value of every state array."""
+
+    @abc.abstractmethod
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the kernels; they may update the (freshly copied) arrays of ``st`` in place."""
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return {name: np.full((0, *f.shape), f.fill, dtype=f.dtype) for name, f in self._layout().items()}
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = _grown_copy(self.name, self._layout(), state, n_keys)
+        return st, self._compute(st, slots_, cols)
+
+
+class _KernelOp(LayoutOp):
+    """A one-argument, one-output operator whose work is one kernel call over the batch."""
+
+    n_args = 1
+
+    @abc.abstractmethod
+    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Run the kernel; it may update the (freshly copied) arrays of ``st`` in place."""
+
+    def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
+        return [self._kernel(st, slots, cols[0])]
+
+
+class _ArrayOp(LayoutOp):
+    """One-column operators by default; pair functions set ``n_args = 2``."""
+
+    n_args = 1
+
+
+def _check_batch(
+    func: str, n_args: int, slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    if len(args) != n_args:
+        raise GraphDefinitionError(
+            f"state function {func!r}: got {len(args)} column arguments, expected {n_args}"
+        )
+    slots_ = np.ascontiguousarray(slots, dtype=np.int64)
+    if slots_.ndim != 1:
+        raise ValueError(f"state function {func!r}: slots must be 1-D, got shape {slots_.shape}")
+    if slots_.size and (slots_.min() < 0 or slots_.max() >= n_keys):
+        raise ValueError(
+            f"state function {func!r}: key slots must lie in [0, n_keys={n_keys}); "
+            f"got range [{slots_.min()}, {slots_.max()}]"
+        )
+    cols = [np.ascontiguousarray(a, dtype=np.float64) for a in args]
+    for i, c in enumerate(cols):
+        if c.shape != slots_.shape:
+            raise ValueError(
+                f"state function {func!r}: argument {i} has shape {c.shape}, expected {slots_.shape} "
+                "(one value per row)"
+            )
+    return slots_, cols
+
+
+def _grown_copy(func: str, layout: dict[str, _Field], state: State, n_keys: int) -> State:
+    # Always copy: the caller may keep the old dict as the last committed snapshot.
+    out: State = {}
+    for name, f in layout.items():
+        old = state.get(name)
+        if old is None or old.shape[1:] != f.shape or old.dtype != f.dtype:
+            got = None if old is None else f"{old.dtype}{old.shape}"
+            raise ValueError(
+                f"state function {func!r}: state array {name!r} is {got}, expected "
+                f"{np.dtype(f.dtype)}(n_keys, {', '.join(map(str, f.shape))}); "
+                "was the state made by another operator or parameter set?"
+            )
+        n_old = old.shape[0]
+        if n_keys < n_old:
+            raise ValueError(
+                f"state function {func!r}: n_keys={n_keys} is less than the {n_old} keys in state"
+            )
+        new: np.ndarray = np.empty((n_keys, *f.shape), dtype=f.dtype)
+        new[:n_old] = old
+        new[n_old:] = f.fill
+        out[name] = new
+    return out
+
+
+# ---------------------------------------------------------------- parameter checks
+
+
+def _bad(func: str, param: str, got: Any, expected: str, fix: str) -> GraphDefinitionError:
+    return GraphDefinitionError(
+        f"state function {func!r}: {param}={got!r} is invalid; expected {expected}. {fix}"
+    )
+
+
+def _check_int(func: str, param: str, value: Any, lo: int, hi: int | None = None, fix: str = "") -> int:
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+    if not ok or value < lo or (hi is not None and value > hi):
+        bound = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+        raise _bad(func, param, value, bound, fix)
+    return int(value)
+
+
+def _check_bool(func: str, param: str, value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise _bad(func, param, value, "True or False", f"e.g. {func}(x, ..., {param}=True)")
+    return bool(value)
+
+
+def _check_float(func: str, param: str, value: Any, ok: Callable[[float], bool], expected: str) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_) or not ok(float(value)):
+        raise _bad(func, param, value, expected, "")
+    return float(value)
+
+
+def _check_window(func: str, window: Any) -> int:
+    return _check_int(func, "window", window, 1, MAX_WINDOW, f"e.g. {func}(x, window=20)")
+
+
+def _check_name(cls: str, name: str, allowed: tuple[str, ...]) -> None:
+    if name not in allowed:
+        raise GraphDefinitionError(f"{cls}: name {name!r} is not one of {', '.join(allowed)}")
+
+
+def _check_min_periods(func: str, min_periods: int | None, window: int) -> None:
+    if min_periods is not None:
+        _check_int(
+            func, "min_periods", min_periods, 1, window, f"min_periods must not exceed window={window}"
+        )
+
+
+def _minp(min_periods: int | None) -> tuple[int, bool]:
+    """(min_periods, full_only): without min_periods the first window-1 rows of a key are NULL."""
+    return (1, True) if min_periods is None else (min_periods, False)
+
+
+def _check_choice(func: str, param: str, value: Any, choices: dict[str, int]) -> int:
+    """The code of ``value``, which must be one of the names in ``choices`` exactly."""
+    if not isinstance(value, str) or value not in choices:
+        raise _bad(func, param, value, f"one of {', '.join(map(repr, choices))}", "")
+    return choices[value]
+
+
+def _check_percent(func: str, value: Any) -> float:
+    return _check_float(func, "percent", value, lambda p: 0 <= p <= 100, "a number in [0, 100]")
+
+
+def _window_units(func: str, window: Any) -> float:
+    """A tm-window in the units of the time column: an integer, or a duration in microseconds."""
+    if isinstance(window, numbers.Integral) and not isinstance(window, bool | np.bool_):
+        if int(window) >= 1:
+            return float(window)
+    elif isinstance(window, str | timedelta):
+        return float(to_micros(parse_duration(window, where=f"state function {func!r}: window")))
+    raise _bad(
+        func, "window", window,
+        "a positive integer (in the units of the time column) or a duration such as '5m' or '30s'",
+        f"e.g. {func}(time, price, '5m')",
+    )  # fmt: skip
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _choice(func: str, param: str, value: Any, choices: dict[str, Any] | tuple[str, ...], fix: str) -> str:
+    """``value`` as one of the names in ``choices``; DolphinDB's camelCase is accepted (``firstNot``)."""
+    name = _snake(value) if isinstance(value, str) else value
+    if not isinstance(name, str) or name not in choices:
+        raise _bad(func, param, value, f"one of {', '.join(map(repr, choices))}", fix)
+    return name
+
+
+# ---------------------------------------------------------------- operators that wrap another
+
+
+_INNER = "inner."  # prefix of a wrapped operator's state arrays
+
+
+def _inner_state(state: State) -> State:
+    return {k[len(_INNER) :]: v for k, v in state.items() if k.startswith(_INNER)}
+
+
+def _own_state(state: State) -> State:
+    return {k: v for k, v in state.items() if not k.startswith(_INNER)}
+
+
+def _prefixed(state: State) -> State:
+    return {_INNER + k: v for k, v in state.items()}
+
+
+# ---------------------------------------------------------------- specs
+
+
+@dataclass(frozen=True)
+class StateOpSpec:
+    """How to build one state function from keyword parameters."""
+
+    name: str
+    signature: str
+    params: tuple[str, ...]
+    required: tuple[str, ...]
+    build: Callable[[dict[str, Any]], StateOp]
+    columns: tuple[str, ...] = ("x",)  # expression arguments, before the parameters
+    result: str = "double"  # result type rule, see headwater.functions.FunctionSpec.result
+    n_outputs: int = 1
+
+
+def build_op(spec: StateOpSpec, params: Mapping[str, Any]) -> StateOp:
+    """Build the operator of ``spec`` from keyword parameters; ``None`` values count as not given.
+
+    Higher-order functions build the functions they apply with it, so those report bad parameters
+    exactly as :func:`headwater.kernels.registry.make_state_op` does.
+
+    Raises:
+        GraphDefinitionError: a parameter is unknown, missing or out of range.
+
+    Example:
+        >>> spec = StateOpSpec("lag", "lag(x, n)", ("n",), ("n",), lambda p: p["n"])
+        >>> build_op(spec, {"n": 2})
+        2
+        >>> build_op(spec, {"n": None})
+        Traceback (most recent call last):
+        headwater.errors.GraphDefinitionError: state function 'lag': missing required parameter n=. Signature: lag(x, n)
+    """
+    name = spec.name
+    unknown = [p for p in params if p not in spec.params]
+    if unknown:
+        p = unknown[0]
+        hint = f" (did you mean {_snake(p)}=?)" if _snake(p) in spec.params else ""
+        valid = ", ".join(spec.params) or "none"
+        raise GraphDefinitionError(
+            f"state function {name!r}: unknown parameter {p}={params[p]!r}{hint}; "
+            f"valid parameters: {valid}. Signature: {spec.signature}"
+        )
+    given = {k: v for k, v in params.items() if v is not None}
+    missing = [p for p in spec.required if p not in given]
+    if missing:
+        raise GraphDefinitionError(
+            f"state function {name!r}: missing required parameter {missing[0]}=. Signature: {spec.signature}"
+        )
+    return spec.build(given)

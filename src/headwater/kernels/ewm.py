@@ -1,0 +1,412 @@
+"""Exponentially weighted state functions: ``ewm_mean``, ``ewm_var``, ``ewm_std``, ``ewm_cov``, ``ewm_corr``.
+
+pandas-compatible (DolphinDB ``ewmMean``, ``ewmVar``, ...): each takes exactly one
+of ``com``, ``span``, ``half_life`` or ``alpha``, and ``adjust``, ``ignore_na``,
+``min_periods`` (and ``bias``) as pandas does. The kernels repeat pandas' own
+arithmetic (window/aggregations.pyx), so results match it to the last bit. The
+two-column ones use a row only when both of its values are non-NULL.
+
+TA-lib's exponential averages (``ema``, ``wilder``, ``gema``, ``dema``...) are in
+:mod:`headwater.kernels.ta`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from headwater.errors import GraphDefinitionError
+from headwater.kernels.base.operators import (
+    State,
+    StateOp,
+    StateOpSpec,
+    _ArrayOp,
+    _bad,
+    _check_bool,
+    _check_float,
+    _check_int,
+    _check_name,
+    _f64,
+    _Field,
+    _i64,
+    _KernelOp,
+)
+
+__all__ = ["SPECS", "EwmCov", "EwmMean", "EwmVar"]
+
+
+@dataclass(frozen=True)
+class EwmMean(_KernelOp):
+    """pandas-compatible ``ewm_mean`` (DolphinDB ``ewmMean``), per key.
+
+    Equal to ``Series.ewm(com=com, adjust=..., ignore_na=..., min_periods=...).mean()``
+    of each key's rows. A NULL row outputs the previous value; with ``ignore_na=False``
+    it still decays the weight of older values. ``make_state_op`` also accepts
+    ``span``, ``half_life`` or ``alpha`` and converts them to ``com`` as pandas does.
+
+    Example:
+        >>> import numpy as np
+        >>> op = EwmMean(com=0.5)
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(5, dtype=np.int64), 1,
+        ...                    [np.array([0.0, 1.0, 2.0, np.nan, 4.0])])
+        >>> np.round(out, 6).tolist()
+        [0.0, 0.75, 1.615385, 1.615385, 3.670213]
+    """
+
+    com: float
+    adjust: bool = True
+    ignore_na: bool = False
+    min_periods: int = 0
+    name = "ewm_mean"
+
+    def __post_init__(self) -> None:
+        _check_float(self.name, "com", self.com, lambda v: 0 <= v < math.inf, "a finite number >= 0")
+        _check_bool(self.name, "adjust", self.adjust)
+        _check_bool(self.name, "ignore_na", self.ignore_na)
+        _check_int(self.name, "min_periods", self.min_periods, 0)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {"weighted": _f64(), "old_wt": _f64(1.0), "nobs": _i64()}
+
+    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
+        minp = max(self.min_periods, 1)  # pandas never reports before the first observation
+        return ewm_mean(
+            slots, x, float(self.com), self.adjust, self.ignore_na, minp,
+            st["weighted"], st["old_wt"], st["nobs"],
+        )  # fmt: skip
+
+
+def _ewm_com(params: dict[str, Any], func: str = "ewm_mean") -> float:
+    """Center of mass from exactly one of com / span / half_life / alpha, with pandas' formulas."""
+    given = [p for p in ("com", "span", "half_life", "alpha") if p in params]
+    if len(given) != 1:
+        raise GraphDefinitionError(
+            f"state function {func!r}: pass exactly one of com=, span=, half_life= or alpha=; "
+            f"got {', '.join(given) or 'none'}. E.g. {func}(x, span=20)"
+        )
+    (p,) = given
+    v = params[p]
+    if p == "com":
+        return _check_float(func, p, v, lambda c: 0 <= c < math.inf, "a finite number >= 0")
+    if p == "span":
+        span = _check_float(func, p, v, lambda s: 1 <= s < math.inf, "a finite number >= 1")
+        return (span - 1) / 2
+    if p == "half_life":
+        hl = _check_float(func, p, v, lambda h: 0 < h < math.inf, "a finite number > 0")
+        return 1 / (1 - np.exp(np.log(0.5) / hl)) - 1
+    alpha = _check_float(func, p, v, lambda a: 0 < a <= 1, "a number in (0, 1]")
+    return (1 - alpha) / alpha
+
+
+@dataclass(frozen=True)
+class EwmVar(_KernelOp):
+    """pandas-compatible ``ewm_var`` / ``ewm_std`` (DolphinDB ``ewmVar`` / ``ewmStd``), per key.
+
+    Equal to ``Series.ewm(com=com, ...).var(bias=bias)`` (or ``.std``) of each key's
+    rows; parameters as for :class:`EwmMean`, plus ``bias`` (False: unbiased).
+
+    Example:
+        >>> import numpy as np
+        >>> op = EwmVar("ewm_var", com=0.5)
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(3, dtype=np.int64), 1,
+        ...                    [np.array([0.0, 1.0, 2.0])])
+        >>> np.round(out, 6).tolist()
+        [nan, 0.5, 0.846154]
+    """
+
+    name: str
+    com: float
+    adjust: bool = True
+    ignore_na: bool = False
+    min_periods: int = 0
+    bias: bool = False
+
+    def __post_init__(self) -> None:
+        _check_name("EwmVar", self.name, ("ewm_var", "ewm_std"))
+        _check_float(self.name, "com", self.com, lambda v: 0 <= v < math.inf, "a finite number >= 0")
+        for flag in ("adjust", "ignore_na", "bias"):
+            _check_bool(self.name, flag, getattr(self, flag))
+        _check_int(self.name, "min_periods", self.min_periods, 0)
+
+    def _layout(self) -> dict[str, _Field]:
+        return {
+            "mean": _f64(), "cov": _f64(0.0), "sum_wt": _f64(1.0), "sum_wt2": _f64(1.0),
+            "old_wt": _f64(1.0), "nobs": _i64(),
+        }  # fmt: skip
+
+    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return ewm_var(
+            slots, x, float(self.com), self.adjust, self.ignore_na, self.bias, max(self.min_periods, 1),
+            self.name == "ewm_std", st["mean"], st["cov"], st["sum_wt"], st["sum_wt2"], st["old_wt"], st["nobs"],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EwmCov(_ArrayOp):
+    """pandas-compatible ``ewm_cov(x, y)`` / ``ewm_corr(x, y)`` (DolphinDB ``ewmCov`` / ``ewmCorr``).
+
+    Equal to ``x.ewm(com=com, adjust=..., ignore_na=..., min_periods=...).cov(y, bias=bias)``
+    (or ``.corr(y)``) of each key's rows; a row is an observation when both values
+    are non-NULL. ``make_state_op`` also accepts ``span``, ``half_life`` or ``alpha``.
+    ``ewm_corr`` takes no ``bias``: it cancels out of a correlation.
+
+    Example:
+        >>> import numpy as np
+        >>> op = EwmCov("ewm_cov", com=0.5)
+        >>> x, y = np.array([0.0, 1.0, 2.0]), np.array([0.0, 2.0, 3.0])
+        >>> _, (out,) = op.run(op.init_state(), np.zeros(3, dtype=np.int64), 1, [x, y])
+        >>> np.round(out, 6).tolist()
+        [nan, 1.0, 1.115385]
+    """
+
+    name: str
+    com: float
+    adjust: bool = True
+    ignore_na: bool = False
+    min_periods: int = 0
+    bias: bool = False
+    n_args = 2
+
+    def __post_init__(self) -> None:
+        _check_name("EwmCov", self.name, ("ewm_cov", "ewm_corr"))
+        _check_float(self.name, "com", self.com, lambda v: 0 <= v < math.inf, "a finite number >= 0")
+        for flag in ("adjust", "ignore_na", "bias"):
+            _check_bool(self.name, flag, getattr(self, flag))
+        _check_int(self.name, "min_periods", self.min_periods, 0)
+        if self.name == "ewm_corr" and self.bias:
+            raise _bad(
+                self.name, "bias", self.bias, "False",
+                "bias scales covariance and both variances alike, so it cancels out of a correlation; drop it",
+            )  # fmt: skip
+
+    def _layout(self) -> dict[str, _Field]:
+        return {
+            "mean_x": _f64(), "mean_y": _f64(), "cov": _f64(0.0), "var_x": _f64(0.0), "var_y": _f64(0.0),
+            "sum_wt": _f64(1.0), "sum_wt2": _f64(1.0), "old_wt": _f64(1.0), "nobs": _i64(),
+        }  # fmt: skip
+
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        x, y = args
+        out = ewm_cov(
+            slots, x, y, float(self.com), self.adjust, self.ignore_na, self.bias, max(self.min_periods, 1),
+            self.name == "ewm_corr", st["mean_x"], st["mean_y"], st["cov"], st["var_x"], st["var_y"],
+            st["sum_wt"], st["sum_wt2"], st["old_wt"], st["nobs"],
+        )  # fmt: skip
+        return [out]
+
+
+# ---------------------------------------------------------------- kernels
+
+
+@njit(cache=True)
+def ewm_mean(slots, x, com, adjust, ignore_na, minp, weighted, old_wt, nobs):  # pragma: no cover - numba
+    """pandas ``Series.ewm(com=...).mean()`` per key; state: weighted, old_wt, nobs."""
+    n = x.shape[0]
+    out = np.empty(n)
+    # Same arithmetic as pandas' window/aggregations.pyx so results match to the last bit.
+    alpha = 1.0 / (1.0 + com)
+    old_wt_factor = 1.0 - alpha
+    new_wt = 1.0 if adjust else alpha
+    for i in range(n):
+        k = slots[i]
+        cur = x[i]
+        is_obs = cur == cur
+        if is_obs:
+            nobs[k] += 1
+        w = weighted[k]
+        if w == w:
+            if is_obs or not ignore_na:
+                ow = old_wt[k] * old_wt_factor
+                if is_obs:
+                    if w != cur:  # keeps a constant series exactly constant
+                        w = (ow * w + new_wt * cur) / (ow + new_wt)
+                    ow = ow + new_wt if adjust else 1.0
+                old_wt[k] = ow
+        elif is_obs:
+            w = cur
+        weighted[k] = w
+        out[i] = w if nobs[k] >= minp else np.nan
+    return out
+
+
+@njit(cache=True)
+def ewm_var(
+    slots, x, com, adjust, ignore_na, bias, minp, take_sqrt, mean, cov, sum_wt, sum_wt2, old_wt, nobs
+):  # pragma: no cover - numba
+    """pandas ``Series.ewm(com=...).var(bias=...)`` (or ``.std``) per key."""
+    n = x.shape[0]
+    out = np.empty(n)
+    # Same arithmetic as pandas' ewmcov with x = y.
+    alpha = 1.0 / (1.0 + com)
+    f = 1.0 - alpha
+    new_wt = 1.0 if adjust else alpha
+    for i in range(n):
+        k = slots[i]
+        cur = x[i]
+        is_obs = cur == cur
+        if is_obs:
+            nobs[k] += 1
+        m = mean[k]
+        if m == m:
+            if is_obs or not ignore_na:
+                sw = sum_wt[k] * f
+                sw2 = sum_wt2[k] * (f * f)
+                ow = old_wt[k] * f
+                if is_obs:
+                    old_m = m
+                    if m != cur:  # keeps a constant series exactly constant
+                        m = (ow * old_m + new_wt * cur) / (ow + new_wt)
+                    cov[k] = (
+                        ow * (cov[k] + (old_m - m) * (old_m - m)) + new_wt * ((cur - m) * (cur - m))
+                    ) / (ow + new_wt)
+                    sw += new_wt
+                    sw2 += new_wt * new_wt
+                    ow += new_wt
+                    if not adjust:
+                        sw /= ow
+                        sw2 /= ow * ow
+                        ow = 1.0
+                sum_wt[k] = sw
+                sum_wt2[k] = sw2
+                old_wt[k] = ow
+        elif is_obs:
+            m = cur
+        mean[k] = m
+        if nobs[k] < minp:
+            res = np.nan
+        elif bias:
+            res = cov[k]
+        else:
+            num = sum_wt[k] * sum_wt[k]
+            den = num - sum_wt2[k]
+            res = (num / den) * cov[k] if den > 0 else np.nan
+        if take_sqrt and res == res:
+            res = np.sqrt(res) if res > 0 else 0.0
+        out[i] = res
+    return out
+
+
+@njit(cache=True, error_model="numpy")
+def ewm_cov(
+    slots, x, y, com, adjust, ignore_na, bias, minp, corr,
+    mean_x, mean_y, cov, var_x, var_y, sum_wt, sum_wt2, old_wt, nobs,
+):  # pragma: no cover - numba  # fmt: skip
+    """pandas ``Series.ewm(com=...).cov(other, bias=...)`` or ``.corr(other)`` per key.
+
+    The same arithmetic as pandas' ``ewmcov`` (window/aggregations.pyx); ``corr``
+    divides the biased covariance by the square root of the biased variances.
+    """
+    n = x.shape[0]
+    out = np.empty(n)
+    alpha = 1.0 / (1.0 + com)
+    f = 1.0 - alpha
+    new_wt = 1.0 if adjust else alpha
+    for i in range(n):
+        k = slots[i]
+        cx = x[i]
+        cy = y[i]
+        is_obs = cx == cx and cy == cy
+        if is_obs:
+            nobs[k] += 1
+        mx = mean_x[k]
+        if mx == mx:
+            if is_obs or not ignore_na:
+                sw = sum_wt[k] * f
+                sw2 = sum_wt2[k] * (f * f)
+                ow = old_wt[k] * f
+                if is_obs:
+                    old_mx = mx
+                    old_my = mean_y[k]
+                    my = old_my
+                    if mx != cx:  # keeps a constant series exactly constant
+                        mx = (ow * old_mx + new_wt * cx) / (ow + new_wt)
+                    if my != cy:
+                        my = (ow * old_my + new_wt * cy) / (ow + new_wt)
+                    den = ow + new_wt
+                    cov[k] = (
+                        ow * (cov[k] + (old_mx - mx) * (old_my - my)) + new_wt * ((cx - mx) * (cy - my))
+                    ) / den
+                    if corr:
+                        var_x[k] = (
+                            ow * (var_x[k] + (old_mx - mx) * (old_mx - mx)) + new_wt * ((cx - mx) * (cx - mx))
+                        ) / den
+                        var_y[k] = (
+                            ow * (var_y[k] + (old_my - my) * (old_my - my)) + new_wt * ((cy - my) * (cy - my))
+                        ) / den
+                    mean_y[k] = my
+                    sw += new_wt
+                    sw2 += new_wt * new_wt
+                    ow += new_wt
+                    if not adjust:
+                        sw /= ow
+                        sw2 /= ow * ow
+                        ow = 1.0
+                sum_wt[k] = sw
+                sum_wt2[k] = sw2
+                old_wt[k] = ow
+        elif is_obs:
+            mx = cx
+            mean_y[k] = cy
+        mean_x[k] = mx
+        if nobs[k] < minp:
+            res = np.nan
+        elif corr:
+            d = np.sqrt(var_x[k]) * np.sqrt(var_y[k])
+            res = cov[k] / d if d > 0.0 else np.nan
+        elif bias:
+            res = cov[k]
+        else:
+            num = sum_wt[k] * sum_wt[k]
+            den2 = num - sum_wt2[k]
+            res = (num / den2) * cov[k] if den2 > 0 else np.nan
+        out[i] = res
+    return out
+
+
+# ---------------------------------------------------------------- specs
+
+
+def _ewm_builder(cls: type[EwmVar | EwmCov], name: str) -> Callable[[dict[str, Any]], StateOp]:
+    return lambda p: cls(
+        name, _ewm_com(p, name), p.get("adjust", True), p.get("ignore_na", False),
+        p.get("min_periods", 0), p.get("bias", False),
+    )  # fmt: skip
+
+
+_EWM_PARAMS = ("com", "span", "half_life", "alpha", "adjust", "ignore_na", "min_periods", "bias")
+
+SPECS: tuple[StateOpSpec, ...] = (
+    StateOpSpec(
+        "ewm_mean",
+        "ewm_mean(x, com=|span=|half_life=|alpha=, adjust=True, ignore_na=False, min_periods=0)",
+        ("com", "span", "half_life", "alpha", "adjust", "ignore_na", "min_periods"),
+        (),
+        lambda p: EwmMean(
+            _ewm_com(p), p.get("adjust", True), p.get("ignore_na", False), p.get("min_periods", 0)
+        ),
+    ),
+    *(
+        StateOpSpec(
+            n,
+            f"{n}(x, com=|span=|half_life=|alpha=, adjust=True, ignore_na=False, min_periods=0, bias=False)",
+            _EWM_PARAMS,
+            (),
+            _ewm_builder(EwmVar, n),
+        )
+        for n in ("ewm_var", "ewm_std")
+    ),
+    *(
+        StateOpSpec(
+            n,
+            f"{n}(x, y, com=|span=|half_life=|alpha=, adjust=True, ignore_na=False, min_periods=0"
+            + (", bias=False)" if n == "ewm_cov" else ")"),
+            _EWM_PARAMS, (), _ewm_builder(EwmCov, n), columns=("x", "y"),
+        )
+        for n in ("ewm_cov", "ewm_corr")
+    ),
+)  # fmt: skip
