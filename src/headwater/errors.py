@@ -68,6 +68,10 @@ class SqlError(HeadwaterError, ValueError):
     """``session.sql`` refused a statement or could not run it."""
 
 
+class RetentionError(HeadwaterError, LookupError):
+    """A reader asked for a stream table version that the table's retention has removed."""
+
+
 def clip(value: object, limit: int = 200) -> str:
     """``repr`` of ``value`` cut to about ``limit`` characters, for echoing user input in a message.
 

@@ -98,3 +98,30 @@ def test_drop_resubmit_and_purge(spark, tmp_path):
         assert session.stream_graph_meta("g").empty
     finally:
         session.close()
+
+
+def test_a_graph_behind_its_sources_retention_fails_with_the_reason_and_sql_keeps_every_row(spark, tmp_path):
+    session = hw.connect(tmp_path)
+    session.use_catalog("demo")
+    try:
+        build(session, "g", "ticks", "out").submit()
+        frame = rows(400, seed=5)
+        session.append("ticks", frame.iloc[:100])
+        session.wait_until_caught_up("g")
+        session.stop_stream_graph("g")
+        for i in range(100, 400, 20):  # appended while the graph is stopped
+            session.append("ticks", frame.iloc[i:i + 20])
+        session.set_stream_table_retention("ticks", rows=50)
+        session._master.compactor.run_once()
+        session._master.compactor.run_once()
+        meta = session.stream_table_meta("ticks").iloc[0]
+        assert meta["first_version"] > 2 and meta["rows"] == 400
+        # SQL reads the snapshot, which keeps every row
+        got = session.sql("select * from ticks").to_pandas().sort_values("time", ignore_index=True)
+        pd.testing.assert_frame_equal(got, frame, check_dtype=False)
+        with pytest.raises(hw.ExecutionError, match=r"RetentionError.*version 2 is no longer kept"):
+            session.start_stream_graph("g")
+        meta = session.stream_graph_meta("g").iloc[-1]
+        assert meta["status"] == "failed" and "retention removed the versions before" in meta["reason"]
+    finally:
+        session.close()

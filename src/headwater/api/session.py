@@ -25,6 +25,7 @@ from headwater.runtime.master import Master
 from headwater.runtime.protocol import InProcessWorkerPort
 from headwater.runtime.worker import Worker
 from headwater.storage.metadata import TableRecord
+from headwater.storage.retention import Retention
 from headwater.types import Schema
 
 
@@ -228,11 +229,38 @@ class Session:
         return self._master.committed_sequence(fqn, self._client_id)
 
     def create_stream_table(self, name: str, schema: dict[str, str] | Schema, *, kind: str = "plain",
-                            key_column: str | list[str] | None = None, time_column: str | None = None) -> None:
-        """Create a standalone public stream table (Orca's createOrcaStreamTable family)."""
+                            key_column: str | list[str] | None = None, time_column: str | None = None,
+                            retention_minutes: float | None = None, retention_rows: int | None = None) -> None:
+        """Create a standalone public stream table (Orca's createOrcaStreamTable family).
+
+        ``retention_minutes`` / ``retention_rows``: see :meth:`set_stream_table_retention`.
+        """
         fqn = resolve(name, "stream_table", current_catalog=self._catalog)
         keys = (key_column,) if isinstance(key_column, str) else tuple(key_column or ())
-        self._master.create_public_table(fqn, Schema.parse(schema, where=f"stream table {fqn}"), kind, keys, time_column)
+        retention = _retention(retention_minutes, retention_rows)
+        self._master.create_public_table(fqn, Schema.parse(schema, where=f"stream table {fqn}"), kind, keys, time_column,
+                                         retention)
+
+    def set_stream_table_retention(self, name: str, *, minutes: float | None = None, rows: int | None = None) -> None:
+        """Bound how far back a public stream table can be replayed (Orca's ``retentionMinutes``).
+
+        Versions older than ``minutes``, or older than the newest ``rows`` rows, are removed in the
+        background (with the files only they need); neither removes the rule and keeps every version.
+        The table's snapshot, what SQL reads, keeps every row. A graph still reading a removed version
+        fails with :class:`~headwater.errors.RetentionError`, which names the first version kept.
+
+        Example:
+            >>> import tempfile, headwater as hw
+            >>> s = hw.connect(tempfile.mkdtemp())
+            >>> s.use_catalog("demo")
+            >>> s.create_stream_table("ticks", {"px": "double"})
+            >>> s.set_stream_table_retention("ticks", minutes=24 * 60)
+            >>> s.stream_table_meta("ticks").loc[0, "retention"]
+            '1440 minutes'
+            >>> s.close()
+        """
+        fqn = resolve(name, "stream_table", current_catalog=self._catalog)
+        self._master.set_retention(fqn, _retention(minutes, rows))
 
     def drop_stream_table(self, name: str) -> None:
         """Drop a public stream table no graph references any more."""
@@ -307,14 +335,16 @@ class Session:
                             columns=["id", "fqn", "status", "semantics", "tasks", "create_time", "reason"])
 
     def stream_table_meta(self, name: str | None = None) -> pd.DataFrame:
-        """One row per stream table: fqn, kind, visibility, path, graph_refs, version, rows.
+        """One row per stream table: fqn, kind, visibility, path, graph_refs, version, rows, first_version, retention.
 
         ``version`` is the latest committed version, ``rows`` the row count (from the log's
-        statistics; no data is read).
+        statistics; no data is read), ``first_version`` the oldest version a reader can still
+        replay (0 unless retention removed older ones), ``retention`` the table's rule or None.
         """
         fqn = None if name is None else resolve(name, "stream_table", current_catalog=self._catalog)
         return pd.DataFrame(self._master.table_meta(fqn),
-                            columns=["fqn", "kind", "visibility", "path", "graph_refs", "version", "rows"])
+                            columns=["fqn", "kind", "visibility", "path", "graph_refs", "version", "rows",
+                                     "first_version", "retention"])
 
     def close(self) -> None:
         """Stop running queries (graphs stay ``running`` in the catalog and resume on the next connect)."""
@@ -325,3 +355,7 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _retention(minutes: float | None, rows: int | None) -> Retention | None:
+    return None if minutes is None and rows is None else Retention(minutes=minutes, rows=rows)

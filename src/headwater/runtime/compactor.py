@@ -2,7 +2,8 @@
 
 Every ``interval`` the compactor looks at each table of the catalog and compacts those whose snapshot
 holds more than ``min_files`` data files (:meth:`StreamTable.compact`: stream readers' replay is not
-affected, no file is deleted). It runs in the master's process, where every writer of a table takes the
+affected, no file is deleted), then applies the table's retention, if it has one
+(:meth:`StreamTable.expire`: the versions it no longer keeps, and the files only they named, go). It runs in the master's process, where every writer of a table takes the
 same per-table lock as the compaction, so it never interleaves with an append or a micro-batch commit.
 
 >>> import tempfile, pyarrow as pa
@@ -38,12 +39,17 @@ class Compactor:
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> int:
-        """Compact every table over the threshold; return how many were compacted."""
+        """Compact every table over the threshold, then expire what each table's retention no longer keeps;
+        return how many tables were compacted."""
         done = 0
         for table in self.tables():
             try:
                 if table.file_count() > self.min_files and table.compact() is not None:
                     done += 1
+                expired = table.expire()
+                if expired is not None and expired.versions:
+                    log.info("stream table %s: retention removed %d version(s) and %d file(s), %d bytes",
+                             table.name, expired.versions, expired.files, expired.bytes)
             except Exception:  # a table dropped meanwhile, a full disk: the next round tries again
                 log.warning("compaction of stream table %s failed", table.name, exc_info=True)
         return done

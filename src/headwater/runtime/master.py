@@ -55,7 +55,8 @@ from headwater.runtime.protocol import (
 from headwater.sql.policy import prepare
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
-from headwater.storage.stream_table import StreamTable, remove_orphan_files
+from headwater.storage.retention import Retention
+from headwater.storage.stream_table import StreamTable, earliest_version, remove_orphan_files
 from headwater.types import Schema
 
 log = logging.getLogger(__name__)
@@ -154,11 +155,20 @@ class Master:
             raise CatalogError(f"stream table {fqn} does not exist; known public tables: {', '.join(known) or 'none'}")
         return rec
 
-    def create_public_table(self, fqn: FQN, schema: Schema, kind: str, keys: tuple[str, ...], time_column: str | None) -> None:
+    def create_public_table(self, fqn: FQN, schema: Schema, kind: str, keys: tuple[str, ...], time_column: str | None,
+                            retention: Retention | None = None) -> None:
         if self.store.get_table(str(fqn)) is not None:
             raise CatalogError(f"stream table {fqn} already exists")
-        self.store.put_table(self._create_table_files(str(fqn), self._public_table_path(str(fqn)), schema, kind,
-                                                      keys, time_column, None))
+        rec = self._create_table_files(str(fqn), self._public_table_path(str(fqn)), schema, kind, keys, time_column, None)
+        if retention is not None:
+            self._table(rec).set_retention(retention)
+        self.store.put_table(rec)
+
+    def set_retention(self, fqn: FQN, retention: Retention | None) -> None:
+        """Set a public table's retention; the compactor applies it (``expire``) on its next rounds."""
+        self._table(self.table_info(fqn)).set_retention(retention)
+        if retention is not None:
+            self.compactor.start()
 
     @staticmethod
     def _create_table_files(fqn: str, path: Path, schema: Schema, kind: str, keys: tuple[str, ...],
@@ -204,13 +214,16 @@ class Master:
                          "path": t.path, "graph_refs": self.store.refs_of_table(t.fqn), **self._table_stats(t)})
         return rows
 
-    def _table_stats(self, rec: TableRecord) -> dict[str, int | None]:
+    def _table_stats(self, rec: TableRecord) -> dict[str, int | str | None]:
         """Latest version and row count from the table's log; None for a table whose directory is gone."""
         try:
             table = self._table(rec)
-            return {"version": table.version(), "rows": table.row_count()}
+            retention = table.retention
+            return {"version": table.version(), "rows": table.row_count(),
+                    "first_version": earliest_version(table.path),
+                    "retention": retention.describe() if retention else None}
         except CatalogError:  # listed, but its directory was removed behind the catalog's back
-            return {"version": None, "rows": None}
+            return {"version": None, "rows": None, "first_version": None, "retention": None}
 
     # -- graphs -----------------------------------------------------------------------------------------
     def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:

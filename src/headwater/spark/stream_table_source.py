@@ -57,6 +57,7 @@ from headwater.storage.stream_table import (
     Commit,
     DataFile,
     StreamTable,
+    earliest_version,
     iter_file_batches,
     latest_version,
     read_commit,
@@ -214,10 +215,11 @@ class StreamTableReader(_ReaderBase, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         last = latest_version(self._path)
-        commits = [read_commit(self._path, v) for v in range(1, last + 1)]
-        if any(c.rewrites for c in commits):
-            # Compacted: the snapshot's files no longer map to the commits that
-            # appended the rows, so _hw_seq is unknown (null).
+        first = earliest_version(self._path)
+        commits = [read_commit(self._path, v) for v in range(max(first, 1), last + 1)]
+        if first > 0 or any(c.rewrites for c in commits):
+            # Compacted, or older commits removed by retention: the snapshot's files no longer map to
+            # the commits that appended the rows, so _hw_seq is unknown (null).
             from deltalake import DeltaTable
 
             files = tuple(

@@ -52,12 +52,20 @@ from headwater.errors import (
     CatalogError,
     ExecutionError,
     GraphDefinitionError,
+    RetentionError,
     SchemaError,
     SequenceError,
     clip,
 )
 from headwater.faults import fault_point
 from headwater.storage.buckets import Bucketing, file_buckets, read_in_order, write_table
+from headwater.storage.retention import (
+    Retention,
+    expired_log_files,
+    first_kept_version,
+    last_checkpoint,
+    log_versions,
+)
 from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, canonical_type
 
 if TYPE_CHECKING:
@@ -74,6 +82,7 @@ _CONF_KIND = "headwater.kind"
 _CONF_KEYS = "headwater.keyColumns"
 _CONF_TIME = "headwater.timeColumn"
 _CONF_SCHEMA = "headwater.schema"
+_CONF_RETENTION = "headwater.retention"
 _FORMAT_VERSION = "1"
 
 _MAX_COMMIT_ATTEMPTS = 50
@@ -172,12 +181,23 @@ def latest_version(path: str | Path, known: int = 0) -> int:
     """Return the newest committed version of the table at ``path``, probing from ``known``.
 
     Commit files appear atomically, so checking for the next one is enough; this is
-    a few ``stat`` calls when ``known`` is recent.
+    a few ``stat`` calls when ``known`` is recent. When ``known`` is older than the
+    log's first kept version (retention removed it), the log directory is listed.
     """
     v = known
+    if not os.path.exists(_commit_file(path, v + 1)) and not os.path.exists(_commit_file(path, v)):
+        versions = log_versions(_log_dir(path))
+        if versions and versions[-1] > v:
+            v = versions[-1]
     while os.path.exists(_commit_file(path, v + 1)):
         v += 1
     return v
+
+
+def earliest_version(path: str | Path) -> int:
+    """Return the oldest version still in the table's log: 0 unless retention removed older ones."""
+    versions = log_versions(_log_dir(path))
+    return versions[0] if versions else 0
 
 
 def _data_file_path(table_path: str, add_path: str) -> str:
@@ -212,6 +232,14 @@ def read_commit(path: str | Path, version: int) -> Commit:
         with open(_commit_file(table_path, version), encoding="utf-8") as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
+        first = earliest_version(table_path)
+        if 0 <= version < first:
+            raise RetentionError(
+                f"stream table {os.path.basename(table_path)}: version {version} is no longer kept; the table's "
+                f"retention removed the versions before {first}. A reader can resume from version {first}; a graph "
+                "that fell this far behind must be dropped and submitted again, or the table keep more "
+                "(session.set_stream_table_retention)"
+            ) from None
         raise CatalogError(
             f"stream table {table_path}: version {version} is not in the table's log "
             f"(latest is {latest_version(table_path) if os.path.isdir(_log_dir(table_path)) else 'none'}); "
@@ -268,21 +296,45 @@ def find_transaction(path: str | Path, app_id: str, txn_version: int, *, latest:
     return None
 
 
-def referenced_files(path: str | Path) -> set[str] | None:
-    """Return the absolute paths of every data file any commit of the log ever added.
+@dataclass(frozen=True)
+class Expiry:
+    """What :meth:`StreamTable.expire` removed: versions before ``first_kept``, and data files."""
 
-    None when the log has a gap (some commit files were cleaned up): then the set would be
-    incomplete and nothing may be concluded from a file's absence.
+    first_kept: int
+    versions: int
+    files: int
+    bytes: int
+
+
+def _named_paths(table_path: str, version: int, kinds: tuple[str, ...] = ("add", "remove")) -> set[str]:
+    """Absolute paths of the files commit ``version`` adds or removes (``kinds``), rewrites included."""
+    paths: set[str] = set()
+    with contextlib.suppress(FileNotFoundError), open(_commit_file(table_path, version), encoding="utf-8") as f:
+        for line in f:
+            if any(f'"{kind}"' in line for kind in kinds):
+                action = json.loads(line)
+                paths.update(os.path.normpath(_data_file_path(table_path, action[kind]["path"]))
+                             for kind in kinds if kind in action)
+    return paths
+
+
+def referenced_files(path: str | Path) -> set[str] | None:
+    """Return the absolute paths of every data file a commit of the log added and may still be read.
+
+    None when the log has a gap: then the set would be incomplete and nothing may be concluded from a
+    file's absence. After retention removed the oldest commits, their files still in the snapshot count.
     """
     table_path = os.fspath(path)
     names: set[str] = set()
-    try:
-        versions = sorted(int(n[:20]) for n in os.listdir(_log_dir(table_path))
-                          if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
-    except FileNotFoundError:
+    versions = log_versions(_log_dir(table_path))
+    if not versions or versions != list(range(versions[0], versions[-1] + 1)):
         return None
-    if versions != list(range(len(versions))):
-        return None
+    if versions[0] > 0:
+        # retention removed the oldest commits and every file only they named; the files they named that
+        # are still in use are in the snapshot
+        from deltalake import DeltaTable
+
+        names.update(os.path.normpath(_data_file_path(table_path, uri)) for uri in DeltaTable(table_path).file_uris())
     for v in versions:
         with open(_commit_file(table_path, v), encoding="utf-8") as f:
             for line in f:
@@ -478,6 +530,7 @@ class StreamTable:
         key_columns: Sequence[str] = (),
         time_column: str | None = None,
         name: str | None = None,
+        retention: Retention | None = None,
     ) -> StreamTable:
         """Create an empty stream table at ``path`` (version 0) and return it.
 
@@ -489,6 +542,7 @@ class StreamTable:
             time_column: Column whose newest value wins in a latest-keyed table;
                 optional (informational) for the other kinds.
             name: Name used in error messages; defaults to the directory name.
+            retention: How far back the table stays replayable (:meth:`expire`); None keeps every version.
         """
         from deltalake import DeltaTable
 
@@ -516,6 +570,8 @@ class StreamTable:
         }
         if time_column is not None:
             configuration[_CONF_TIME] = time_column
+        if retention is not None:
+            configuration[_CONF_RETENTION] = retention.to_json()
         _forget_state(path)
         try:
             DeltaTable.create(
@@ -810,6 +866,78 @@ class StreamTable:
             # (measured: 1.5x a bulk-written table's open+read without it, 0.95x with it).
             dt.create_checkpoint()
             return int(dt.version())
+
+    # -- retention -----------------------------------------------------------
+
+    @property
+    def retention(self) -> Retention | None:
+        """The table's retention rule (stored in its Delta configuration), or None: every version is kept."""
+        st = _state(self.path)
+        with st.lock:
+            text = self._delta(st).metadata().configuration.get(_CONF_RETENTION)
+        return Retention.from_json(text) if text else None
+
+    def set_retention(self, retention: Retention | None) -> None:
+        """Set (or, with None, remove) the table's retention rule; it applies from the next :meth:`expire`."""
+        st = _state(self.path)
+        with st.lock:
+            dt = self._delta(st)
+            if (dt.metadata().configuration.get(_CONF_RETENTION) or None) == (retention and retention.to_json()):
+                return
+            dt.alter.set_table_properties({_CONF_RETENTION: retention.to_json() if retention else ""},
+                                          raise_if_not_exists=False)
+            dt.update_incremental()
+            st.known_version = max(st.known_version, dt.version())
+
+    def expire(self, *, now: float | None = None) -> Expiry | None:
+        """Remove the versions the table's retention no longer keeps; return what went, or None.
+
+        Each call writes a log checkpoint of the newest version, then removes the commit files of expired
+        versions, oldest first, and the data files only they named (a file still in the snapshot stays
+        until compaction has merged it and that compaction's commit expires too). So that a reader that opened the log at the previous checkpoint
+        can still finish, versions after that checkpoint are removed by the next call: a version expires
+        within two calls. Reading a removed version raises :class:`~headwater.errors.RetentionError`.
+        Holds the table's writer lock, like :meth:`compact`.
+        """
+        st = _state(self.path)
+        with st.lock:
+            dt = self._delta(st)
+            text = dt.metadata().configuration.get(_CONF_RETENTION)
+            if not text:
+                return None
+            log_dir = _log_dir(self.path)
+            versions = log_versions(log_dir)
+            if len(versions) < 2 or versions != list(range(versions[0], versions[-1] + 1)):
+                return None
+            cut = first_kept_version(
+                Retention.from_json(text), versions, now=time.time() if now is None else now,
+                commit_time=lambda v: commit_time(self.path, v),
+                commit_rows=lambda v: read_commit(self.path, v).num_rows())
+            if cut <= versions[0]:
+                return None
+            previous_checkpoint = last_checkpoint(log_dir)
+            if previous_checkpoint != versions[-1]:
+                dt.create_checkpoint()
+            below = min(cut, versions[0] if previous_checkpoint is None else previous_checkpoint + 1)
+            if below <= versions[0]:
+                return Expiry(versions[0], 0, 0, 0)
+            # A file leaves with the last commit that names it: its add (a micro-batch nobody replays any more)
+            # or the compaction's remove (a file of the snapshot, merged since). A file still in the snapshot
+            # stays: compaction merges it, and a later call removes it with that compaction's commit.
+            named: set[str] = set()
+            for v in range(versions[0], below):
+                named.update(_named_paths(str(self.path), v))
+            in_snapshot = {os.path.normpath(_data_file_path(str(self.path), uri)) for uri in dt.file_uris()}
+            for file in expired_log_files(log_dir, below, previous_checkpoint):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(file)
+            files = size = 0
+            for file in sorted(named - in_snapshot):
+                with contextlib.suppress(FileNotFoundError):
+                    size += os.stat(file).st_size
+                    os.remove(file)
+                    files += 1
+            return Expiry(below, below - versions[0], files, size)
 
     def transaction_version(self, app_id: str) -> int | None:
         """Return the newest transaction version ``app_id`` committed to this table, or None."""
