@@ -1,17 +1,17 @@
 """One stream task over one micro-batch, end to end, without Spark: read → partition → engines → write.
 
 This is Headwater's one data plane (driven by ``headwater.spark.fused`` on Spark): Spark
-schedules one task per stream task and micro-batch and checkpoints the offsets; the
-task reads the input table's commits of the batch, keeps the rows whose partition key
-hashes to it, runs the chain of engines with their state, and writes its output as
-Parquet files that the driver then commits to the output tables in one idempotent
-transaction. No row crosses into the JVM.
+schedules the stream tasks of each micro-batch (a group of them per core) and checkpoints
+the offsets; each stream task reads the input table's commits of the batch, keeps the rows
+whose partition key hashes to it, runs the chain of engines with its state; a group writes
+its output as one Parquet file per output table, which the driver then commits in one
+idempotent transaction per table. No row crosses into the JVM.
 
 Engine state is a snapshot per (engine, task, input version): a batch over versions
 ``(start, end]`` loads the newest snapshot at or before ``start`` and saves one at
 ``end``, so a replayed batch starts from exactly the same state. Output file names are
-derived from (run, subgraph, end version, task) and written atomically, so a replay
-finds its files already there and the commit is skipped by its transaction id.
+derived from (run, subgraph, end version, first task of the group) and written atomically, so
+a replay finds its files already there and the commit is skipped by its transaction id.
 """
 
 from __future__ import annotations
@@ -169,12 +169,31 @@ class SubgraphTask:
     # -- the task ------------------------------------------------------------------------------------
     def run_task(self, task: int, start: int, end: int) -> TaskReport:
         """Process versions ``(start, end]`` for ``task``; report the output files written and the time split."""
-        clock = time.perf_counter
+        return self.run_tasks((task,), start, end)
+
+    def run_tasks(self, tasks: Sequence[int], start: int, end: int) -> TaskReport:
+        """Process versions ``(start, end]`` for each of ``tasks`` in turn (each with its own share of the rows
+        and its own state) and write their output together: one file per output table, rows in task order."""
         seconds = dict.fromkeys(STAGES, 0.0)
+        outputs, rows_in = [], 0
+        for task in tasks:
+            rows, n = self._compute(task, start, end, seconds)
+            rows_in += n
+            if rows is not None and rows.num_rows:
+                outputs.append(rows)
+        t = time.perf_counter()
+        files = self.write(pa.concat_tables(outputs, promote_options="permissive"), tasks[0], end) if outputs else []
+        seconds["write"] = time.perf_counter() - t
+        return TaskReport(files, rows_in, seconds)
+
+    def _compute(self, task: int, start: int, end: int, seconds: dict[str, float]) -> tuple[pa.Table | None, int]:
+        """One stream task's read → partition → engines over ``(start, end]``, its new state saved; returns its
+        output rows (None when it had no input) and its input row count. Adds its time to ``seconds``."""
+        clock = time.perf_counter
         t = clock()
         first = self.partition_after()
         rows = self.read(start, end, None if first else task)  # partitioned as it is read, when it can be
-        seconds["read"] = clock() - t
+        seconds["read"] += clock() - t
         if first:
             t = clock()
             for node in self.chain[:first]:
@@ -183,10 +202,10 @@ class SubgraphTask:
             seconds["kernel"] += clock() - t
             t = clock()
             rows = self.select(rows, task)
-            seconds["partition"] = clock() - t
+            seconds["partition"] += clock() - t
         rows_in = rows.num_rows
         if rows_in == 0:
-            return TaskReport([], 0, seconds)
+            return None, 0
         batch_time = commit_time(self.input_path, end)  # the batch's processing time, identical on replay
         new_states: list[tuple[SnapshotStore, Any]] = []
         for node, processor in list(zip(self.chain, self.processors(), strict=True))[first:]:
@@ -209,10 +228,7 @@ class SubgraphTask:
         for store, state in new_states:
             store.save(task, end, state)
         seconds["state"] += clock() - t
-        t = clock()
-        files = self.write(rows, task, end)
-        seconds["write"] = clock() - t
-        return TaskReport(files, rows_in, seconds)
+        return rows, rows_in
 
     def write(self, rows: pa.Table, task: int, end: int) -> list[OutputFile]:
         if rows.num_rows == 0:

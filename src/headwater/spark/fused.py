@@ -1,12 +1,13 @@
-"""Spark drives the data plane: one Spark task per stream task and micro-batch does read → engines → write.
+"""Spark drives the data plane: per micro-batch, one Spark task per core runs its stream tasks' read → engines → write.
 
 A Python data source (``headwater_subgraph``) turns each micro-batch, an input-table
-version range ``(start, end]`` checkpointed by Spark, into one input partition per
-stream task. ``read()`` runs :meth:`SubgraphTask.run_task` in Spark's Python worker and
-returns only the names of the Parquet files it wrote; ``foreachBatch`` on the driver
-commits them to the output tables in one Delta transaction per table tagged with
-(run, batch id), which a replayed batch skips. Rows never cross into the JVM, there is
-no shuffle, and Spark still provides scheduling, retries and exactly-once offsets.
+version range ``(start, end]`` checkpointed by Spark, into one input partition per core,
+each holding a group of stream tasks (:func:`task_groups`). ``read()`` runs
+:meth:`SubgraphTask.run_tasks` in Spark's Python worker and returns only the names of the
+Parquet files it wrote; ``foreachBatch`` on the driver commits them to the output tables in
+one Delta transaction per table tagged with (run, batch id), which a replayed batch skips.
+Rows never cross into the JVM, there is no shuffle, and Spark still provides scheduling,
+retries and exactly-once offsets.
 """
 
 from __future__ import annotations
@@ -32,9 +33,33 @@ RESULT_SCHEMA = ("tbl INT, name STRING, size BIGINT, num_rows BIGINT, task INT, 
 
 @dataclass(frozen=True)
 class TaskPartition(InputPartition):
-    task: int
+    """One Spark task: stream tasks ``tasks`` of the micro-batch ``(start, end]``, run one after another."""
+
+    tasks: tuple[int, ...]
     start: int
     end: int
+
+
+def task_groups(n_tasks: int, slots: int) -> list[tuple[int, ...]]:
+    """Stream tasks grouped into at most ``slots`` Spark tasks (contiguous, sizes differing by at most one).
+
+    A stream task is the unit of state (its snapshot, its share of the keys); a Spark task is the unit of
+    scheduling, which costs its launch, a Python worker round trip and a result. With more stream tasks
+    than cores, one Spark task per core runs its share of them in turn instead of paying that per stream task.
+
+    >>> task_groups(8, 2)
+    [(0, 1, 2, 3), (4, 5, 6, 7)]
+    >>> task_groups(3, 4)
+    [(0,), (1,), (2,)]
+    """
+    count = max(1, min(n_tasks, slots))
+    size, extra = divmod(n_tasks, count)
+    groups, first = [], 0
+    for g in range(count):
+        last = first + size + (1 if g < extra else 0)
+        groups.append(tuple(range(first, last)))
+        first = last
+    return groups
 
 
 def _load(plan_path: str) -> Any:
@@ -44,11 +69,11 @@ def _load(plan_path: str) -> Any:
 
 
 class SubgraphStreamReader(DataSourceStreamReader):
-    def __init__(self, plan_path: str, input_path: str, n_tasks: int) -> None:
+    def __init__(self, plan_path: str, input_path: str, n_tasks: int, slots: int) -> None:
         # planning runs in its own Python process: keep it free of the engine stack
         self.plan_path = plan_path
         self.input_path = input_path
-        self.n_tasks = n_tasks
+        self.groups = task_groups(n_tasks, slots)
         self._known = 0
 
     def initialOffset(self) -> dict:
@@ -64,19 +89,19 @@ class SubgraphStreamReader(DataSourceStreamReader):
         a, b = int(start["version"]), int(end["version"])
         if b <= a:
             return []
-        return [TaskPartition(t, a, b) for t in range(self.n_tasks)]
+        return [TaskPartition(tasks, a, b) for tasks in self.groups]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:  # type: ignore[override]
         assert isinstance(partition, TaskPartition)
         plan = _cached_plan(self.plan_path)
-        report = plan.run_task(partition.task, partition.start, partition.end)
+        report = plan.run_tasks(partition.tasks, partition.start, partition.end)
         timings = tuple(report.seconds[s] for s in STAGES)
-        # one row per output file; the first also carries the task's input count and time split
+        # one row per output file; the first also carries the group's input count and time split
         for i, f in enumerate(report.files):
-            yield (f.table, f.name, f.size, f.rows, partition.task, report.rows_in if i == 0 else 0,
+            yield (f.table, f.name, f.size, f.rows, f.task, report.rows_in if i == 0 else 0,
                    *(timings if i == 0 else (0.0,) * len(STAGES)))
         if not report.files:
-            yield (-1, None, 0, 0, partition.task, report.rows_in, *timings)
+            yield (-1, None, 0, 0, partition.tasks[0], report.rows_in, *timings)
 
     def commit(self, end: dict) -> None:
         """Nothing to acknowledge: the input table is replayable."""
@@ -108,7 +133,8 @@ class SubgraphDataSource(DataSource):
         return RESULT_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return SubgraphStreamReader(self.options["plan"], self.options["input"], int(self.options["tasks"]))
+        return SubgraphStreamReader(self.options["plan"], self.options["input"], int(self.options["tasks"]),
+                                    int(self.options["slots"]))
 
 
 def committed_input_version(spark_checkpoint: Path) -> int:
@@ -152,7 +178,7 @@ def start_fused_subgraph(
     interval = f"{max(int(trigger_interval.total_seconds() * 1000), 1)} milliseconds"
     return (
         spark.readStream.format(SOURCE_NAME).option("plan", str(plan_path)).option("input", plan.input_path)
-        .option("tasks", str(plan.n_tasks)).load()
+        .option("tasks", str(plan.n_tasks)).option("slots", str(spark.sparkContext.defaultParallelism)).load()
         .writeStream.foreachBatch(commit_batch)
         .option("checkpointLocation", str(checkpoint / "spark"))
         .queryName(f"{plan.run}/subgraph_{plan.subgraph}")
