@@ -68,6 +68,10 @@ class SqlError(HeadwaterError, ValueError):
     """``session.sql`` refused a statement or could not run it."""
 
 
+class RequestError(HeadwaterError, ValueError):
+    """A request to the master's HTTP API is malformed (a field missing or of the wrong type)."""
+
+
 class RetentionError(HeadwaterError, LookupError):
     """A reader asked for a stream table version that the table's retention has removed."""
 

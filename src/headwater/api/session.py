@@ -113,16 +113,21 @@ def check_client_id(client_id: str) -> str:
     return client_id
 
 
-def connect(data_dir: str | Path | None = None, *, start_spark: bool = True, spark_master: str = "local[*]",
-            trigger_interval: str = "200ms", client_id: str | None = None) -> Session:
-    """Start an embedded Headwater (master + worker + local Spark) on ``data_dir``.
+def connect(data_dir: str | Path | None = None, *, user: str | None = None, password: str | None = None,
+            start_spark: bool = True, spark_master: str = "local[*]", trigger_interval: str = "200ms",
+            client_id: str | None = None) -> Session:
+    """Start an embedded Headwater (master + worker + local Spark) on ``data_dir``, or connect to a master.
 
-    Graphs that were running when the previous session on the same directory stopped
-    are resumed from their checkpoints. ``start_spark=False`` gives a session that can
-    declare and explain graphs without a JVM (Spark then starts on first need).
+    Embedded (a path, or nothing: ``$HEADWATER_HOME`` or ``~/.headwater``): graphs that were running
+    when the previous session on the same directory stopped are resumed from their checkpoints.
+    ``start_spark=False`` gives a session that can declare and explain graphs without a JVM (Spark
+    then starts on first need). One session at a time holds a data directory: a second one (in this
+    or another process) raises :class:`DataDirectoryInUseError` until the first is closed or its
+    process ends.
 
-    One session at a time holds a data directory: a second one (in this or another process)
-    raises :class:`DataDirectoryInUseError` until the first is closed or its process ends.
+    Service mode (an ``http://`` or ``https://`` URL of ``headwater master``, with ``user`` and
+    ``password``): the same API, served by the master's process; graphs keep running after this
+    session closes, and any number of sessions connect at once.
 
     ``client_id`` names the writer for idempotent appends (``append(..., sequence=n)``): a
     restarted client that passes the same id resumes its sequence. 1 to 64 letters, digits,
@@ -133,31 +138,45 @@ def connect(data_dir: str | Path | None = None, *, start_spark: bool = True, spa
     >>> s.use_catalog("demo")
     >>> s.close()
     """
-    return Session(Path(data_dir) if data_dir is not None else default_data_dir(), start_spark=start_spark,
-                   spark_master=spark_master, trigger_interval=trigger_interval,
-                   client_id=client_id)
+    if isinstance(data_dir, str) and data_dir.startswith(("http://", "https://")):
+        from headwater.service.client import RemoteMaster
+
+        if user is None or password is None:
+            raise ConfigurationError(f"connect({data_dir!r}): a master needs user=... and password=...")
+        return Session(RemoteMaster(data_dir, user=user, password=password), client_id=client_id)
+    path = Path(data_dir) if data_dir is not None else default_data_dir()
+    return Session(embedded_master(path, start_spark=start_spark, spark_master=spark_master,
+                                   trigger_interval=trigger_interval), client_id=client_id, data_dir=path)
+
+
+def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: str = "local[*]",
+                    trigger_interval: str = "200ms") -> Master:
+    """A master with its worker in this process, on ``data_dir`` (what ``connect(path)`` and ``headwater master`` run);
+    graphs that were running resume in the background unless ``start_spark`` is False."""
+    if data_dir.exists() and not data_dir.is_dir():
+        raise ConfigurationError(f"data directory {clip(str(data_dir), 300)} is a file, not a directory; pass a "
+                                 "directory (it is created if missing), e.g. hw.connect('./headwater-data')")
+    interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
+    worker = Worker(data_dir, spark_master=spark_master, trigger_interval=interval)
+    master = Master(data_dir, worker=InProcessWorkerPort(worker))
+    if start_spark:
+        try:
+            master.recover()
+        except BaseException:
+            master.close()  # release the data directory: this session never existed
+            raise
+    return master
 
 
 class Session:
-    """A connection to Headwater: catalog, graphs, tables, SQL."""
+    """A connection to Headwater: catalog, graphs, tables, SQL (embedded, or to a master over HTTP)."""
 
-    def __init__(self, data_dir: Path, *, start_spark: bool, spark_master: str, trigger_interval: str,
-                 client_id: str | None = None) -> None:
-        if data_dir.exists() and not data_dir.is_dir():
-            raise ConfigurationError(f"data directory {clip(str(data_dir), 300)} is a file, not a directory; pass a "
-                                     "directory (it is created if missing), e.g. hw.connect('./headwater-data')")
+    def __init__(self, master: Any, *, client_id: str | None = None, data_dir: Path | None = None) -> None:
+        # master: the embedded Master, or headwater.service.client.RemoteMaster (the same methods over HTTP)
         self.data_dir = data_dir
         self._catalog: str | None = None
         self._client_id = uuid.uuid4().hex if client_id is None else check_client_id(client_id)
-        interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
-        worker = Worker(data_dir, spark_master=spark_master, trigger_interval=interval)  # embedded: in this process
-        self._master = Master(data_dir, worker=InProcessWorkerPort(worker))
-        if start_spark:
-            try:
-                self._master.recover()
-            except BaseException:
-                self._master.close()  # release the data directory: this session never existed
-                raise
+        self._master = master
 
     @property
     def client_id(self) -> str:

@@ -159,10 +159,8 @@ class Master:
                             retention: Retention | None = None) -> None:
         if self.store.get_table(str(fqn)) is not None:
             raise CatalogError(f"stream table {fqn} already exists")
-        rec = self._create_table_files(str(fqn), self._public_table_path(str(fqn)), schema, kind, keys, time_column, None)
-        if retention is not None:
-            self._table(rec).set_retention(retention)
-        self.store.put_table(rec)
+        self.store.put_table(self._create_table_files(str(fqn), self._public_table_path(str(fqn)), schema, kind, keys,
+                                                      time_column, None, retention))
 
     def set_retention(self, fqn: FQN, retention: Retention | None) -> None:
         """Set a public table's retention; the compactor applies it (``expire``) on its next rounds."""
@@ -172,12 +170,13 @@ class Master:
 
     @staticmethod
     def _create_table_files(fqn: str, path: Path, schema: Schema, kind: str, keys: tuple[str, ...],
-                            time_column: str | None, owner: str | None) -> TableRecord:
+                            time_column: str | None, owner: str | None,
+                            retention: Retention | None = None) -> TableRecord:
         """Create an empty table directory (idempotent) and return the record that makes it visible."""
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():  # left by an interrupted drop or submit: nothing in the catalog points at it
             shutil.rmtree(path)
-        StreamTable.create(path, schema, kind=kind, key_columns=keys, time_column=time_column)
+        StreamTable.create(path, schema, kind=kind, key_columns=keys, time_column=time_column, retention=retention)
         return TableRecord(fqn, str(path), kind, schema, keys, time_column, owner)
 
     def drop_public_table(self, fqn: FQN) -> None:

@@ -53,6 +53,23 @@ table_refs = sa.Table(
     sa.Column("table_fqn", sa.String, primary_key=True),
 )
 
+users = sa.Table(
+    "users",
+    _meta,
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("password_hash", sa.String, nullable=False),  # headwater.service.auth's scrypt string
+    sa.Column("is_admin", sa.Boolean, nullable=False, default=False),
+)
+
+tokens = sa.Table(
+    "tokens",
+    _meta,
+    sa.Column("token_hash", sa.String, primary_key=True),  # SHA-256 of the bearer token; the token is never stored
+    sa.Column("user", sa.String, nullable=False),
+    sa.Column("expires", sa.Float, nullable=False),
+)
+
+
 @dataclass(frozen=True)
 class TableRecord:
     fqn: str
@@ -192,6 +209,29 @@ class MetadataStore:
             q = q.where(graphs.c.fqn == fqn)
         with self.engine.connect() as c:
             return [GraphRecord(**r._mapping) for r in c.execute(q)]
+
+    # -- users and tokens (service mode) ---------------------------------------------------------------
+    def put_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(users).where(users.c.name == name))
+            c.execute(sa.insert(users).values(name=name, password_hash=password_hash, is_admin=is_admin))
+
+    def user_password_hash(self, name: str) -> str | None:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(users.c.password_hash).where(users.c.name == name)).first()
+        return None if row is None else str(row[0])
+
+    def put_token(self, token_hash: str, user: str, expires: float) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(tokens).where(tokens.c.expires < time.time()))
+            c.execute(sa.insert(tokens).values(token_hash=token_hash, user=user, expires=expires))
+
+    def token_user(self, token_hash: str) -> str | None:
+        """The user a live token belongs to, or None (unknown or expired)."""
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(tokens.c.user).where(tokens.c.token_hash == token_hash,
+                                                           tokens.c.expires >= time.time())).first()
+        return None if row is None else str(row[0])
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -1,0 +1,204 @@
+"""The client side of the master's HTTP API: the master a remote :class:`~headwater.api.session.Session` uses.
+
+:class:`RemoteMaster` has the methods of :class:`~headwater.runtime.master.Master` that a session calls,
+with the same arguments and results; each is one HTTP request (``headwater.service.server``). An error the
+master raised comes back as the same Headwater exception class, with its message.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from headwater import errors
+from headwater.catalog import FQN
+from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip
+from headwater.plan.document import dumps, to_json
+from headwater.plan.logical import LogicalGraph
+from headwater.plan.physical import PhysicalGraph
+from headwater.storage.metadata import TableRecord
+from headwater.storage.retention import Retention
+from headwater.types import Schema
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+_ERRORS = {name: cls for name, cls in vars(errors).items()
+           if isinstance(cls, type) and issubclass(cls, HeadwaterError)}
+
+
+class AuthenticationError(HeadwaterError, PermissionError):
+    """The master refused the user, password or token."""
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+class _ByteStream(io.RawIOBase):
+    """A readable file over an iterator of byte chunks (an HTTP response body, read as it arrives)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks, self.pending = chunks, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.pending:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                return 0
+            self.pending = chunk
+        n = min(len(buffer), len(self.pending))
+        buffer[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+
+class RemoteMaster:
+    """A master reached over HTTP at ``url``, logged in as ``user``."""
+
+    def __init__(self, url: str, *, user: str, password: str, timeout: float = 60.0,
+                 http: httpx.Client | None = None) -> None:
+        # http: a ready client for this URL (tests pass FastAPI's TestClient, which calls the app in process)
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"master URL {clip(url)} must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout)
+        try:
+            token = self._call("/v1/login", {"user": user, "password": password})["token"]
+        except httpx.TransportError as exc:
+            self._http.close()
+            raise ConfigurationError(f"cannot reach the Headwater master at {self.url}: {exc}") from None
+        except BaseException:
+            self._http.close()
+            raise
+        self._http.headers["Authorization"] = f"Bearer {token}"
+
+    # -- transport ------------------------------------------------------------------------------------
+    def _call(self, path: str, body: Any = None, *, content: bytes | None = None, params: dict[str, Any] | None = None,
+              timeout: float | None = None) -> Any:
+        if content is not None:
+            response = self._http.post(path, content=content, params=params, headers={"Content-Type": ARROW_STREAM},
+                                       timeout=timeout or self._timeout)
+        else:
+            response = self._http.post(path, json=body, params=params, timeout=timeout or self._timeout)
+        if response.is_success:
+            return response.json()
+        raise self._error(response)
+
+    def _error(self, response: httpx.Response) -> Exception:
+        try:
+            doc = response.json()
+        except ValueError:
+            doc = {}
+        message = doc.get("message") if isinstance(doc, dict) else None
+        if response.status_code == 401:
+            return AuthenticationError(f"the Headwater master at {self.url} refused the call: {message or 'unauthorised'}")
+        kind = _ERRORS.get(doc.get("error", "")) if isinstance(doc, dict) else None
+        if kind is not None and message is not None:
+            return kind(message)
+        return ExecutionError(f"the Headwater master at {self.url} answered {response.status_code}: "
+                              f"{clip(message or response.text, 500)}")
+
+    # -- tables ---------------------------------------------------------------------------------------
+    def table_info(self, fqn: FQN) -> TableRecord:
+        doc = self._call("/v1/tables/info", {"fqn": str(fqn)})
+        return TableRecord(doc["fqn"], "", doc["kind"], Schema(tuple(tuple(c) for c in doc["schema"])),
+                           tuple(doc["key_columns"]), doc["time_column"], None)
+
+    def create_public_table(self, fqn: FQN, schema: Schema, kind: str, keys: tuple[str, ...], time_column: str | None,
+                            retention: Retention | None = None) -> None:
+        self._call("/v1/tables/create", {
+            "fqn": str(fqn), "schema": [list(c) for c in schema.columns], "kind": kind, "key_columns": list(keys),
+            "time_column": time_column, "retention": None if retention is None else
+            {"minutes": retention.minutes, "rows": retention.rows}})
+
+    def set_retention(self, fqn: FQN, retention: Retention | None) -> None:
+        self._call("/v1/tables/retention", {"fqn": str(fqn), "retention": None if retention is None else
+                                            {"minutes": retention.minutes, "rows": retention.rows}})
+
+    def drop_public_table(self, fqn: FQN) -> None:
+        self._call("/v1/tables/drop", {"fqn": str(fqn)})
+
+    def append(self, fqn: FQN, data: pa.Table) -> int:
+        return int(self._call("/v1/tables/append", content=_ipc(data), params={"table": str(fqn)})["version"])
+
+    def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
+        params = {"table": str(fqn), "client_id": client_id, "sequence": sequence}
+        return int(self._call("/v1/tables/append", content=_ipc(data), params=params)["version"])
+
+    def committed_sequence(self, fqn: FQN, client_id: str) -> int | None:
+        return self._call("/v1/tables/committed_sequence", {"fqn": str(fqn), "client_id": client_id})["sequence"]
+
+    def table_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
+        return list(self._call("/v1/tables/meta", {"fqn": None if fqn is None else str(fqn)}))
+
+    # -- graphs ---------------------------------------------------------------------------------------
+    def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
+        self._call("/v1/graphs/submit", {"document": dumps(to_json(logical, physical))}, timeout=600.0)
+
+    def stop_graph(self, fqn: FQN) -> None:
+        self._call("/v1/graphs/stop", {"fqn": str(fqn)}, timeout=600.0)
+
+    def start_graph(self, fqn: FQN) -> None:
+        self._call("/v1/graphs/start", {"fqn": str(fqn)}, timeout=600.0)
+
+    def resubmit_graph(self, fqn: FQN) -> None:
+        self._call("/v1/graphs/resubmit", {"fqn": str(fqn)}, timeout=600.0)
+
+    def purge_records(self, fqn: FQN) -> int:
+        return int(self._call("/v1/graphs/purge", {"fqn": str(fqn)})["result"])
+
+    def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
+        self._call("/v1/graphs/drop", {"fqn": str(fqn), "include_tables": include_tables}, timeout=600.0)
+
+    def wait_until_caught_up(self, fqn: FQN, timeout: float) -> None:
+        self._call("/v1/graphs/wait", {"fqn": str(fqn), "timeout": timeout}, timeout=timeout + 30.0)
+
+    def graph_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
+        import pandas as pd
+
+        rows = self._call("/v1/graphs/meta", {"fqn": None if fqn is None else str(fqn)})
+        return [{**r, "create_time": pd.Timestamp(r["create_time"])} for r in rows]
+
+    def progress(self, fqn: FQN) -> dict[str, Any]:
+        return dict(self._call("/v1/graphs/progress", {"fqn": str(fqn)}))
+
+    def warmup(self, engine: FQN, data: pa.Table) -> int:
+        return int(self._call("/v1/engines/warmup", content=_ipc(data), params={"engine": str(engine)},
+                              timeout=600.0)["rows"])
+
+    # -- SQL ------------------------------------------------------------------------------------------
+    def sql(self, query: object, *, current_catalog: str | None) -> tuple[Path, pa.Schema]:
+        """Stream the result into a local Parquet file, a batch at a time; return its directory and schema."""
+        directory = Path(tempfile.mkdtemp(prefix="headwater-sql-"))
+        body = {"query": query, "current_catalog": current_catalog}
+        with self._http.stream("POST", "/v1/sql", json=body, timeout=None) as response:
+            if not response.is_success:
+                response.read()
+                raise self._error(response)
+            reader = pa.ipc.open_stream(pa.PythonFile(_ByteStream(response.iter_bytes()), mode="r"))
+            with pq.ParquetWriter(directory / "part-00000.parquet", reader.schema) as writer:
+                for batch in reader:
+                    writer.write_batch(batch)
+        return directory, reader.schema
+
+    # -- session --------------------------------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Nothing to do here: the master resumes its graphs itself."""
+        return []
+
+    def close(self) -> None:
+        """Close the connection; the master and its graphs keep running."""
+        self._http.close()

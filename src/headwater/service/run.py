@@ -1,0 +1,55 @@
+"""``headwater master``: the master, its in-process worker and the HTTP API as one long-lived process.
+
+The admin's password comes from ``HEADWATER_ADMIN_PASSWORD`` at first start (never from the command line,
+where ``ps`` shows it). The API listens on 127.0.0.1 unless ``--host`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# what --spark may name: a local Spark, or a standalone cluster's master (host names and IPv4 addresses)
+SPARK_MASTER = re.compile(r"local(\[(\*|[1-9][0-9]{0,3})\])?|spark://[A-Za-z0-9.-]{1,253}:[0-9]{1,5}")
+
+
+def spark_master(text: str) -> str:
+    if not SPARK_MASTER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Spark master: use local[*], local[N] or spark://host:port")
+    return text
+
+
+def serve_master(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from headwater.api.session import embedded_master
+    from headwater.service.auth import Authenticator
+    from headwater.service.server import create_app
+
+    master = embedded_master(Path(args.data_dir), spark_master=args.spark, trigger_interval=args.trigger_interval)
+    try:
+        auth = Authenticator(master.store)
+        auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
+        app = create_app(master, auth)
+        print(f"headwater master: {args.data_dir} on http://{args.host}:{args.port} (API docs at /docs)", flush=True)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    finally:
+        master.close()
+    return 0
+
+
+def add_master_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("master", help="run the stream master: graphs, tables and SQL behind an HTTP API")
+    p.add_argument("--data-dir", required=True, help="where tables, checkpoints and the metadata live")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--spark", default="local[*]", type=spark_master,
+                   help="the Spark master of the worker's driver: local[*], local[N] or spark://host:port")
+    p.add_argument("--trigger-interval", default="200ms")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=serve_master)

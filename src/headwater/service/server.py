@@ -1,0 +1,289 @@
+"""The master's HTTP API (FastAPI): what a remote :class:`~headwater.api.session.Session` calls.
+
+Every route but ``/v1/health`` and ``/v1/login`` needs ``Authorization: Bearer <token>``. Bodies are JSON,
+rows travel as Arrow IPC streams (``application/vnd.apache.arrow.stream``): appends and warm-up data in the
+request body, ``/v1/sql`` results streamed back batch by batch. Names arrive as text and are parsed by
+the catalog's own rules (:func:`headwater.catalog.resolve`) before anything reaches the master; a graph
+arrives as its JSON document and is rebuilt by :func:`headwater.plan.document.from_json`, which refuses
+anything it could not have written. Errors come back as ``{"error": <Headwater error class>, "message"}``.
+
+OpenAPI documentation is served at ``/docs``.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from headwater.catalog import FQN, resolve
+from headwater.errors import GraphDefinitionError, HeadwaterError, RequestError, SchemaError, clip
+from headwater.plan.document import from_json
+from headwater.runtime.master import Master
+from headwater.service.auth import Authenticator, AuthError
+from headwater.storage.retention import Retention
+from headwater.types import Schema
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+MAX_WAIT_SECONDS = 3600.0
+
+
+def fqn(name: object, schema: str) -> FQN:
+    """A full name sent by a client, checked by the catalog's rules (a bare name has no catalog here)."""
+    return resolve(name, schema, current_catalog=None)  # type: ignore[arg-type]
+
+
+def read_arrow(body: bytes, where: str) -> pa.Table:
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SchemaError(f"{where}: the body is not an Arrow IPC stream ({clip(str(exc))})") from None
+
+
+class Login(BaseModel):
+    user: str
+    password: str
+
+
+class Name(BaseModel):
+    fqn: str
+
+
+class CreateTable(BaseModel):
+    fqn: str
+    schema_: list[list[str]]
+    kind: str = "plain"
+    key_columns: list[str] = []
+    time_column: str | None = None
+    retention: dict[str, Any] | None = None
+
+    model_config = {"populate_by_name": True, "alias_generator": lambda f: "schema" if f == "schema_" else f}
+
+
+class SetRetention(BaseModel):
+    fqn: str
+    retention: dict[str, Any] | None = None
+
+
+class Submit(BaseModel):
+    document: str
+
+
+class DropGraph(BaseModel):
+    fqn: str
+    include_tables: bool = False
+
+
+class Wait(BaseModel):
+    fqn: str
+    timeout: float = 120.0
+
+
+class CommittedSequence(BaseModel):
+    fqn: str
+    client_id: str
+
+
+class Sql(BaseModel):
+    query: Any = None  # checked by the SQL policy, which names what is wrong
+    current_catalog: str | None = None
+
+
+class Meta(BaseModel):
+    fqn: str | None = None
+
+
+def _retention(doc: dict[str, Any] | None) -> Retention | None:
+    return None if doc is None else Retention(minutes=doc.get("minutes"), rows=doc.get("rows"))
+
+
+def create_app(master: Master, auth: Authenticator) -> FastAPI:
+    """The HTTP API over ``master``; logins checked by ``auth``."""
+    app = FastAPI(title="Headwater master", version="1")
+    bearer = HTTPBearer(auto_error=False)
+    # Graph and table lifecycle calls change the catalog and start or stop queries: one at a time. Appends,
+    # reads, SQL and waits run concurrently.
+    lifecycle = threading.Lock()
+
+    def user(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:
+        if credentials is None:
+            raise AuthError("this call needs a bearer token: POST /v1/login first")
+        return auth.user_of(credentials.credentials)
+
+    @app.exception_handler(HeadwaterError)
+    def headwater_error(_: Request, exc: HeadwaterError) -> JSONResponse:
+        return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    def malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return JSONResponse({"error": "RequestError", "message": clip(f"{where}: {first.get('msg', 'malformed request')}", 500)},
+                            status_code=400)
+
+    @app.exception_handler(AuthError)
+    def auth_error(_: Request, exc: AuthError) -> JSONResponse:
+        return JSONResponse({"error": "AuthError", "message": str(exc)}, status_code=401)
+
+    def locked(fn: Callable[[], Any]) -> Any:
+        with lifecycle:
+            return fn()
+
+    @app.get("/v1/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/login")
+    def login(body: Login) -> dict[str, str]:
+        return {"token": auth.login(body.user, body.password)}
+
+    # -- tables ---------------------------------------------------------------------------------------
+    @app.post("/v1/tables/info")
+    def table_info(body: Name, _: str = Depends(user)) -> dict[str, Any]:
+        rec = master.table_info(fqn(body.fqn, "stream_table"))
+        return {"fqn": rec.fqn, "kind": rec.kind, "schema": [list(c) for c in rec.schema.columns],
+                "key_columns": list(rec.key_columns), "time_column": rec.time_column}
+
+    @app.post("/v1/tables/create")
+    def create_table(body: CreateTable, _: str = Depends(user)) -> dict[str, str]:
+        name = fqn(body.fqn, "stream_table")
+        if any(len(column) != 2 for column in body.schema_):
+            raise RequestError(f"create {name}: schema is a list of [name, type] pairs")
+        schema = Schema.parse(dict(body.schema_), where=f"stream table {name}")
+        locked(lambda: master.create_public_table(name, schema, body.kind, tuple(body.key_columns), body.time_column,
+                                                  _retention(body.retention)))
+        return {"fqn": str(name)}
+
+    @app.post("/v1/tables/drop")
+    def drop_table(body: Name, _: str = Depends(user)) -> dict[str, str]:
+        locked(lambda: master.drop_public_table(fqn(body.fqn, "stream_table")))
+        return {"fqn": body.fqn}
+
+    @app.post("/v1/tables/retention")
+    def set_retention(body: SetRetention, _: str = Depends(user)) -> dict[str, str]:
+        locked(lambda: master.set_retention(fqn(body.fqn, "stream_table"), _retention(body.retention)))
+        return {"fqn": body.fqn}
+
+    @app.post("/v1/tables/meta")
+    def table_meta(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
+        return master.table_meta(None if body.fqn is None else fqn(body.fqn, "stream_table"))
+
+    @app.post("/v1/tables/append")
+    async def append(request: Request, table: str, client_id: str | None = None, sequence: int | None = None,
+                     _: str = Depends(user)) -> dict[str, int]:
+        name = fqn(table, "stream_table")
+        data = read_arrow(await request.body(), f"append to {name}")
+        if sequence is None:
+            return {"version": await _in_thread(lambda: master.append(name, data))}
+        if client_id is None:
+            raise GraphDefinitionError(f"append to {name}: a sequence needs the client_id it belongs to")
+        return {"version": await _in_thread(
+            lambda: master.append_once(name, data, client_id=client_id, sequence=sequence))}
+
+    @app.post("/v1/tables/committed_sequence")
+    def committed_sequence(body: CommittedSequence, _: str = Depends(user)) -> dict[str, int | None]:
+        return {"sequence": master.committed_sequence(fqn(body.fqn, "stream_table"), body.client_id)}
+
+    # -- graphs ---------------------------------------------------------------------------------------
+    @app.post("/v1/graphs/submit")
+    def submit(body: Submit, _: str = Depends(user)) -> dict[str, str]:
+        logical, physical = from_json(body.document)
+        if physical is None:
+            raise GraphDefinitionError("submit: the graph document has no physical plan")
+        locked(lambda: master.submit(logical, physical))
+        return {"fqn": logical.fqn}
+
+    def graph_action(path: str, action: Callable[[Master, FQN], Any]) -> None:
+        def route(body: Name, _: str = Depends(user)) -> dict[str, Any]:
+            return {"result": locked(lambda: action(master, fqn(body.fqn, "stream_graph")))}
+
+        app.post(path, name=path.rsplit("/", 1)[-1])(route)
+
+    graph_action("/v1/graphs/stop", Master.stop_graph)
+    graph_action("/v1/graphs/start", Master.start_graph)
+    graph_action("/v1/graphs/resubmit", Master.resubmit_graph)
+    graph_action("/v1/graphs/purge", Master.purge_records)
+
+    @app.post("/v1/graphs/drop")
+    def drop_graph(body: DropGraph, _: str = Depends(user)) -> dict[str, str]:
+        locked(lambda: master.drop_graph(fqn(body.fqn, "stream_graph"), body.include_tables))
+        return {"fqn": body.fqn}
+
+    @app.post("/v1/graphs/wait")
+    def wait(body: Wait, _: str = Depends(user)) -> dict[str, str]:
+        master.wait_until_caught_up(fqn(body.fqn, "stream_graph"), min(max(body.timeout, 0.0), MAX_WAIT_SECONDS))
+        return {"fqn": body.fqn}
+
+    @app.post("/v1/graphs/meta")
+    def graph_meta(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
+        rows = master.graph_meta(None if body.fqn is None else fqn(body.fqn, "stream_graph"))
+        return [{**r, "create_time": r["create_time"].isoformat()} for r in rows]
+
+    @app.post("/v1/graphs/progress")
+    def progress(body: Name, _: str = Depends(user)) -> dict[str, Any]:
+        return master.progress(fqn(body.fqn, "stream_graph"))
+
+    @app.post("/v1/engines/warmup")
+    async def warmup(request: Request, engine: str, _: str = Depends(user)) -> dict[str, int]:
+        name = fqn(engine, "stream_engine")
+        data = read_arrow(await request.body(), f"warm-up of {name}")
+        return {"rows": await _in_thread(lambda: locked(lambda: master.warmup(name, data)))}
+
+    # -- SQL ------------------------------------------------------------------------------------------
+    @app.post("/v1/sql")
+    def sql(body: Sql, _: str = Depends(user)) -> StreamingResponse:
+        directory, schema = master.sql(body.query, current_catalog=body.current_catalog)
+        return StreamingResponse(_arrow_stream(directory, schema), media_type=ARROW_STREAM)
+
+    return app
+
+
+class _Chunks(io.RawIOBase):
+    """A write-only file whose bytes are handed out as they are written (nothing accumulates)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def drain(self) -> bytes:
+        out = b"".join(self.parts)
+        self.parts.clear()
+        return out
+
+
+def _arrow_stream(directory: Path, schema: pa.Schema) -> Iterator[bytes]:
+    """The result files as one Arrow IPC stream, a batch at a time; the files are deleted afterwards."""
+    try:
+        chunks = _Chunks()
+        with pa.ipc.new_stream(pa.PythonFile(chunks, mode="w"), schema) as writer:
+            yield chunks.drain()  # the schema message
+            for file in sorted(directory.glob("part-*.parquet")):
+                for batch in pq.ParquetFile(file).iter_batches(batch_size=65_536, use_threads=False):
+                    writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+                    yield chunks.drain()
+        yield chunks.drain()  # the end-of-stream marker
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _in_thread(fn: Callable[[], Any]) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    return await run_in_threadpool(fn)

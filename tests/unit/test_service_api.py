@@ -1,0 +1,155 @@
+"""The master's HTTP API in process (FastAPI's TestClient, no Spark): the same Session over HTTP, logins and
+tokens, and hostile requests refused with Headwater's own errors before they reach the master."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from fastapi.testclient import TestClient
+
+import headwater as hw
+from headwater.api.session import Session, embedded_master
+from headwater.service.auth import Authenticator, hash_password, verify_password
+from headwater.service.client import AuthenticationError, RemoteMaster
+from headwater.service.server import ARROW_STREAM, create_app
+
+
+@pytest.fixture
+def served(tmp_path):
+    master = embedded_master(tmp_path, start_spark=False)
+    auth = Authenticator(master.store)
+    auth.ensure_admin("admin-pw")
+    auth.add_user("alice", "alice-pw")
+    client = TestClient(create_app(master, auth), base_url="http://testserver")
+    yield master, auth, client
+    client.close()
+    master.close()
+
+
+def remote_session(client: TestClient, user: str = "alice", password: str = "alice-pw") -> Session:
+    session = Session(RemoteMaster("http://testserver", user=user, password=password, http=client))
+    session.use_catalog("demo")
+    return session
+
+
+def ipc(frame: pd.DataFrame) -> bytes:
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_tables_over_http_behave_as_embedded(served):
+    master, _, client = served
+    s = remote_session(client)
+    s.create_stream_table("quotes", {"sym": "string", "px": "double"}, kind="keyed", key_column="sym",
+                          retention_rows=100)
+    assert s.append("quotes", pd.DataFrame({"sym": ["a", "b", "a"], "px": [1.0, 2.0, 3.0]})) == 1
+    assert s.append("quotes", pd.DataFrame({"sym": ["c"], "px": [4.0]}), sequence=0) == 2
+    assert s.append("quotes", pd.DataFrame({"sym": ["c"], "px": [4.0]}), sequence=0) == 2  # a retry: stored once
+    assert s.committed_sequence("quotes") == 0
+    meta = s.stream_table_meta("quotes").iloc[0]
+    assert (meta["rows"], meta["version"], meta["retention"]) == (3, 2, "the newest 100 rows")
+    # what the server stored is what an embedded session sees
+    stored = master._table(master.store.get_table("demo.stream_table.quotes")).to_arrow().to_pandas()
+    assert sorted(stored["sym"]) == ["a", "b", "c"] and stored.set_index("sym").loc["a", "px"] == 1.0
+    with pytest.raises(hw.CatalogError, match="already exists"):
+        s.create_stream_table("quotes", {"x": "long"})
+    with pytest.raises(hw.SchemaError):
+        s.append("quotes", pd.DataFrame({"sym": ["d"], "px": ["not a number"]}))
+    with pytest.raises(hw.ConfigurationError, match="positive"):
+        s.set_stream_table_retention("quotes", rows=-1)
+    s.drop_stream_table("quotes")
+    with pytest.raises(hw.CatalogError, match="does not exist"):
+        s.append("quotes", pd.DataFrame({"sym": ["a"], "px": [1.0]}))
+    s.close()
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "demo.stream_table.a.b", "demo.stream_table.x;drop",
+                                  "demo.stream_graph.t", "", "demo.stream_table." + "x" * 200, "demo..t"])
+def test_hostile_table_names_are_refused_by_the_catalog_rules(served, name):
+    _, _, client = served
+    token = client.post("/v1/login", json={"user": "alice", "password": "alice-pw"}).json()["token"]
+    headers = {"Authorization": f"Bearer {token}"}
+    r = client.post("/v1/tables/append", params={"table": name}, content=ipc(pd.DataFrame({"x": [1]})),
+                    headers={**headers, "Content-Type": ARROW_STREAM})
+    assert r.status_code == 400 and r.json()["error"] in ("GraphDefinitionError", "CatalogError"), r.text
+    r = client.post("/v1/tables/create", json={"fqn": name, "schema": [["x", "long"]]}, headers=headers)
+    assert r.status_code == 400 and r.json()["error"] == "GraphDefinitionError", r.text
+
+
+def test_hostile_bodies_are_refused_with_a_reason(served):
+    master, _, client = served
+    s = remote_session(client)
+    s.create_stream_table("t", {"x": "long"})
+    token = client.post("/v1/login", json={"user": "alice", "password": "alice-pw"}).json()["token"]
+    headers = {"Authorization": f"Bearer {token}"}
+    for body in (b"", b"not arrow at all", b"\xff" * 1000, ipc(pd.DataFrame({"x": [1]}))[:20]):
+        r = client.post("/v1/tables/append", params={"table": "demo.stream_table.t"}, content=body,
+                        headers={**headers, "Content-Type": ARROW_STREAM})
+        assert r.status_code == 400 and r.json()["error"] == "SchemaError", r.text
+    for doc in ("{}", "[]", "not json", '{"plan_version": 999}', "x" * 100_000):
+        r = client.post("/v1/graphs/submit", json={"document": doc}, headers=headers)
+        assert r.status_code == 400 and r.json()["error"] == "GraphDefinitionError", r.text
+    r = client.post("/v1/tables/create", json={"fqn": "demo.stream_table.u", "schema": [["x", "no_such_type"]]},
+                    headers=headers)
+    assert r.status_code == 400 and r.json()["error"] == "SchemaError", r.text
+    for body in ({}, {"fqn": 5, "schema": "x"}, {"fqn": "demo.stream_table.u", "schema": [[1, 2, 3]]}, [1, 2]):
+        r = client.post("/v1/tables/create", json=body, headers=headers)
+        assert r.status_code == 400 and r.json()["error"] == "RequestError", r.text
+    assert master.store.get_table("demo.stream_table.u") is None
+    assert s.stream_table_meta("t").iloc[0]["rows"] == 0  # nothing stored by any of it
+    s.close()
+
+
+def test_every_call_but_login_and_health_needs_a_valid_token(served):
+    _, _, client = served
+    assert client.get("/v1/health").json() == {"status": "ok"}
+    routes = [r.path for r in client.app.routes if getattr(r, "methods", None) == {"POST"}]
+    assert len(routes) >= 15
+    for path in routes:
+        if path == "/v1/login":
+            continue
+        for headers in ({}, {"Authorization": "Bearer forged"}, {"Authorization": "Basic YWRtaW46YWRtaW4tcHc="}):
+            r = client.post(path, json={"fqn": "demo.stream_table.t"}, headers=headers)
+            assert r.status_code == 401, (path, headers, r.status_code, r.text)
+    for user, password in (("alice", "wrong"), ("mallory", "alice-pw"), ("alice", ""), ("alice", "x" * 5000)):
+        assert client.post("/v1/login", json={"user": user, "password": password}).status_code == 401
+    with pytest.raises(AuthenticationError, match="wrong user or password"):
+        RemoteMaster("http://testserver", user="alice", password="nope", http=client)
+
+
+def test_an_expired_token_is_refused(served):
+    master, auth, client = served
+    token = auth.login("alice", "alice-pw")
+    assert auth.user_of(token) == "alice"
+    from headwater.storage.metadata import tokens
+
+    with master.store.engine.begin() as c:
+        c.execute(tokens.update().values(expires=time.time() - 1))
+    r = client.post("/v1/tables/meta", json={}, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 401 and "expired" in r.json()["message"]
+
+
+def test_passwords_are_stored_salted_and_the_admin_is_created_once(served):
+    master, auth, _ = served
+    stored = master.store.user_password_hash("admin")
+    assert "admin-pw" not in stored and verify_password("admin-pw", stored)
+    assert hash_password("same") != hash_password("same")  # a salt each
+    auth.ensure_admin("another")  # a later start keeps the stored password
+    assert verify_password("admin-pw", master.store.user_password_hash("admin"))
+    with pytest.raises(hw.ConfigurationError):
+        auth.add_user("../root", "pw")
+    with pytest.raises(hw.ConfigurationError):
+        auth.add_user("bob", "")
+
+
+def test_connect_to_a_url_needs_credentials_and_a_reachable_master():
+    with pytest.raises(hw.ConfigurationError, match=r"user=\.\.\. and password"):
+        hw.connect("http://127.0.0.1:9")
+    with pytest.raises(hw.ConfigurationError, match="cannot reach"):
+        hw.connect("http://127.0.0.1:9", user="a", password="b")
