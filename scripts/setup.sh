@@ -48,6 +48,16 @@ if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ] && [ ! -x .venv/
 assert s.range(3).count() == 3; s.stop(); print('setup: Spark runs on', s.version)"
 fi
 
+# PostgreSQL for the service-mode tests (Debian's server; each test starts its own on 127.0.0.1).
+if [ "$what" = "test" ] && ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian's postgresql"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "setup: PostgreSQL is missing and this is not root: install Debian's postgresql for the service tests" >&2
+  fi
+fi
+
 case "$what" in
   demo) exec .venv/bin/headwater demo "$@" ;;
   test) exec .venv/bin/python -m pytest "$@" ;;

@@ -111,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
 
     add_master_command(sub)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    from headwater.errors import HeadwaterError
+
+    try:
+        return int(args.func(args))
+    except HeadwaterError as exc:  # a bad setting or input: one line, not a stack trace
+        print(f"headwater {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """``headwater master`` as a real process: a graph submitted by one client keeps running after that client's
 process exits, a second client appends and reads results equal to a pandas reference, and the graph
-resumes when the master process is restarted, losing and duplicating nothing."""
+resumes when the master process is restarted, losing and duplicating nothing. Once with the catalog in
+SQLite, once in a real PostgreSQL server."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import headwater as hw
+from tests.support.postgres import free_port, postgres_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -43,17 +44,12 @@ SUBMIT = textwrap.dedent("""
 """)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_master(data: Path, port: int) -> subprocess.Popen:
+def start_master(data: Path, port: int, metadata: str | None) -> subprocess.Popen:
     env = {**os.environ, "HEADWATER_ADMIN_PASSWORD": PASSWORD, "PYTHONPATH": str(ROOT / "src")}
     log = open(data.parent / f"master-{port}.log", "ab")  # noqa: SIM115 - the process owns it
+    extra = [] if metadata is None else ["--metadata", metadata]
     proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", "master", "--data-dir", str(data),
-                             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+                             "--port", str(port), *extra], env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, (data.parent / f"master-{port}.log").read_text()[-3000:]
@@ -92,10 +88,20 @@ def results(session: hw.Session) -> pd.DataFrame:
     return got.sort_values(["k", "x"], ignore_index=True)
 
 
-def test_a_graph_outlives_its_client_and_its_master_process(tmp_path):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def metadata(request):
+    """Where the master keeps its catalog: SQLite in the data directory, or a real PostgreSQL server."""
+    if request.param == "sqlite":
+        yield None
+    else:
+        with postgres_server() as url:
+            yield url
+
+
+def test_a_graph_outlives_its_client_and_its_master_process(tmp_path, metadata):
     data, port = tmp_path / "data", free_port()
     url = f"http://127.0.0.1:{port}"
-    master = start_master(data, port)
+    master = start_master(data, port, metadata)
     try:
         done = subprocess.run([sys.executable, "-c", SUBMIT, url, PASSWORD], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=600)
@@ -112,7 +118,7 @@ def test_a_graph_outlives_its_client_and_its_master_process(tmp_path):
         session.close()
 
         stop_master(master)  # the master process ends; the graph is still 'running' in its catalog
-        master = start_master(data, port)
+        master = start_master(data, port, metadata)
         session = hw.connect(url, user="admin", password=PASSWORD)
         session.use_catalog("demo")
         second = rows(200, seed=2, start=300)

@@ -153,3 +153,18 @@ def test_connect_to_a_url_needs_credentials_and_a_reachable_master():
         hw.connect("http://127.0.0.1:9")
     with pytest.raises(hw.ConfigurationError, match="cannot reach"):
         hw.connect("http://127.0.0.1:9", user="a", password="b")
+
+
+def test_the_master_command_refuses_bad_settings_in_one_line(tmp_path, capsys, monkeypatch):
+    from headwater.cli import main
+
+    monkeypatch.delenv("HEADWATER_ADMIN_PASSWORD", raising=False)
+    assert main(["master", "--data-dir", str(tmp_path / "a"), "--metadata", "mysql://x"]) == 2
+    assert "expected postgresql://" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["master", "--data-dir", str(tmp_path / "b"), "--spark", "local[*] --conf spark.x=1"])
+    assert "is not a Spark master" in capsys.readouterr().err
+    # first start without the admin's password: refused before anything listens, and the directory is free again
+    assert main(["master", "--data-dir", str(tmp_path / "c"), "--metadata", f"sqlite:///{tmp_path / 'c.db'}"]) == 2
+    assert "HEADWATER_ADMIN_PASSWORD" in capsys.readouterr().err
+    hw.connect(tmp_path / "c", start_spark=False).close()

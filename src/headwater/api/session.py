@@ -150,7 +150,7 @@ def connect(data_dir: str | Path | None = None, *, user: str | None = None, pass
 
 
 def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: str = "local[*]",
-                    trigger_interval: str = "200ms") -> Master:
+                    trigger_interval: str = "200ms", metadata_url: str | None = None) -> Master:
     """A master with its worker in this process, on ``data_dir`` (what ``connect(path)`` and ``headwater master`` run);
     graphs that were running resume in the background unless ``start_spark`` is False."""
     if data_dir.exists() and not data_dir.is_dir():
@@ -158,7 +158,7 @@ def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: s
                                  "directory (it is created if missing), e.g. hw.connect('./headwater-data')")
     interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
     worker = Worker(data_dir, spark_master=spark_master, trigger_interval=interval)
-    master = Master(data_dir, worker=InProcessWorkerPort(worker))
+    master = Master(data_dir, worker=InProcessWorkerPort(worker), metadata_url=metadata_url)
     if start_spark:
         try:
             master.recover()

@@ -89,11 +89,13 @@ class GraphPaths:
 
 
 class Master:
-    def __init__(self, data_dir: Path, *, worker: WorkerPort) -> None:
+    def __init__(self, data_dir: Path, *, worker: WorkerPort, metadata_url: str | None = None) -> None:
+        # metadata_url: a SQLAlchemy URL (PostgreSQL in service mode); by default SQLite in the data directory
         self.data_dir = Path(data_dir)
         self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
         try:
-            self.store = MetadataStore.in_directory(self.data_dir)
+            self.store = MetadataStore.in_directory(self.data_dir) if metadata_url is None else \
+                MetadataStore(metadata_url)
             self.store.upgrade(_render_legacy)
             self.remove_leftovers()
         except BaseException:

@@ -31,7 +31,8 @@ def serve_master(args: argparse.Namespace) -> int:
     from headwater.service.auth import Authenticator
     from headwater.service.server import create_app
 
-    master = embedded_master(Path(args.data_dir), spark_master=args.spark, trigger_interval=args.trigger_interval)
+    master = embedded_master(Path(args.data_dir), spark_master=args.spark, trigger_interval=args.trigger_interval,
+                             metadata_url=args.metadata)
     try:
         auth = Authenticator(master.store)
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
@@ -46,6 +47,8 @@ def serve_master(args: argparse.Namespace) -> int:
 def add_master_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("master", help="run the stream master: graphs, tables and SQL behind an HTTP API")
     p.add_argument("--data-dir", required=True, help="where tables, checkpoints and the metadata live")
+    p.add_argument("--metadata", default=None,
+                   help="the metadata store: postgresql://user@host:port/db (default: SQLite in the data directory)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--spark", default="local[*]", type=spark_master,

@@ -96,6 +96,12 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200000")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        # Spark's default (FileContext) writes each micro-batch's offset and commit log files ~3x slower here
+        # (40-66 ms against 14-17 ms per file, measured on a rate -> noop query). Both write a temporary file
+        # and rename it; the default's rename also refuses to overwrite, which guards against two processes
+        # running the same query, which the data directory lock already excludes (headwater.storage.locks).
+        .config("spark.sql.streaming.checkpointFileManagerClass",
+                "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.ansi.enabled", "false")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # SQL results: exact, no INT96

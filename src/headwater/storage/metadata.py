@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from headwater.errors import CatalogError
+from headwater.errors import CatalogError, ConfigurationError, clip
 from headwater.types import Schema
 
 _meta = sa.MetaData()
@@ -96,11 +96,31 @@ class GraphRecord:
     graph_json: str
 
 
+def metadata_url(url: str) -> str:
+    """The SQLAlchemy URL of a metadata store named by a user: ``postgresql://…`` (psycopg 3) or ``sqlite:///…``.
+
+    >>> metadata_url("postgresql://hw@db:5432/hw")
+    'postgresql+psycopg://hw@db:5432/hw'
+    >>> metadata_url("mysql://x")
+    Traceback (most recent call last):
+    ...
+    headwater.errors.ConfigurationError: metadata store 'mysql://x': expected postgresql://user@host:port/database or sqlite:///path
+    """
+    if not isinstance(url, str):
+        raise ConfigurationError(f"metadata store {clip(url)}: expected a URL")
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    if url.startswith("sqlite:///"):
+        return url
+    raise ConfigurationError(f"metadata store {clip(url)}: expected postgresql://user@host:port/database or sqlite:///path")
+
+
 class MetadataStore:
     """Catalog persistence. ``url`` defaults to a SQLite file; PostgreSQL URLs work too."""
 
     def __init__(self, url: str) -> None:
-        self.engine = sa.create_engine(url)
+        self.engine = sa.create_engine(metadata_url(url), pool_pre_ping=True)
         _meta.create_all(self.engine)
 
     def upgrade(self, render: Callable[[Any], str]) -> int:
