@@ -106,6 +106,21 @@ def test_hostile_bodies_are_refused_with_a_reason(served):
     s.close()
 
 
+def test_an_oversized_body_is_refused_unread_and_the_server_keeps_serving(tmp_path):
+    master = embedded_master(tmp_path, start_spark=False)
+    auth = Authenticator(master.store)
+    auth.ensure_admin("pw")
+    with TestClient(create_app(master, auth, max_body_bytes=10_000), base_url="http://testserver") as client:
+        s = remote_session(client, "admin", "pw")
+        s.create_stream_table("t", {"x": "long"})
+        with pytest.raises(hw.RequestError, match="limit"):
+            s.append("t", pd.DataFrame({"x": range(100_000)}))
+        assert s.append("t", pd.DataFrame({"x": [1, 2]})) == 1  # still serving; the refused rows never landed
+        assert s.stream_table_meta("t").iloc[0]["rows"] == 2
+        s.close()
+    master.close()
+
+
 def test_every_call_but_login_and_health_needs_a_valid_token(served):
     _, _, client = served
     assert client.get("/v1/health").json() == {"status": "ok"}

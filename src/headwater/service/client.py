@@ -23,6 +23,7 @@ from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError,
 from headwater.plan.document import dumps, to_json
 from headwater.plan.logical import LogicalGraph
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime.protocol import arrow_bytes
 from headwater.storage.metadata import TableRecord
 from headwater.storage.retention import Retention
 from headwater.types import Schema
@@ -34,13 +35,6 @@ _ERRORS = {name: cls for name, cls in vars(errors).items()
 
 class AuthenticationError(HeadwaterError, PermissionError):
     """The master refused the user, password or token."""
-
-
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 class _ByteStream(io.RawIOBase):
@@ -132,11 +126,11 @@ class RemoteMaster:
         self._call("/v1/tables/drop", {"fqn": str(fqn)})
 
     def append(self, fqn: FQN, data: pa.Table) -> int:
-        return int(self._call("/v1/tables/append", content=_ipc(data), params={"table": str(fqn)})["version"])
+        return int(self._call("/v1/tables/append", content=arrow_bytes(data), params={"table": str(fqn)})["version"])
 
     def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
         params = {"table": str(fqn), "client_id": client_id, "sequence": sequence}
-        return int(self._call("/v1/tables/append", content=_ipc(data), params=params)["version"])
+        return int(self._call("/v1/tables/append", content=arrow_bytes(data), params=params)["version"])
 
     def committed_sequence(self, fqn: FQN, client_id: str) -> int | None:
         return self._call("/v1/tables/committed_sequence", {"fqn": str(fqn), "client_id": client_id})["sequence"]
@@ -176,7 +170,7 @@ class RemoteMaster:
         return dict(self._call("/v1/graphs/progress", {"fqn": str(fqn)}))
 
     def warmup(self, engine: FQN, data: pa.Table) -> int:
-        return int(self._call("/v1/engines/warmup", content=_ipc(data), params={"engine": str(engine)},
+        return int(self._call("/v1/engines/warmup", content=arrow_bytes(data), params={"engine": str(engine)},
                               timeout=600.0)["rows"])
 
     # -- SQL ------------------------------------------------------------------------------------------

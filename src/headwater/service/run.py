@@ -36,7 +36,7 @@ def serve_master(args: argparse.Namespace) -> int:
     try:
         auth = Authenticator(master.store)
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
-        app = create_app(master, auth)
+        app = create_app(master, auth, max_body_bytes=args.max_body_mb * 2**20)
         print(f"headwater master: {args.data_dir} on http://{args.host}:{args.port} (API docs at /docs)", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     finally:
@@ -54,5 +54,6 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spark", default="local[*]", type=spark_master,
                    help="the Spark master of the worker's driver: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default="200ms")
+    p.add_argument("--max-body-mb", type=int, default=512, help="the largest append or warm-up body accepted")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=serve_master)

@@ -31,6 +31,7 @@ from headwater.catalog import FQN, resolve
 from headwater.errors import GraphDefinitionError, HeadwaterError, RequestError, SchemaError, clip
 from headwater.plan.document import from_json
 from headwater.runtime.master import Master
+from headwater.runtime.protocol import arrow_table
 from headwater.service.auth import Authenticator, AuthError
 from headwater.storage.retention import Retention
 from headwater.types import Schema
@@ -44,9 +45,22 @@ def fqn(name: object, schema: str) -> FQN:
     return resolve(name, schema, current_catalog=None)  # type: ignore[arg-type]
 
 
-def read_arrow(body: bytes, where: str) -> pa.Table:
+class BodyTooLarge(Exception):
+    """A request body over the master's limit (HTTP 413)."""
+
+
+async def read_arrow(request: Request, where: str, limit: int) -> pa.Table:
+    """The request's Arrow IPC body as a table, read up to ``limit`` bytes (a longer body is refused unread)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"{where}: the body has {int(declared)} bytes; the limit is {limit} (--max-body-mb)")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BodyTooLarge(f"{where}: the body is over the limit of {limit} bytes (--max-body-mb)")
     try:
-        return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+        return arrow_table(bytes(body))
     except (pa.ArrowInvalid, OSError) as exc:
         raise SchemaError(f"{where}: the body is not an Arrow IPC stream ({clip(str(exc))})") from None
 
@@ -108,8 +122,8 @@ def _retention(doc: dict[str, Any] | None) -> Retention | None:
     return None if doc is None else Retention(minutes=doc.get("minutes"), rows=doc.get("rows"))
 
 
-def create_app(master: Master, auth: Authenticator) -> FastAPI:
-    """The HTTP API over ``master``; logins checked by ``auth``."""
+def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20) -> FastAPI:
+    """The HTTP API over ``master``; logins checked by ``auth``; Arrow bodies up to ``max_body_bytes``."""
     app = FastAPI(title="Headwater master", version="1")
     bearer = HTTPBearer(auto_error=False)
     # Graph and table lifecycle calls change the catalog and start or stop queries: one at a time. Appends,
@@ -131,6 +145,10 @@ def create_app(master: Master, auth: Authenticator) -> FastAPI:
         where = ".".join(str(p) for p in first.get("loc", ()))
         return JSONResponse({"error": "RequestError", "message": clip(f"{where}: {first.get('msg', 'malformed request')}", 500)},
                             status_code=400)
+
+    @app.exception_handler(BodyTooLarge)
+    def too_large(_: Request, exc: BodyTooLarge) -> JSONResponse:
+        return JSONResponse({"error": "RequestError", "message": str(exc)}, status_code=413)
 
     @app.exception_handler(AuthError)
     def auth_error(_: Request, exc: AuthError) -> JSONResponse:
@@ -183,7 +201,7 @@ def create_app(master: Master, auth: Authenticator) -> FastAPI:
     async def append(request: Request, table: str, client_id: str | None = None, sequence: int | None = None,
                      _: str = Depends(user)) -> dict[str, int]:
         name = fqn(table, "stream_table")
-        data = read_arrow(await request.body(), f"append to {name}")
+        data = await read_arrow(request, f"append to {name}", max_body_bytes)
         if sequence is None:
             return {"version": await _in_thread(lambda: master.append(name, data))}
         if client_id is None:
@@ -237,7 +255,7 @@ def create_app(master: Master, auth: Authenticator) -> FastAPI:
     @app.post("/v1/engines/warmup")
     async def warmup(request: Request, engine: str, _: str = Depends(user)) -> dict[str, int]:
         name = fqn(engine, "stream_engine")
-        data = read_arrow(await request.body(), f"warm-up of {name}")
+        data = await read_arrow(request, f"warm-up of {name}", max_body_bytes)
         return {"rows": await _in_thread(lambda: locked(lambda: master.warmup(name, data)))}
 
     # -- SQL ------------------------------------------------------------------------------------------
