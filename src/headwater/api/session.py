@@ -22,7 +22,7 @@ from headwater.errors import ConfigurationError, GraphDefinitionError, SchemaErr
 from headwater.plan.logical import LogicalGraph
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.master import Master
-from headwater.runtime.protocol import InProcessWorkerPort
+from headwater.runtime.protocol import InProcessWorkerPort, WorkerPort
 from headwater.runtime.worker import Worker
 from headwater.storage.metadata import TableRecord
 from headwater.storage.retention import Retention
@@ -150,15 +150,18 @@ def connect(data_dir: str | Path | None = None, *, user: str | None = None, pass
 
 
 def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: str = "local[*]",
-                    trigger_interval: str = "200ms", metadata_url: str | None = None) -> Master:
-    """A master with its worker in this process, on ``data_dir`` (what ``connect(path)`` and ``headwater master`` run);
-    graphs that were running resume in the background unless ``start_spark`` is False."""
+                    trigger_interval: str = "200ms", metadata_url: str | None = None,
+                    worker: WorkerPort | None = None) -> Master:
+    """A master on ``data_dir`` (what ``connect(path)`` and ``headwater master`` run), with its worker in this
+    process unless ``worker`` is a port to one elsewhere; graphs that were running resume in the background
+    unless ``start_spark`` is False."""
     if data_dir.exists() and not data_dir.is_dir():
         raise ConfigurationError(f"data directory {clip(str(data_dir), 300)} is a file, not a directory; pass a "
                                  "directory (it is created if missing), e.g. hw.connect('./headwater-data')")
-    interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
-    worker = Worker(data_dir, spark_master=spark_master, trigger_interval=interval)
-    master = Master(data_dir, worker=InProcessWorkerPort(worker), metadata_url=metadata_url)
+    if worker is None:
+        interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
+        worker = InProcessWorkerPort(Worker(data_dir, spark_master=spark_master, trigger_interval=interval))
+    master = Master(data_dir, worker=worker, metadata_url=metadata_url)
     if start_spark:
         try:
             master.recover()

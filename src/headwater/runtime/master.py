@@ -97,7 +97,10 @@ class Master:
             self.store = MetadataStore.in_directory(self.data_dir) if metadata_url is None else \
                 MetadataStore(metadata_url)
             self.store.upgrade(_render_legacy)
-            self.remove_leftovers()
+            if worker.stops_with_master:
+                # Only an in-process worker is surely dead now; a worker process of its own may be writing a
+                # micro-batch's files that its next commit names, which must not be taken for leftovers.
+                self.remove_leftovers()
         except BaseException:
             self._lock.release()
             raise
@@ -532,7 +535,8 @@ class Master:
         if self._recovery is not None:
             self._recovery.join()
         try:
-            self.worker.request(Shutdown())
+            if self.worker.stops_with_master:  # a worker process of its own keeps running its graphs
+                self.worker.request(Shutdown())
             self.store.dispose()
         finally:
             self._lock.release()

@@ -137,12 +137,15 @@ class WorkerPort(Protocol):
     """How the master reaches a worker: send a message, get the reply (or the worker's error raised)."""
 
     name: str
+    stops_with_master: bool  # whether the master's close stops the worker's queries (an in-process worker)
 
     def request(self, message: Message) -> Any: ...
 
 
 class InProcessWorkerPort:
     """A worker in this process: each request crosses the wire format, then runs on the worker."""
+
+    stops_with_master = True
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker

@@ -31,8 +31,13 @@ def serve_master(args: argparse.Namespace) -> int:
     from headwater.service.auth import Authenticator
     from headwater.service.server import create_app
 
+    port = None
+    if args.worker is not None:
+        from headwater.service.worker_http import HttpWorkerPort
+
+        port = HttpWorkerPort(args.worker, os.environ.get("HEADWATER_WORKER_SECRET", ""))
     master = embedded_master(Path(args.data_dir), spark_master=args.spark, trigger_interval=args.trigger_interval,
-                             metadata_url=args.metadata)
+                             metadata_url=args.metadata, worker=port)
     try:
         auth = Authenticator(master.store)
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
@@ -44,11 +49,45 @@ def serve_master(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve_worker(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from headwater.durations import parse_duration
+    from headwater.runtime.worker import Worker
+    from headwater.service.worker_http import check_secret, create_worker_app
+
+    secret = check_secret(os.environ.get("HEADWATER_WORKER_SECRET"))
+    worker = Worker(Path(args.data_dir), spark_master=args.spark,
+                    trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"))
+    worker.name = f"worker@{args.host}:{args.port}"
+    try:
+        print(f"headwater worker: {args.data_dir} on http://{args.host}:{args.port}", flush=True)
+        uvicorn.run(create_worker_app(worker, secret), host=args.host, port=args.port, log_level=args.log_level,
+                    access_log=False)
+    finally:
+        worker.close()
+    return 0
+
+
+def add_worker_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("worker", help="run a stream worker: a Spark driver that runs the queries its master assigns")
+    p.add_argument("--data-dir", required=True, help="the master's data directory (shared storage)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8766)
+    p.add_argument("--spark", default="local[*]", type=spark_master,
+                   help="the Spark master of this worker's driver: local[*], local[N] or spark://host:port")
+    p.add_argument("--trigger-interval", default="200ms")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=serve_worker)
+
+
 def add_master_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("master", help="run the stream master: graphs, tables and SQL behind an HTTP API")
     p.add_argument("--data-dir", required=True, help="where tables, checkpoints and the metadata live")
     p.add_argument("--metadata", default=None,
                    help="the metadata store: postgresql://user@host:port/db (default: SQLite in the data directory)")
+    p.add_argument("--worker", default=None,
+                   help="the URL of a `headwater worker` to run the graphs (default: a worker in this process)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--spark", default="local[*]", type=spark_master,

@@ -1,0 +1,115 @@
+"""The worker behind HTTP, and the master's port to it: the Master ↔ Worker protocol over the network.
+
+``headwater worker`` serves a :class:`~headwater.runtime.worker.Worker` (its own SparkSession and queries) with
+:func:`create_worker_app`; ``headwater master --worker URL`` reaches it through :class:`HttpWorkerPort`, so the
+master process runs no Spark at all. Each request is one message of :mod:`headwater.runtime.protocol` in its
+JSON form (:func:`~headwater.runtime.protocol.encode`); replies are plain values with bytes as base64. Both sides
+share a secret (``HEADWATER_WORKER_SECRET``) sent as a bearer token. The worker and the master see the same
+data directory (one machine, or storage every machine mounts at the same path).
+
+>>> decode_reply(encode_reply({"path": "/x", "schema": b"\\x00\\x01"}))
+{'path': '/x', 'schema': b'\\x00\\x01'}
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from headwater import errors
+from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip
+from headwater.runtime.protocol import Message, decode, encode
+from headwater.runtime.worker import Worker
+
+_ERRORS = {name: cls for name, cls in vars(errors).items() if isinstance(cls, type) and issubclass(cls, HeadwaterError)}
+
+
+def encode_reply(value: Any) -> Any:
+    """A worker's reply in JSON form: bytes become ``{"$bytes": base64}``."""
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dict):
+        return {str(k): encode_reply(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode_reply(v) for v in value]
+    return value
+
+
+def decode_reply(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"$bytes"}:
+            return base64.b64decode(value["$bytes"])
+        return {k: decode_reply(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode_reply(v) for v in value]
+    return value
+
+
+def check_secret(secret: str | None) -> str:
+    if not secret or len(secret) < 16:
+        raise ConfigurationError("set HEADWATER_WORKER_SECRET (at least 16 characters) for both the master and "
+                                 "its workers: it authenticates the master's requests")
+    return secret
+
+
+def create_worker_app(worker: Worker, secret: str) -> FastAPI:
+    """The HTTP face of ``worker``: ``POST /v1/worker/request`` carries one protocol message."""
+    app = FastAPI(title="Headwater worker", version="1")
+    expected = f"Bearer {check_secret(secret)}".encode()
+
+    @app.get("/v1/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok", "name": worker.name}
+
+    @app.post("/v1/worker/request")
+    def request(body: dict[str, Any], http: Request) -> JSONResponse:
+        if not hmac.compare_digest(http.headers.get("authorization", "").encode(), expected):
+            return JSONResponse({"error": "AuthError", "message": "not the master's secret"}, status_code=401)
+        try:
+            message = decode(body)
+        except (ValueError, TypeError, KeyError) as exc:
+            return JSONResponse({"error": "RequestError", "message": clip(str(exc), 500)}, status_code=400)
+        try:
+            return JSONResponse({"reply": encode_reply(worker.handle(message))})
+        except HeadwaterError as exc:
+            return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=400)
+        except Exception as exc:  # a Spark or Python failure inside the worker: reported, the worker keeps serving
+            return JSONResponse({"error": "ExecutionError", "message": f"{type(exc).__name__}: {clip(str(exc), 1500)}"},
+                                status_code=500)
+
+    return app
+
+
+class HttpWorkerPort:
+    """The master's port to a worker process at ``url``."""
+
+    stops_with_master = False  # the worker and its queries outlive a master restart
+
+    def __init__(self, url: str, secret: str, *, timeout: float = 900.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"worker URL {clip(url)} must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout,
+                                  headers={"Authorization": f"Bearer {check_secret(secret)}"})
+        self.name = self.url
+
+    def request(self, message: Message) -> Any:
+        timeout = getattr(message, "timeout", None)
+        try:
+            response = self._http.post("/v1/worker/request", json=encode(message),
+                                       timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else float(timeout) + 60.0)
+        except httpx.TransportError as exc:
+            raise ExecutionError(f"worker {self.url} cannot be reached: {exc}") from None
+        doc = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        if response.is_success:
+            return decode_reply(doc.get("reply"))
+        kind = _ERRORS.get(doc.get("error", ""), ExecutionError)
+        raise kind(doc.get("message") or f"worker {self.url} answered {response.status_code}")
+
+    def close(self) -> None:
+        self._http.close()

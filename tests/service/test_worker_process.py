@@ -1,0 +1,64 @@
+"""``headwater worker`` as its own process, reached by the master over HTTP: the master runs no Spark, the
+graph runs on the worker, and a ``kill -9`` of the master loses and duplicates nothing."""
+
+from __future__ import annotations
+
+import signal
+
+import httpx
+import pandas as pd
+import pytest
+
+import headwater as hw
+from tests.support.postgres import free_port
+from tests.support.service import (
+    PASSWORD,
+    WORKER_SECRET,
+    reference,
+    results,
+    rows,
+    start,
+    stop,
+    submit_from_another_process,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_a_master_without_spark_drives_a_worker_process_and_survives_kill_9(tmp_path):
+    data, worker_port, master_port = tmp_path / "data", free_port(), free_port()
+    url, worker_url = f"http://127.0.0.1:{master_port}", f"http://127.0.0.1:{worker_port}"
+    worker = start("worker", data, worker_port)
+    master = start("master", data, master_port, "--worker", worker_url)
+    try:
+        # the worker refuses anyone without the master's secret, and malformed messages
+        assert httpx.post(f"{worker_url}/v1/worker/request", json={"type": "Shutdown"}).status_code == 401
+        assert httpx.post(f"{worker_url}/v1/worker/request", json={"type": "Shutdown"},
+                          headers={"Authorization": "Bearer guess"}).status_code == 401
+        bad = httpx.post(f"{worker_url}/v1/worker/request", json={"type": "RunShell", "cmd": "id"},
+                         headers={"Authorization": f"Bearer {WORKER_SECRET}"})
+        assert bad.status_code == 400 and bad.json()["error"] == "RequestError"
+
+        submit_from_another_process(url)
+        session = hw.connect(url, user="admin", password=PASSWORD)
+        session.use_catalog("demo")
+        first = rows(300, seed=3, start=0)
+        session.append("ticks", first)
+        session.wait_until_caught_up("totals", timeout=300)
+        pd.testing.assert_frame_equal(results(session), reference(first), check_dtype=False)
+        session.close()
+
+        stop(master, signal.SIGKILL)  # the master dies; the worker and its queries do not
+        assert httpx.get(f"{worker_url}/v1/health").status_code == 200
+        master = start("master", data, master_port, "--worker", worker_url)
+        session = hw.connect(url, user="admin", password=PASSWORD)
+        session.use_catalog("demo")
+        second = rows(200, seed=4, start=300)
+        session.append("ticks", second)
+        session.wait_until_caught_up("totals", timeout=300)
+        pd.testing.assert_frame_equal(results(session), reference(pd.concat([first, second])), check_dtype=False)
+        assert session.stream_graph_meta("totals").iloc[-1]["status"] == "running"
+        session.close()
+    finally:
+        stop(master)
+        stop(worker)

@@ -1,0 +1,91 @@
+"""Headwater's own service processes for tests: ``headwater master`` and ``headwater worker`` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "test-admin-password"
+WORKER_SECRET = "test-worker-secret-0123456789"
+ENV = {**os.environ, "HEADWATER_ADMIN_PASSWORD": PASSWORD, "HEADWATER_WORKER_SECRET": WORKER_SECRET,
+       "PYTHONPATH": str(ROOT / "src")}
+
+# A client that declares and submits a graph with a Python function in it, then exits.
+SUBMIT = textwrap.dedent("""
+    import sys
+    import headwater as hw
+
+    def doubled(frame):                    # a Python function: code the master's workers run
+        return frame.assign(x2=frame["x"] * 2)
+
+    s = hw.connect(sys.argv[1], user="admin", password=sys.argv[2])
+    s.use_catalog("demo")
+    g = s.stream_graph("totals")
+    (g.source("ticks", schema={"k": "string", "x": "long"}).map(doubled).parallelize("k", 2)
+       .reactive_state_engine(key_column="k", metrics=["x", "x2", "cumsum(x2) as total"]).sync().sink("out"))
+    g.submit()
+    s.close()
+    print("submitted")
+""")
+
+
+def start(command: str, data: Path, port: int, *extra: str) -> subprocess.Popen:
+    """Start ``headwater <command>`` and return once it answers ``/v1/health`` (deadline 120 s)."""
+    log_path = data.parent / f"{command}-{port}.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - the process writes to it while it lives
+    proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", command, "--data-dir", str(data),
+                             "--port", str(port), *extra], env=ENV, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)  # polling a condition with a deadline
+    proc.kill()
+    raise AssertionError(f"headwater {command} did not answer within 120 s: {log_path.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def submit_from_another_process(url: str) -> None:
+    done = subprocess.run([sys.executable, "-c", SUBMIT, url, PASSWORD], cwd=ROOT, capture_output=True, text=True,
+                          env=ENV, timeout=600)
+    assert done.returncode == 0 and "submitted" in done.stdout, done.stdout + done.stderr
+
+
+def rows(n: int, seed: int, start: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"k": rng.choice(list("abcdef"), n), "x": np.arange(start, start + n)})
+
+
+def reference(frame: pd.DataFrame) -> pd.DataFrame:
+    """What the SUBMIT graph's sink holds after ``frame``: pandas, independently of Headwater."""
+    want = frame.assign(x2=frame["x"] * 2)
+    want["total"] = want.groupby("k")["x2"].cumsum()
+    return want.sort_values(["k", "x"], ignore_index=True)
+
+
+def results(session) -> pd.DataFrame:
+    return session.sql("select k, x, x2, total from out").to_pandas().sort_values(["k", "x"], ignore_index=True)
