@@ -10,7 +10,16 @@ import pytest
 
 import headwater as hw
 from tests.support.postgres import free_port, postgres_server
-from tests.support.service import PASSWORD, reference, results, rows, start, stop, submit_from_another_process
+from tests.support.service import (
+    append_and_check,
+    connect,
+    reference,
+    results,
+    rows,
+    start,
+    stop,
+    submit_from_another_process,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -32,8 +41,7 @@ def test_a_graph_outlives_its_client_and_its_master_process(tmp_path, metadata):
     try:
         submit_from_another_process(url)
         # the submitting client's process has exited; a second client finds the graph running
-        session = hw.connect(url, user="admin", password=PASSWORD)
-        session.use_catalog("demo")
+        session = connect(url)
         assert session.stream_graph_meta("totals").iloc[-1]["status"] == "running"
         first = rows(300, seed=1, start=0)
         for i in range(0, 300, 100):
@@ -44,13 +52,8 @@ def test_a_graph_outlives_its_client_and_its_master_process(tmp_path, metadata):
 
         stop(master)  # the master process ends; the graph is still 'running' in its catalog
         master = start("master", data, port, *metadata)
-        session = hw.connect(url, user="admin", password=PASSWORD)
-        session.use_catalog("demo")
-        second = rows(200, seed=2, start=300)
-        session.append("ticks", second)
-        session.wait_until_caught_up("totals", timeout=300)
-        pd.testing.assert_frame_equal(results(session), reference(pd.concat([first, second])), check_dtype=False)
-        assert session.stream_graph_meta("totals").iloc[-1]["status"] == "running"
+        session = connect(url)
+        append_and_check(session, rows(200, seed=2, start=300), first)
         with pytest.raises(hw.SqlError):
             session.sql("drop table out")
         session.close()

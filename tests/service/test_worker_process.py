@@ -6,16 +6,13 @@ from __future__ import annotations
 import signal
 
 import httpx
-import pandas as pd
 import pytest
 
-import headwater as hw
 from tests.support.postgres import free_port
 from tests.support.service import (
-    PASSWORD,
     WORKER_SECRET,
-    reference,
-    results,
+    append_and_check,
+    connect,
     rows,
     start,
     stop,
@@ -40,24 +37,15 @@ def test_a_master_without_spark_drives_a_worker_process_and_survives_kill_9(tmp_
         assert bad.status_code == 400 and bad.json()["error"] == "RequestError"
 
         submit_from_another_process(url)
-        session = hw.connect(url, user="admin", password=PASSWORD)
-        session.use_catalog("demo")
-        first = rows(300, seed=3, start=0)
-        session.append("ticks", first)
-        session.wait_until_caught_up("totals", timeout=300)
-        pd.testing.assert_frame_equal(results(session), reference(first), check_dtype=False)
+        session = connect(url)
+        first = append_and_check(session, rows(300, seed=3, start=0), rows(0, seed=3, start=0))
         session.close()
 
         stop(master, signal.SIGKILL)  # the master dies; the worker and its queries do not
         assert httpx.get(f"{worker_url}/v1/health").status_code == 200
         master = start("master", data, master_port, "--worker", worker_url)
-        session = hw.connect(url, user="admin", password=PASSWORD)
-        session.use_catalog("demo")
-        second = rows(200, seed=4, start=300)
-        session.append("ticks", second)
-        session.wait_until_caught_up("totals", timeout=300)
-        pd.testing.assert_frame_equal(results(session), reference(pd.concat([first, second])), check_dtype=False)
-        assert session.stream_graph_meta("totals").iloc[-1]["status"] == "running"
+        session = connect(url)
+        append_and_check(session, rows(200, seed=4, start=300), first)
         session.close()
     finally:
         stop(master)

@@ -89,3 +89,21 @@ def reference(frame: pd.DataFrame) -> pd.DataFrame:
 
 def results(session) -> pd.DataFrame:
     return session.sql("select k, x, x2, total from out").to_pandas().sort_values(["k", "x"], ignore_index=True)
+
+
+def connect(url: str):
+    import headwater as hw
+
+    session = hw.connect(url, user="admin", password=PASSWORD)
+    session.use_catalog("demo")
+    return session
+
+
+def append_and_check(session, new: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
+    """Append ``new``, wait for the graph, and check its sink holds exactly the reference of everything so far."""
+    everything = pd.concat([before, new], ignore_index=True)
+    session.append("ticks", new)
+    session.wait_until_caught_up("totals", timeout=300)
+    pd.testing.assert_frame_equal(results(session), reference(everything), check_dtype=False)
+    assert session.stream_graph_meta("totals").iloc[-1]["status"] == "running"
+    return everything
