@@ -322,6 +322,26 @@ class Master:
             raise ExecutionError(f"stream graph {rec.fqn} failed to start: {reason}") from exc
         self._set_status(rec, GraphStatus.RUNNING, action=action)
 
+    def worker_down(self, worker: str, graphs: list[str]) -> None:
+        """Restart, from their checkpoints, the graphs of a worker that stopped answering (Orca's NODE_DOWN):
+        each goes to ``error`` with the reason, then through ``building`` to ``running`` on a live worker."""
+        for fqn in graphs:
+            rec = self.store.active_graph(fqn)
+            if rec is None or rec.status not in (GraphStatus.RUNNING, GraphStatus.BUILDING, GraphStatus.ERROR):
+                continue  # stopped, failed or dropped: nothing runs to move
+            moving = self._recovering.setdefault(fqn, threading.Event())  # calls on the graph wait for the move
+            try:
+                self._set_status(rec, GraphStatus.ERROR, f"NODE_DOWN: worker {worker} stopped answering",
+                                 action="recover")
+                logical: LogicalGraph = _definition(rec)
+                self._start(rec, logical, plan(logical), action="recover")
+                log.warning("stream graph %s moved off worker %s and is running again", fqn, worker)
+            except ExecutionError as exc:  # _start stored 'failed' with the reason
+                log.error("%s", exc)
+            finally:
+                self._recovering.pop(fqn, None)
+                moving.set()
+
     def _bucket_inputs(self, physical: PhysicalGraph) -> None:
         """Appends to a public table a parallel subgraph reads are written bucketed its way (first reader wins)."""
         for sg in physical.subgraphs:

@@ -32,6 +32,9 @@ class StartGraph:
     table_paths: dict[str, str]  # table node id (as text) -> table path
     checkpoints: str
     run_id: str
+    # the placement's epoch: > 0 fences the graph's commits to this placement (``<checkpoints>/epoch`` names the
+    # current one; a worker whose epoch is no longer there stops instead of committing). 0: no fence (in process)
+    epoch: int = 0
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ from headwater.runtime.protocol import (
 )
 from headwater.sql.policy import PreparedQuery
 
+EPOCH_FILE = "epoch"  # in a graph's checkpoint directory: the epoch of its current placement
+
 
 @dataclass
 class RunningGraph:
@@ -53,6 +55,7 @@ class Worker:
         self.trigger_interval = trigger_interval
         self._spark: Any = None
         self._spark_lock = threading.Lock()  # the recovery thread and the user's thread may both start it
+        self._start_lock = threading.RLock()
         self._graphs: dict[str, RunningGraph] = {}
 
     @property
@@ -73,11 +76,16 @@ class Worker:
         spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
 
     def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
-                    run_id: str = "") -> None:
+                    run_id: str = "", epoch: int = 0) -> None:
+        with self._start_lock:  # one start at a time: Spark's data source registry is not safe to race
+            self._start_graph(fqn, physical, table_paths, checkpoints, run_id, epoch)
+
+    def _start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
+                     run_id: str, epoch: int) -> None:
         from headwater.spark.fused import start_fused_subgraph
 
         self.stop_graph(fqn)
-        running = RunningGraph(physical, {}, start_args=(fqn, physical, table_paths, checkpoints, run_id))
+        running = RunningGraph(physical, {}, start_args=(fqn, physical, table_paths, checkpoints, run_id, epoch))
         self._graphs[fqn] = running
         run = run_id or "0"
         for sg in physical.subgraphs:
@@ -91,7 +99,8 @@ class Worker:
             running.queries[sg.id] = start_fused_subgraph(
                 self.spark, subgraph_task(physical, sg, table_paths, checkpoints, run),
                 checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
-                trigger_interval=self.trigger_interval, on_batch=record)
+                trigger_interval=self.trigger_interval, on_batch=record,
+                fence=(checkpoints / EPOCH_FILE, epoch) if epoch else None)
 
         self._wait_until_started(fqn, running)
 
@@ -126,14 +135,14 @@ class Worker:
         if sg is None or spec is None:
             raise ExecutionError(f"stream graph {fqn} has no engine named {engine!r}")
         data = data.select(list(spec.input_schema.names)).cast(spec.input_schema.to_arrow())
-        fqn_, physical, table_paths, checkpoints, run_id = g.start_args
+        fqn_, physical, table_paths, checkpoints, run_id, epoch = g.start_args
         self.stop_graph(fqn)
         try:
             task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0")
             version = committed_input_version(checkpoints / sg.key(physical) / "spark")
             return task.warm(engine, data, version)
         finally:
-            self.start_graph(fqn_, physical, table_paths, checkpoints, run_id)
+            self.start_graph(fqn_, physical, table_paths, checkpoints, run_id, epoch)
 
     def is_running(self, fqn: str) -> bool:
         g = self._graphs.get(fqn)
@@ -212,7 +221,7 @@ class Worker:
             case StartGraph():
                 self.start_graph(message.fqn, _physical(message.plan),
                                  {int(k): v for k, v in message.table_paths.items()}, Path(message.checkpoints),
-                                 message.run_id)
+                                 message.run_id, message.epoch)
             case StopGraph():
                 self.stop_graph(message.fqn)
             case IsRunning():

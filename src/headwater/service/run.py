@@ -31,20 +31,26 @@ def serve_master(args: argparse.Namespace) -> int:
     from headwater.service.auth import Authenticator
     from headwater.service.server import create_app
 
-    port = None
-    if args.worker is not None:
-        from headwater.service.worker_http import HttpWorkerPort
+    pool = None
+    if args.worker:
+        from headwater.service.pool import WorkerPool
 
-        port = HttpWorkerPort(args.worker, os.environ.get("HEADWATER_WORKER_SECRET", ""))
+        pool = WorkerPool(args.worker, os.environ.get("HEADWATER_WORKER_SECRET", ""),
+                          heartbeat=args.heartbeat, deadline=args.heartbeat_deadline)
     master = embedded_master(Path(args.data_dir), spark_master=args.spark, trigger_interval=args.trigger_interval,
-                             metadata_url=args.metadata, worker=port)
+                             metadata_url=args.metadata, worker=pool, start_spark=pool is None)
     try:
+        if pool is not None:  # placements live in the master's store; then the graphs that were running resume
+            pool.attach(master.store, master.worker_down)
+            master.recover()
         auth = Authenticator(master.store)
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
         app = create_app(master, auth, max_body_bytes=args.max_body_mb * 2**20)
         print(f"headwater master: {args.data_dir} on http://{args.host}:{args.port} (API docs at /docs)", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     finally:
+        if pool is not None:  # no failover while the master shuts down
+            pool.close()
         master.close()
     return 0
 
@@ -86,8 +92,12 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", required=True, help="where tables, checkpoints and the metadata live")
     p.add_argument("--metadata", default=None,
                    help="the metadata store: postgresql://user@host:port/db (default: SQLite in the data directory)")
-    p.add_argument("--worker", default=None,
-                   help="the URL of a `headwater worker` to run the graphs (default: a worker in this process)")
+    p.add_argument("--worker", action="append", default=[],
+                   help="the URL of a `headwater worker` to run graphs on; repeat it for several (default: a worker "
+                        "in this process)")
+    p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between a worker's health checks")
+    p.add_argument("--heartbeat-deadline", type=float, default=5.0,
+                   help="seconds without an answer after which a worker is down and its graphs move")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--spark", default="local[*]", type=spark_master,

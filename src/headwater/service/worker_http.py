@@ -23,9 +23,10 @@ from fastapi.responses import JSONResponse
 
 from headwater import errors
 from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip
-from headwater.runtime.protocol import Message, decode, encode
+from headwater.runtime.protocol import IsRunning, Message, Progress, TaskStatus, decode, encode
 from headwater.runtime.worker import Worker
 
+QUICK_SECONDS = 10.0
 _ERRORS = {name: cls for name, cls in vars(errors).items() if isinstance(cls, type) and issubclass(cls, HeadwaterError)}
 
 
@@ -99,10 +100,13 @@ class HttpWorkerPort:
         self.name = self.url
 
     def request(self, message: Message) -> Any:
-        timeout = getattr(message, "timeout", None)
+        timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if isinstance(message, IsRunning | TaskStatus | Progress):
+            timeout = QUICK_SECONDS  # status questions: a frozen worker must not hang the master's answers
+        elif getattr(message, "timeout", None) is not None:
+            timeout = float(message.timeout) + 60.0  # type: ignore[union-attr]
         try:
-            response = self._http.post("/v1/worker/request", json=encode(message),
-                                       timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else float(timeout) + 60.0)
+            response = self._http.post("/v1/worker/request", json=encode(message), timeout=timeout)
         except httpx.TransportError as exc:
             raise ExecutionError(f"worker {self.url} cannot be reached: {exc}") from None
         doc = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}

@@ -137,6 +137,19 @@ class SubgraphDataSource(DataSource):
                                     int(self.options["slots"]))
 
 
+class FencedError(RuntimeError):
+    """This worker's placement of the graph is no longer the current one."""
+
+
+def check_fence(file: Path, epoch: int) -> None:
+    try:
+        current = int(file.read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        current = -1
+    if current != epoch:
+        raise FencedError(f"the graph was placed elsewhere (epoch {current}, this worker has {epoch}): not committing")
+
+
 def committed_input_version(spark_checkpoint: Path) -> int:
     """The input version up to which a stopped query has committed its output (0 before any batch)."""
     commits = spark_checkpoint / "commits"
@@ -155,8 +168,13 @@ def start_fused_subgraph(
     app_id: str,
     trigger_interval: timedelta,
     on_batch: Any = None,
+    fence: tuple[Path, int] | None = None,
 ) -> Any:
-    """Start the streaming query of a fused subgraph; returns the StreamingQuery."""
+    """Start the streaming query of a fused subgraph; returns the StreamingQuery.
+
+    ``fence``: (file, epoch). Before each commit the file must still hold ``epoch``: once the master has
+    placed the graph elsewhere (a newer epoch), this query fails instead of committing.
+    """
     from headwater.dataplane.task import OutputFile
 
     checkpoint.mkdir(parents=True, exist_ok=True)
@@ -168,6 +186,8 @@ def start_fused_subgraph(
 
     def commit_batch(batch_df: DataFrame, batch_id: int) -> None:
         files = batch_df.collect()
+        if fence is not None:
+            check_fence(*fence)
         stats = {"rows_in": sum(r["rows_in"] for r in files),
                  **{s: sum(r[f"{s}_s"] for r in files) for s in STAGES}}
         rows_out = plan.commit([OutputFile(r["tbl"], r["name"], r["size"], r["num_rows"], r["task"])
@@ -176,12 +196,16 @@ def start_fused_subgraph(
             on_batch(batch_id, rows_out, stats)
 
     interval = f"{max(int(trigger_interval.total_seconds() * 1000), 1)} milliseconds"
+    name = f"{plan.run}/subgraph_{plan.subgraph}"
+    for stale in spark.streams.active:  # an earlier placement's query on this worker (fenced, or being stopped)
+        if stale.name == name:
+            stale.stop()
     return (
         spark.readStream.format(SOURCE_NAME).option("plan", str(plan_path)).option("input", plan.input_path)
         .option("tasks", str(plan.n_tasks)).option("slots", str(spark.sparkContext.defaultParallelism)).load()
         .writeStream.foreachBatch(commit_batch)
         .option("checkpointLocation", str(checkpoint / "spark"))
-        .queryName(f"{plan.run}/subgraph_{plan.subgraph}")
+        .queryName(name)
         .trigger(processingTime=interval)
         .start()
     )

@@ -70,6 +70,15 @@ tokens = sa.Table(
 )
 
 
+placements = sa.Table(
+    "placements",
+    _meta,
+    sa.Column("graph_fqn", sa.String, primary_key=True),
+    sa.Column("worker", sa.String, nullable=False),  # the worker's URL
+    sa.Column("epoch", sa.Integer, nullable=False),  # grows with every placement of the graph
+)
+
+
 @dataclass(frozen=True)
 class TableRecord:
     fqn: str
@@ -252,6 +261,21 @@ class MetadataStore:
             row = c.execute(sa.select(tokens.c.user).where(tokens.c.token_hash == token_hash,
                                                            tokens.c.expires >= time.time())).first()
         return None if row is None else str(row[0])
+
+    # -- placements (service mode) ---------------------------------------------------------------------
+    def place(self, graph_fqn: str, worker: str) -> int:
+        """Record ``graph_fqn`` as placed on ``worker``; return the placement's epoch (one more than the last)."""
+        with self.engine.begin() as c:
+            row = c.execute(sa.select(placements.c.epoch).where(placements.c.graph_fqn == graph_fqn)).first()
+            epoch = 1 if row is None else int(row[0]) + 1
+            c.execute(sa.delete(placements).where(placements.c.graph_fqn == graph_fqn))
+            c.execute(sa.insert(placements).values(graph_fqn=graph_fqn, worker=worker, epoch=epoch))
+        return epoch
+
+    def placements(self) -> dict[str, tuple[str, int]]:
+        """graph FQN -> (worker URL, epoch)."""
+        with self.engine.connect() as c:
+            return {r.graph_fqn: (r.worker, int(r.epoch)) for r in c.execute(sa.select(placements))}
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -1,0 +1,147 @@
+"""Several worker processes behind the master's one worker port: placement, heartbeats, failover, fencing.
+
+Each graph runs on one worker (all of its subgraphs, so siblings stay together). ``StartGraph`` places it:
+on the worker it already has if that one is alive, otherwise on the live worker with the fewest graphs; the
+placement and its epoch (one more each time) go to the metadata store, and the epoch into the graph's
+checkpoint directory, which every worker sees. A worker checks that file before each commit
+(``headwater.spark.fused.check_fence``), so one that was only frozen or cut off, and comes back after its
+graphs moved, stops instead of committing. The heartbeat thread asks each worker's ``/v1/health`` every
+``heartbeat`` seconds; a worker silent for ``deadline`` seconds is down (Orca's NODE_DOWN), and the master's
+``on_down`` callback restarts its graphs elsewhere from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from headwater.errors import ExecutionError
+from headwater.runtime.protocol import IsRunning, Message, RunSql, Shutdown, StartGraph, StopGraph, TaskStatus
+from headwater.runtime.worker import EPOCH_FILE
+from headwater.service.worker_http import HttpWorkerPort
+from headwater.storage.metadata import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+class WorkerPool:
+    """A :class:`~headwater.runtime.protocol.WorkerPort` over worker processes at ``urls``."""
+
+    stops_with_master = False
+    name = "worker-pool"
+
+    def __init__(self, urls: Sequence[str], secret: str, *, heartbeat: float = 1.0, deadline: float = 5.0) -> None:
+        self.ports = {url.rstrip("/"): HttpWorkerPort(url, secret) for url in urls}
+        self.heartbeat, self.deadline = heartbeat, deadline
+        self.alive = dict.fromkeys(self.ports, True)
+        self._last_ok = dict.fromkeys(self.ports, time.monotonic())
+        self._store: MetadataStore | None = None
+        self._on_down: Callable[[str, list[str]], None] = lambda url, graphs: None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def attach(self, store: MetadataStore, on_down: Callable[[str, list[str]], None]) -> None:
+        """Keep placements in ``store``; call ``on_down(worker URL, its graphs)`` when a worker dies. Starts the
+        heartbeats."""
+        self._store, self._on_down = store, on_down
+        self._thread = threading.Thread(target=self._beat, name="headwater-heartbeats", daemon=True)
+        self._thread.start()
+
+    # -- placement ------------------------------------------------------------------------------------
+    def placements(self) -> dict[str, tuple[str, int]]:
+        assert self._store is not None, "attach() the pool to the master's store first"
+        return self._store.placements()
+
+    def _choose(self, fqn: str) -> str:
+        placed = self.placements()
+        current = placed.get(fqn)
+        if current is not None and self.alive.get(current[0]):
+            return current[0]
+        live = [url for url in self.ports if self.alive[url]]
+        if not live:
+            raise ExecutionError(f"stream graph {fqn}: no live worker to run it on ({', '.join(self.ports)} are down)")
+        load = {url: 0 for url in live}
+        for graph, (url, _) in placed.items():
+            if url in load and graph != fqn:
+                load[url] += 1
+        return min(live, key=lambda url: load[url])  # fewest graphs; ties: the order given
+
+    def request(self, message: Message) -> Any:
+        if isinstance(message, StartGraph):
+            with self._lock:
+                url = self._choose(message.fqn)
+                assert self._store is not None
+                epoch = self._store.place(message.fqn, url)
+                _write_epoch(Path(message.checkpoints) / EPOCH_FILE, epoch)
+            return self.ports[url].request(dataclasses.replace(message, epoch=epoch))
+        if isinstance(message, RunSql):
+            live = [url for url in self.ports if self.alive[url]]
+            if not live:
+                raise ExecutionError("no live worker to run the query on")
+            return self.ports[live[0]].request(message)
+        if isinstance(message, Shutdown):
+            return None  # worker processes outlive the master
+        fqn = getattr(message, "fqn", None)
+        placed = self.placements().get(fqn) if fqn is not None else None
+        if placed is None or not self.alive.get(placed[0]):
+            if isinstance(message, IsRunning):
+                return False
+            if isinstance(message, StopGraph):
+                return None
+            if isinstance(message, TaskStatus):
+                return []
+            raise ExecutionError(f"stream graph {fqn} is not running on a live worker"
+                                 + (f" (its worker {placed[0]} is down)" if placed else ""))
+        return self.ports[placed[0]].request(message)
+
+    # -- heartbeats -----------------------------------------------------------------------------------
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            for url in self.ports:
+                now = time.monotonic()
+                try:
+                    # a worker busy starting Spark answers slowly: only the deadline decides that it is down
+                    ok = httpx.get(f"{url}/v1/health", timeout=max(self.deadline / 2, 1.0)).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    if not self.alive[url]:
+                        log.warning("worker %s answers again; the graphs moved away from it stay where they are", url)
+                    self._last_ok[url], self.alive[url] = now, True
+                elif self.alive[url] and now - self._last_ok[url] > self.deadline:
+                    self.alive[url] = False
+                    graphs = sorted(g for g, (w, _) in self.placements().items() if w == url)
+                    log.error("worker %s missed its heartbeats for %.0f s (NODE_DOWN); moving %s", url, self.deadline,
+                              ", ".join(graphs) or "nothing")
+                    # moving takes as long as starting the graphs elsewhere: heartbeats go on meanwhile
+                    threading.Thread(target=self._move, args=(url, graphs), name=f"headwater-failover-{url}",
+                                     daemon=True).start()
+
+    def _move(self, url: str, graphs: list[str]) -> None:
+        try:
+            self._on_down(url, graphs)
+        except Exception:  # each graph's status and reason say what happened to it
+            log.exception("moving the graphs of worker %s failed", url)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        for port in self.ports.values():
+            port.close()
+
+
+def _write_epoch(file: Path, epoch: int) -> None:
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    tmp.write_text(str(epoch))
+    os.replace(tmp, file)
