@@ -80,6 +80,9 @@ def test_a_dead_worker_s_graph_moves_and_a_frozen_one_is_fenced(tmp_path):
                            json={"type": "IsRunning", "fqn": "demo.stream_graph.totals"},
                            headers={"Authorization": f"Bearer {WORKER_SECRET}"})
         assert woken.json() == {"reply": False}, woken.text
+        events = session.state_machine_events()
+        moves = events[events["type"].isin(["NODE_DOWN", "RECOVER"])][["type", "state"]].values.tolist()
+        assert moves == [["NODE_DOWN", "finished"], ["RECOVER", "finished"]] * 2, events.to_string()
         session.close()
     finally:
         stop(master)

@@ -39,6 +39,19 @@ def test_stop_then_start_loses_and_duplicates_nothing(spark, tmp_path):
         session.wait_until_caught_up("g")
         check_output(session, "out", frame)
         assert session.stream_table_meta("out")["rows"].tolist() == [len(frame)]
+        # the master's event log: each operation, in order, with how it ended
+        events = session.state_machine_events()
+        assert events[["type", "state"]].values.tolist() == [
+            ["SUBMIT", "finished"], ["STOP", "finished"], ["STOP", "failed"], ["START", "finished"],
+            ["START", "failed"]]
+        assert (events["detail"] == "demo.stream_graph.g").all()
+        assert "stopped" in events.loc[2, "error_message"] and (events["end_time"] >= events["start_time"]).all()
+        engines = session.stream_engine_meta("g")
+        assert engines[["task_id", "type"]].values.tolist() == [["0.0", "REACTIVE_STATE_ENGINE"],
+                                                                ["0.1", "REACTIVE_STATE_ENGINE"]]
+        assert ["cs", "double"] in engines.loc[0, "schema"]
+        info = session.stream_graph_info("g")
+        assert info["status"] == "running" and info["document"]["fqn"] == "demo.stream_graph.g"
     finally:
         session.close()
 

@@ -356,6 +356,25 @@ class Session:
         return pd.DataFrame(self._master.graph_meta(fqn),
                             columns=["id", "fqn", "status", "semantics", "tasks", "create_time", "reason"])
 
+    def stream_graph_info(self, name: str) -> dict[str, Any]:
+        """The graph's id, status, reason and its stored JSON document (``document``)."""
+        return self._master.graph_info(self._graph_fqn(name))
+
+    def stream_engine_meta(self, name: str) -> pd.DataFrame:
+        """One row per engine of graph ``name`` and stream task: task_id, name, type, schema, fqn."""
+        return pd.DataFrame(self._master.engine_meta(self._graph_fqn(name)),
+                            columns=["task_id", "name", "type", "schema", "fqn"])
+
+    def state_machine_events(self, limit: int = 1000) -> pd.DataFrame:
+        """What the master did, newest ``limit`` events: id, type (SUBMIT, STOP, NODE_DOWN, RECOVER, ...), state
+        (running, finished, failed), retries, scheduled_time, start_time, end_time, detail, error_message."""
+        frame = pd.DataFrame(self._master.state_machine_events(limit),
+                             columns=["id", "type", "state", "retries", "scheduled_time", "start_time", "end_time",
+                                      "detail", "error_message"])
+        for column in ("scheduled_time", "start_time", "end_time"):
+            frame[column] = pd.to_datetime(frame[column], unit="s")
+        return frame
+
     def stream_table_meta(self, name: str | None = None) -> pd.DataFrame:
         """One row per stream table: fqn, kind, visibility, path, graph_refs, version, rows, first_version, retention.
 

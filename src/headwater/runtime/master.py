@@ -35,9 +35,10 @@ from headwater.errors import (
 )
 from headwater.faults import fault_point
 from headwater.plan.document import dumps, from_json, plan_changes, same_definition, to_json
-from headwater.plan.logical import LogicalGraph, TableNode
+from headwater.plan.logical import EngineNode, LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.runtime.compactor import Compactor
+from headwater.runtime.events import EventLog, EventType, recorded
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
 from headwater.runtime.protocol import (
     IsRunning,
@@ -97,6 +98,7 @@ class Master:
             self.store = MetadataStore.in_directory(self.data_dir) if metadata_url is None else \
                 MetadataStore(metadata_url)
             self.store.upgrade(_render_legacy)
+            self.events = EventLog(self.store)
             if worker.stops_with_master:
                 # Only an in-process worker is surely dead now; a worker process of its own may be writing a
                 # micro-batch's files that its next commit names, which must not be taken for leftovers.
@@ -230,6 +232,7 @@ class Master:
             return {"version": None, "rows": None, "first_version": None, "retention": None}
 
     # -- graphs -----------------------------------------------------------------------------------------
+    @recorded(EventType.SUBMIT)
     def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
         """Store and start a graph; resubmitting the same definition finishes what a crash left half done."""
         fqn = logical.fqn
@@ -325,22 +328,27 @@ class Master:
     def worker_down(self, worker: str, graphs: list[str]) -> None:
         """Restart, from their checkpoints, the graphs of a worker that stopped answering (Orca's NODE_DOWN):
         each goes to ``error`` with the reason, then through ``building`` to ``running`` on a live worker."""
-        for fqn in graphs:
-            rec = self.store.active_graph(fqn)
-            if rec is None or rec.status not in (GraphStatus.RUNNING, GraphStatus.BUILDING, GraphStatus.ERROR):
-                continue  # stopped, failed or dropped: nothing runs to move
-            moving = self._recovering.setdefault(fqn, threading.Event())  # calls on the graph wait for the move
-            try:
-                self._set_status(rec, GraphStatus.ERROR, f"NODE_DOWN: worker {worker} stopped answering",
-                                 action="recover")
-                logical: LogicalGraph = _definition(rec)
-                self._start(rec, logical, plan(logical), action="recover")
-                log.warning("stream graph %s moved off worker %s and is running again", fqn, worker)
-            except ExecutionError as exc:  # _start stored 'failed' with the reason
-                log.error("%s", exc)
-            finally:
-                self._recovering.pop(fqn, None)
-                moving.set()
+        with self.events.record(EventType.NODE_DOWN, f"{worker}: {', '.join(graphs) or 'no graph'}"):
+            for fqn in graphs:
+                try:
+                    with self.events.record(EventType.RECOVER, fqn):
+                        self._move(worker, fqn)
+                except ExecutionError as exc:  # _start stored 'failed' with the reason; the other graphs still move
+                    log.error("%s", exc)
+
+    def _move(self, worker: str, fqn: str) -> None:
+        rec = self.store.active_graph(fqn)
+        if rec is None or rec.status not in (GraphStatus.RUNNING, GraphStatus.BUILDING, GraphStatus.ERROR):
+            return  # stopped, failed or dropped: nothing runs to move
+        moving = self._recovering.setdefault(fqn, threading.Event())  # calls on the graph wait for the move
+        try:
+            self._set_status(rec, GraphStatus.ERROR, f"NODE_DOWN: worker {worker} stopped answering", action="recover")
+            logical: LogicalGraph = _definition(rec)
+            self._start(rec, logical, plan(logical), action="recover")
+            log.warning("stream graph %s moved off worker %s and is running again", fqn, worker)
+        finally:
+            self._recovering.pop(fqn, None)
+            moving.set()
 
     def _bucket_inputs(self, physical: PhysicalGraph) -> None:
         """Appends to a public table a parallel subgraph reads are written bucketed its way (first reader wins)."""
@@ -352,6 +360,7 @@ class Master:
                 table.bucketing = table.bucketing or reader_bucketing(physical, sg.input)
 
     # -- lifecycle (Orca A.5) ---------------------------------------------------------------------------
+    @recorded(EventType.STOP)
     def stop_graph(self, fqn: FQN) -> None:
         """Pause a graph: its queries stop, its state and offsets stay; ``start_graph`` resumes it."""
         self._await_recovery(str(fqn))
@@ -362,6 +371,7 @@ class Master:
         self.worker.request(StopGraph(rec.fqn))
         self._set_status(rec, GraphStatus.STOPPED, action="stop")
 
+    @recorded(EventType.START)
     def start_graph(self, fqn: FQN) -> None:
         """Resume a stopped graph from its checkpoints (nothing is lost or processed twice)."""
         self._await_recovery(str(fqn))
@@ -372,6 +382,7 @@ class Master:
         logical: LogicalGraph = _definition(rec)
         self._start(rec, logical, plan(logical))
 
+    @recorded(EventType.RESUBMIT)
     def resubmit_graph(self, fqn: FQN) -> None:
         """Run a failed graph again from its checkpoints, or a destroyed one anew from its stored definition."""
         self._await_recovery(str(fqn))
@@ -426,6 +437,7 @@ class Master:
             finally:
                 self._recovering.pop(rec.fqn).set()
 
+    @recorded(EventType.RECOVER)
     def _resume(self, rec: GraphRecord) -> None:
         try:
             logical: LogicalGraph = _definition(rec)
@@ -498,6 +510,7 @@ class Master:
                     return int(self.worker.request(Warmup(rec.fqn, node.name, arrow_bytes(data))))
         raise CatalogError(f"stream engine {engine} is not part of a running graph")
 
+    @recorded(EventType.DROP)
     def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
         self._await_recovery(str(fqn))
         rec = self._active(fqn)
@@ -524,6 +537,29 @@ class Master:
                     self._delete_table(trec)
         shutil.rmtree(self._graph_paths(rec.fqn).root, ignore_errors=True)
         self._set_status(rec, GraphStatus.DESTROYED, action="drop")
+
+    def graph_info(self, fqn: FQN) -> dict[str, Any]:
+        """The graph's status, reason and stored JSON document (Orca's getStreamGraphInfo)."""
+        rec = self._active(fqn)
+        return {"id": rec.id, "fqn": rec.fqn, "status": rec.status, "reason": rec.reason,
+                "document": json.loads(rec.graph_json)}
+
+    def engine_meta(self, fqn: FQN) -> list[dict[str, Any]]:
+        """One row per engine and stream task: task_id, name, type, schema (output columns), fqn."""
+        physical = from_json(self._active(fqn).graph_json)[1]
+        rows: list[dict[str, Any]] = []
+        if physical is None:  # stored by a version that kept no physical plan in the document
+            return rows
+        for sg in physical.subgraphs:
+            for node in (physical.nodes[n] for n in sg.chain):
+                if isinstance(node, EngineNode):
+                    rows.extend({"task_id": t, "name": node.name, "type": str(node.type), "fqn": node.fqn,
+                                 "schema": [list(c) for c in node.schema.columns]} for t in sg.task_ids())
+        return rows
+
+    def state_machine_events(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """The master's newest events, oldest first (headwater.runtime.events)."""
+        return self.store.list_events(limit)
 
     def graph_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
         rows = []

@@ -166,6 +166,15 @@ class RemoteMaster:
         rows = self._call("/v1/graphs/meta", {"fqn": None if fqn is None else str(fqn)})
         return [{**r, "create_time": pd.Timestamp(r["create_time"])} for r in rows]
 
+    def graph_info(self, fqn: FQN) -> dict[str, Any]:
+        return dict(self._call("/v1/graphs/info", {"fqn": str(fqn)}))
+
+    def engine_meta(self, fqn: FQN) -> list[dict[str, Any]]:
+        return list(self._call("/v1/graphs/engines", {"fqn": str(fqn)}))
+
+    def state_machine_events(self, limit: int = 1000) -> list[dict[str, Any]]:
+        return list(self._call("/v1/events", {"limit": limit}))
+
     def progress(self, fqn: FQN) -> dict[str, Any]:
         return dict(self._call("/v1/graphs/progress", {"fqn": str(fqn)}))
 

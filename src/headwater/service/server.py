@@ -114,6 +114,10 @@ class Sql(BaseModel):
     current_catalog: str | None = None
 
 
+class Limit(BaseModel):
+    limit: int = 1000
+
+
 class Meta(BaseModel):
     fqn: str | None = None
 
@@ -247,6 +251,18 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     def graph_meta(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
         rows = master.graph_meta(None if body.fqn is None else fqn(body.fqn, "stream_graph"))
         return [{**r, "create_time": r["create_time"].isoformat()} for r in rows]
+
+    @app.post("/v1/graphs/info")
+    def graph_info(body: Name, _: str = Depends(user)) -> dict[str, Any]:
+        return master.graph_info(fqn(body.fqn, "stream_graph"))
+
+    @app.post("/v1/graphs/engines")
+    def engine_meta(body: Name, _: str = Depends(user)) -> list[dict[str, Any]]:
+        return master.engine_meta(fqn(body.fqn, "stream_graph"))
+
+    @app.post("/v1/events")
+    def events(body: Limit, _: str = Depends(user)) -> list[dict[str, Any]]:
+        return master.state_machine_events(max(1, min(body.limit, 100_000)))
 
     @app.post("/v1/graphs/progress")
     def progress(body: Name, _: str = Depends(user)) -> dict[str, Any]:

@@ -79,6 +79,21 @@ placements = sa.Table(
 )
 
 
+events = sa.Table(
+    "events",
+    _meta,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("type", sa.String, nullable=False),
+    sa.Column("state", sa.String, nullable=False),  # running, finished, failed
+    sa.Column("retries", sa.Integer, nullable=False, default=0),
+    sa.Column("scheduled_time", sa.Float, nullable=False),
+    sa.Column("start_time", sa.Float, nullable=False),
+    sa.Column("end_time", sa.Float, nullable=True),
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("error_message", sa.Text, nullable=False, default=""),
+)
+
+
 @dataclass(frozen=True)
 class TableRecord:
     fqn: str
@@ -261,6 +276,24 @@ class MetadataStore:
             row = c.execute(sa.select(tokens.c.user).where(tokens.c.token_hash == token_hash,
                                                            tokens.c.expires >= time.time())).first()
         return None if row is None else str(row[0])
+
+    # -- events (headwater.runtime.events) ------------------------------------------------------------
+    def add_event(self, kind: str, detail: str, now: float) -> int:
+        with self.engine.begin() as c:
+            res = c.execute(sa.insert(events).values(type=kind, state="running", retries=0, scheduled_time=now,
+                                                     start_time=now, end_time=None, detail=detail, error_message=""))
+            return int(res.inserted_primary_key[0])  # type: ignore[index]
+
+    def end_event(self, event_id: int, state: str, now: float, error: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.update(events).where(events.c.id == event_id).values(state=state, end_time=now,
+                                                                                error_message=error))
+
+    def list_events(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """The newest ``limit`` events, oldest first."""
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(events).order_by(events.c.id.desc()).limit(limit)).all()
+        return [dict(r._mapping) for r in reversed(rows)]
 
     # -- placements (service mode) ---------------------------------------------------------------------
     def place(self, graph_fqn: str, worker: str) -> int:
