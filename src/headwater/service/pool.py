@@ -1,7 +1,8 @@
 """Several worker processes behind the master's one worker port: placement, heartbeats, failover, fencing.
 
 Each graph runs on one worker (all of its subgraphs, so siblings stay together). ``StartGraph`` places it:
-on the worker it already has if that one is alive, otherwise on the live worker with the fewest graphs; the
+on the worker it already has if that one is alive, otherwise by :func:`headwater.service.placement.place`
+over the live workers' reported load and the graphs already on them; the
 placement and its epoch (one more each time) go to the metadata store, and the epoch into the graph's
 checkpoint directory, which every worker sees. A worker checks that file before each commit
 (``headwater.spark.fused.check_fence``), so one that was only frozen or cut off, and comes back after its
@@ -26,6 +27,7 @@ import httpx
 from headwater.errors import ExecutionError
 from headwater.runtime.protocol import IsRunning, Message, RunSql, Shutdown, StartGraph, StopGraph, TaskStatus
 from headwater.runtime.worker import EPOCH_FILE
+from headwater.service.placement import DEFAULT_GROUP, GraphDemand, WorkerLoad, place
 from headwater.service.worker_http import HttpWorkerPort
 from headwater.storage.metadata import MetadataStore
 
@@ -42,6 +44,8 @@ class WorkerPool:
         self.ports = {url.rstrip("/"): HttpWorkerPort(url, secret) for url in urls}
         self.heartbeat, self.deadline = heartbeat, deadline
         self.alive = dict.fromkeys(self.ports, True)
+        self.loads = {url: WorkerLoad(url) for url in self.ports}  # group and load from the last heartbeat
+        self._complexity: dict[str, int] = {}  # graph -> operators, for graphs placed by this master
         self._last_ok = dict.fromkeys(self.ports, time.monotonic())
         self._store: MetadataStore | None = None
         self._on_down: Callable[[str, list[str]], None] = lambda url, graphs: None
@@ -61,24 +65,25 @@ class WorkerPool:
         assert self._store is not None, "attach() the pool to the master's store first"
         return self._store.placements()
 
-    def _choose(self, fqn: str) -> str:
+    def _choose(self, message: StartGraph) -> str:
+        """The graph's worker if it is alive; otherwise the best live worker by load (``placement.place``)."""
         placed = self.placements()
-        current = placed.get(fqn)
+        current = placed.get(message.fqn)
         if current is not None and self.alive.get(current[0]):
             return current[0]
-        live = [url for url in self.ports if self.alive[url]]
-        if not live:
-            raise ExecutionError(f"stream graph {fqn}: no live worker to run it on ({', '.join(self.ports)} are down)")
-        load = {url: 0 for url in live}
+        already = {url: 0.0 for url in self.ports}
         for graph, (url, _) in placed.items():
-            if url in load and graph != fqn:
-                load[url] += 1
-        return min(live, key=lambda url: load[url])  # fewest graphs; ties: the order given
+            if graph != message.fqn and url in already:
+                already[url] += self._complexity.get(graph, 1)
+        complexity = _complexity(message.plan)
+        self._complexity[message.fqn] = complexity
+        loads = [dataclasses.replace(self.loads[url], alive=self.alive[url]) for url in self.ports]
+        return place([GraphDemand(message.fqn, complexity)], loads, already)[message.fqn]
 
     def request(self, message: Message) -> Any:
         if isinstance(message, StartGraph):
             with self._lock:
-                url = self._choose(message.fqn)
+                url = self._choose(message)
                 assert self._store is not None
                 epoch = self._store.place(message.fqn, url)
                 _write_epoch(Path(message.checkpoints) / EPOCH_FILE, epoch)
@@ -110,8 +115,13 @@ class WorkerPool:
                 now = time.monotonic()
                 try:
                     # a worker busy starting Spark answers slowly: only the deadline decides that it is down
-                    ok = httpx.get(f"{url}/v1/health", timeout=max(self.deadline / 2, 1.0)).status_code == 200
-                except httpx.HTTPError:
+                    answer = httpx.get(f"{url}/v1/health", timeout=max(self.deadline / 2, 1.0))
+                    ok = answer.status_code == 200
+                    if ok:
+                        doc = answer.json()
+                        self.loads[url] = WorkerLoad(url, str(doc.get("group", DEFAULT_GROUP)),
+                                                     float(doc.get("cpu", 0.0)), float(doc.get("memory", 0.0)))
+                except (httpx.HTTPError, ValueError, TypeError):
                     ok = False
                 if ok:
                     if not self.alive[url]:
@@ -138,6 +148,14 @@ class WorkerPool:
             self._thread.join()
         for port in self.ports.values():
             port.close()
+
+
+def _complexity(document: str) -> int:
+    """A graph's operators (engines and maps), from its plan document."""
+    from headwater.plan.document import from_json
+
+    physical = from_json(document)[1]
+    return max(1, sum(len(sg.chain) for sg in physical.subgraphs)) if physical is not None else 1
 
 
 def _write_epoch(file: Path, epoch: int) -> None:

@@ -68,8 +68,8 @@ def serve_worker(args: argparse.Namespace) -> int:
     worker.name = f"worker@{args.host}:{args.port}"
     try:
         print(f"headwater worker: {args.data_dir} on http://{args.host}:{args.port}", flush=True)
-        uvicorn.run(create_worker_app(worker, secret), host=args.host, port=args.port, log_level=args.log_level,
-                    access_log=False)
+        uvicorn.run(create_worker_app(worker, secret, group=args.group), host=args.host, port=args.port,
+                    log_level=args.log_level, access_log=False)
     finally:
         worker.close()
     return 0
@@ -78,6 +78,7 @@ def serve_worker(args: argparse.Namespace) -> int:
 def add_worker_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run a stream worker: a Spark driver that runs the queries its master assigns")
     p.add_argument("--data-dir", required=True, help="the master's data directory (shared storage)")
+    p.add_argument("--group", default="default", help="the compute group this worker belongs to")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8766)
     p.add_argument("--spark", default="local[*]", type=spark_master,

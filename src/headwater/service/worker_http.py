@@ -25,6 +25,7 @@ from headwater import errors
 from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip
 from headwater.runtime.protocol import IsRunning, Message, Progress, TaskStatus, decode, encode
 from headwater.runtime.worker import Worker
+from headwater.service.placement import DEFAULT_GROUP
 
 QUICK_SECONDS = 10.0
 _ERRORS = {name: cls for name, cls in vars(errors).items() if isinstance(cls, type) and issubclass(cls, HeadwaterError)}
@@ -58,14 +59,19 @@ def check_secret(secret: str | None) -> str:
     return secret
 
 
-def create_worker_app(worker: Worker, secret: str) -> FastAPI:
-    """The HTTP face of ``worker``: ``POST /v1/worker/request`` carries one protocol message."""
+def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP) -> FastAPI:
+    """The HTTP face of ``worker``: ``POST /v1/worker/request`` carries one protocol message; ``/v1/health``
+    answers heartbeats with the worker's compute group and load."""
+    import psutil
+
     app = FastAPI(title="Headwater worker", version="1")
     expected = f"Bearer {check_secret(secret)}".encode()
+    psutil.cpu_percent()  # the first reading is meaningless; later ones cover the time since the previous
 
     @app.get("/v1/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "name": worker.name}
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "name": worker.name, "group": group, "cpu": psutil.cpu_percent() / 100.0,
+                "memory": psutil.virtual_memory().percent / 100.0}
 
     @app.post("/v1/worker/request")
     def request(body: dict[str, Any], http: Request) -> JSONResponse:
