@@ -8,6 +8,7 @@ import signal
 import httpx
 import pytest
 
+import headwater as hw
 from tests.support.postgres import free_port
 from tests.support.service import (
     WORKER_SECRET,
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 def test_a_master_without_spark_drives_a_worker_process_and_survives_kill_9(tmp_path):
     data, worker_port, master_port = tmp_path / "data", free_port(), free_port()
     url, worker_url = f"http://127.0.0.1:{master_port}", f"http://127.0.0.1:{worker_port}"
-    worker = start("worker", data, worker_port)
+    worker = start("worker", data, worker_port, "--group", "analytics")
     master = start("master", data, master_port, "--worker", worker_url)
     try:
         # the worker refuses anyone without the master's secret, and malformed messages
@@ -36,8 +37,16 @@ def test_a_master_without_spark_drives_a_worker_process_and_survives_kill_9(tmp_
                          headers={"Authorization": f"Bearer {WORKER_SECRET}"})
         assert bad.status_code == 400 and bad.json()["error"] == "RequestError"
 
-        submit_from_another_process(url)
+        submit_from_another_process(url, "analytics")
         session = connect(url)
+        # a graph for a compute group that has no live worker: refused with the reason, the other graph unharmed
+        g = session.stream_graph("elsewhere")
+        g.source_by_name("ticks").sink("copy")
+        with pytest.raises(hw.ExecutionError, match=r"no live worker in compute group 'risk'.*analytics"):
+            g.submit(compute_group="risk")
+        assert session.stream_graph_meta("elsewhere").iloc[-1]["status"] == "failed"
+        with pytest.raises(hw.GraphDefinitionError, match="compute group"):
+            g.submit(compute_group="../x")
         first = append_and_check(session, rows(300, seed=3, start=0), rows(0, seed=3, start=0))
         session.close()
 

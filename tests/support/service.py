@@ -33,7 +33,7 @@ SUBMIT = textwrap.dedent("""
     g = s.stream_graph("totals")
     (g.source("ticks", schema={"k": "string", "x": "long"}).map(doubled).parallelize("k", 2)
        .reactive_state_engine(key_column="k", metrics=["x", "x2", "cumsum(x2) as total"]).sync().sink("out"))
-    g.submit()
+    g.submit(compute_group=sys.argv[3] if len(sys.argv) > 3 else None)
     s.close()
     print("submitted")
 """)
@@ -69,9 +69,9 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
         proc.wait()
 
 
-def submit_from_another_process(url: str) -> None:
-    done = subprocess.run([sys.executable, "-c", SUBMIT, url, PASSWORD], cwd=ROOT, capture_output=True, text=True,
-                          env=ENV, timeout=600)
+def submit_from_another_process(url: str, *group: str) -> None:
+    done = subprocess.run([sys.executable, "-c", SUBMIT, url, PASSWORD, *group], cwd=ROOT, capture_output=True,
+                          text=True, env=ENV, timeout=600)
     assert done.returncode == 0 and "submitted" in done.stdout, done.stdout + done.stderr
 
 

@@ -195,10 +195,16 @@ class StreamGraph:
         graph._graph = logical
         return graph
 
-    def submit(self) -> StreamGraph:
-        """Plan the graph, create its tables and start it; returns once it is running."""
+    def submit(self, *, compute_group: str | None = None) -> StreamGraph:
+        """Plan the graph, create its tables and start it; returns once it is running.
+
+        ``compute_group``: in service mode, only workers of this group (``headwater worker --group``) run the
+        graph; the embedded worker runs every graph.
+        """
+        if compute_group is not None:
+            check_identifier(compute_group, what="compute group")
         self._physical = self.plan()
-        self._session._submit(self._graph, self._physical)
+        self._session._submit(self._graph, self._physical, compute_group)
         return self
 
     def run_local(self, inputs: Mapping[str, Any], *, workdir: str | Path | None = None) -> dict[str, pd.DataFrame]:

@@ -341,8 +341,8 @@ class Session:
         return self._master.purge_records(self._graph_fqn(name))
 
     # -- what StreamGraph asks of its session (the master stays private to the session) ---------------
-    def _submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
-        self._master.submit(logical, physical)
+    def _submit(self, logical: LogicalGraph, physical: PhysicalGraph, compute_group: str | None = None) -> None:
+        self._master.submit(logical, physical, compute_group=compute_group)
 
     def _table_info(self, fqn: FQN) -> TableRecord:
         return self._master.table_info(fqn)

@@ -233,10 +233,15 @@ class Master:
 
     # -- graphs -----------------------------------------------------------------------------------------
     @recorded(EventType.SUBMIT)
-    def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
-        """Store and start a graph; resubmitting the same definition finishes what a crash left half done."""
+    def submit(self, logical: LogicalGraph, physical: PhysicalGraph, *, compute_group: str | None = None) -> None:
+        """Store and start a graph; resubmitting the same definition finishes what a crash left half done.
+
+        ``compute_group``: the workers that may run it (service mode); kept for its restarts and moves.
+        """
         fqn = logical.fqn
         self._await_recovery(fqn)
+        if compute_group is not None:
+            self.store.set_compute_group(fqn, compute_group)
         graph_json = dumps(to_json(logical, physical))
         existing = self.store.active_graph(fqn)
         if existing is not None:
@@ -318,7 +323,8 @@ class Master:
         try:
             self.worker.request(StartGraph(
                 rec.fqn, dumps(to_json(logical, physical)), {str(k): v for k, v in self._table_paths(physical).items()},
-                str(self._graph_paths(rec.fqn).checkpoints), run_id=str(rec.id)))
+                str(self._graph_paths(rec.fqn).checkpoints), run_id=str(rec.id),
+                group=self.store.compute_group(rec.fqn)))
         except Exception as exc:
             reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
             self._set_status(rec, GraphStatus.FAILED, reason, action=action)

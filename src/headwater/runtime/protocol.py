@@ -35,6 +35,7 @@ class StartGraph:
     # the placement's epoch: > 0 fences the graph's commits to this placement (``<checkpoints>/epoch`` names the
     # current one; a worker whose epoch is no longer there stops instead of committing). 0: no fence (in process)
     epoch: int = 0
+    group: str = "default"  # the compute group whose workers may run it (service mode)
 
 
 @dataclass(frozen=True)

@@ -139,8 +139,9 @@ class RemoteMaster:
         return list(self._call("/v1/tables/meta", {"fqn": None if fqn is None else str(fqn)}))
 
     # -- graphs ---------------------------------------------------------------------------------------
-    def submit(self, logical: LogicalGraph, physical: PhysicalGraph) -> None:
-        self._call("/v1/graphs/submit", {"document": dumps(to_json(logical, physical))}, timeout=600.0)
+    def submit(self, logical: LogicalGraph, physical: PhysicalGraph, *, compute_group: str | None = None) -> None:
+        self._call("/v1/graphs/submit", {"document": dumps(to_json(logical, physical)), "compute_group": compute_group},
+                   timeout=600.0)
 
     def stop_graph(self, fqn: FQN) -> None:
         self._call("/v1/graphs/stop", {"fqn": str(fqn)}, timeout=600.0)

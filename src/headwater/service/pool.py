@@ -57,6 +57,8 @@ class WorkerPool:
         """Keep placements in ``store``; call ``on_down(worker URL, its graphs)`` when a worker dies. Starts the
         heartbeats."""
         self._store, self._on_down = store, on_down
+        for url in self.ports:  # groups and loads known before the first placement
+            self._probe(url)
         self._thread = threading.Thread(target=self._beat, name="headwater-heartbeats", daemon=True)
         self._thread.start()
 
@@ -69,7 +71,7 @@ class WorkerPool:
         """The graph's worker if it is alive; otherwise the best live worker by load (``placement.place``)."""
         placed = self.placements()
         current = placed.get(message.fqn)
-        if current is not None and self.alive.get(current[0]):
+        if current is not None and self.alive.get(current[0]) and self.loads[current[0]].group == message.group:
             return current[0]
         already = {url: 0.0 for url in self.ports}
         for graph, (url, _) in placed.items():
@@ -78,7 +80,7 @@ class WorkerPool:
         complexity = _complexity(message.plan)
         self._complexity[message.fqn] = complexity
         loads = [dataclasses.replace(self.loads[url], alive=self.alive[url]) for url in self.ports]
-        return place([GraphDemand(message.fqn, complexity)], loads, already)[message.fqn]
+        return place([GraphDemand(message.fqn, complexity, message.group)], loads, already)[message.fqn]
 
     def request(self, message: Message) -> Any:
         if isinstance(message, StartGraph):
@@ -109,20 +111,25 @@ class WorkerPool:
         return self.ports[placed[0]].request(message)
 
     # -- heartbeats -----------------------------------------------------------------------------------
+    def _probe(self, url: str) -> bool:
+        """Ask one worker how it is; record its group and load. False if it did not answer."""
+        try:
+            # a worker busy starting Spark answers slowly: only the deadline decides that it is down
+            answer = httpx.get(f"{url}/v1/health", timeout=max(self.deadline / 2, 1.0))
+            if answer.status_code != 200:
+                return False
+            doc = answer.json()
+            self.loads[url] = WorkerLoad(url, str(doc.get("group", DEFAULT_GROUP)), float(doc.get("cpu", 0.0)),
+                                         float(doc.get("memory", 0.0)))
+            return True
+        except (httpx.HTTPError, ValueError, TypeError):
+            return False
+
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
             for url in self.ports:
                 now = time.monotonic()
-                try:
-                    # a worker busy starting Spark answers slowly: only the deadline decides that it is down
-                    answer = httpx.get(f"{url}/v1/health", timeout=max(self.deadline / 2, 1.0))
-                    ok = answer.status_code == 200
-                    if ok:
-                        doc = answer.json()
-                        self.loads[url] = WorkerLoad(url, str(doc.get("group", DEFAULT_GROUP)),
-                                                     float(doc.get("cpu", 0.0)), float(doc.get("memory", 0.0)))
-                except (httpx.HTTPError, ValueError, TypeError):
-                    ok = False
+                ok = self._probe(url)
                 if ok:
                     if not self.alive[url]:
                         log.warning("worker %s answers again; the graphs moved away from it stay where they are", url)

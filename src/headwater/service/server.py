@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from headwater.catalog import FQN, resolve
+from headwater.catalog import FQN, check_identifier, resolve
 from headwater.errors import GraphDefinitionError, HeadwaterError, RequestError, SchemaError, clip
 from headwater.plan.document import from_json
 from headwater.runtime.master import Master
@@ -92,6 +92,7 @@ class SetRetention(BaseModel):
 
 class Submit(BaseModel):
     document: str
+    compute_group: str | None = None
 
 
 class DropGraph(BaseModel):
@@ -223,7 +224,8 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         logical, physical = from_json(body.document)
         if physical is None:
             raise GraphDefinitionError("submit: the graph document has no physical plan")
-        locked(lambda: master.submit(logical, physical))
+        group = None if body.compute_group is None else check_identifier(body.compute_group, what="compute group")
+        locked(lambda: master.submit(logical, physical, compute_group=group))
         return {"fqn": logical.fqn}
 
     def graph_action(path: str, action: Callable[[Master, FQN], Any]) -> None:

@@ -79,6 +79,13 @@ placements = sa.Table(
 )
 
 
+graph_groups = sa.Table(
+    "graph_groups",
+    _meta,
+    sa.Column("graph_fqn", sa.String, primary_key=True),
+    sa.Column("compute_group", sa.String, nullable=False),
+)
+
 events = sa.Table(
     "events",
     _meta,
@@ -276,6 +283,17 @@ class MetadataStore:
             row = c.execute(sa.select(tokens.c.user).where(tokens.c.token_hash == token_hash,
                                                            tokens.c.expires >= time.time())).first()
         return None if row is None else str(row[0])
+
+    # -- compute groups (service mode) ----------------------------------------------------------------
+    def set_compute_group(self, graph_fqn: str, group: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(graph_groups).where(graph_groups.c.graph_fqn == graph_fqn))
+            c.execute(sa.insert(graph_groups).values(graph_fqn=graph_fqn, compute_group=group))
+
+    def compute_group(self, graph_fqn: str) -> str:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(graph_groups.c.compute_group).where(graph_groups.c.graph_fqn == graph_fqn)).first()
+        return "default" if row is None else str(row[0])
 
     # -- events (headwater.runtime.events) ------------------------------------------------------------
     def add_event(self, kind: str, detail: str, now: float) -> int:
