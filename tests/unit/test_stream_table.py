@@ -490,3 +490,22 @@ def test_compaction_keeps_every_readers_replay_and_the_snapshot(tmp_path):
     assert checkpoint.column("add").drop_null().to_pylist() != []
     assert "remove" not in checkpoint.column_names or checkpoint.column("remove").drop_null().to_pylist() == []
     assert [t.read_version(v) for v in range(1, 31)] == replay
+
+
+def test_a_table_created_again_by_another_process_is_not_served_from_this_process_cache(tmp_path):
+    """A worker process keeps a table's log loaded; its master may drop the table and create it anew."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "t"
+    t = StreamTable.create(path, Schema.parse({"x": "long"}))
+    for i in range(5):
+        t.append(pa.table({"x": [i]}))
+    assert StreamTable.open(path).version() == 5  # loaded and cached in this process
+    recreate = ("import shutil, sys; from headwater.storage.stream_table import StreamTable; "
+                "from headwater.types import Schema; shutil.rmtree(sys.argv[1]); "
+                "StreamTable.create(sys.argv[1], Schema.parse({'x': 'long'}))")
+    subprocess.run([sys.executable, "-c", recreate, str(path)], check=True, timeout=120)
+    again = StreamTable.open(path)
+    assert again.version() == 0 and again.append(pa.table({"x": [42]})) == 1
+    assert again.read_version(1).column("x").to_pylist() == [42] and again.row_count() == 1

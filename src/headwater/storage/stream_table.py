@@ -441,6 +441,40 @@ class _TableState:
     known_version: int = 0
     delta: DeltaTable | None = None
     index: _Index | None = None
+    identity: str = ""  # of the table the cached state belongs to (_table_identity)
+
+    def loaded(self, path: Path, name: str) -> DeltaTable:
+        """The table's Delta log, loaded once per process and caught up; call with ``lock`` held.
+
+        A table dropped and created again at the same path by another process (a worker's master) is another
+        table: then everything cached for the old one is thrown away.
+        """
+        from deltalake import DeltaTable
+
+        identity = _table_identity(path)
+        if identity is None:
+            raise CatalogError(f"stream table {clip(name)}: no stream table at {path} (deleted?)")
+        if self.delta is None or identity != self.identity:
+            self.delta, self.index, self.known_version, self.identity = DeltaTable(str(path)), None, 0, identity
+        else:
+            self.delta.update_incremental()
+        return self.delta
+
+
+_ID_FILE = "_headwater_table_id"  # written once at creation: which table lives at this path
+
+
+def _table_identity(path: Path) -> str | None:
+    """The id written when the table was created (its log directory's inode for a table older than that)."""
+    try:
+        with open(os.path.join(path, _ID_FILE), encoding="ascii") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        pass
+    try:
+        return f"inode:{os.stat(_log_dir(path)).st_ino}"
+    except FileNotFoundError:
+        return None
 
 
 _STATES: dict[str, _TableState] = {}
@@ -586,6 +620,7 @@ class StreamTable:
             if "exist" in str(exc).lower():
                 raise CatalogError(f"stream table {clip(name)}: path {path} already exists") from exc
             raise
+        (path / _ID_FILE).write_text(uuid.uuid4().hex, encoding="ascii")
         return cls(path, schema, kind=kind, key_columns=key_columns, time_column=time_column, name=name)
 
     @staticmethod
@@ -636,11 +671,7 @@ class StreamTable:
             )
         st = _state(path)
         with st.lock:  # the process's loaded log, caught up (loading a log anew costs ~15 ms per 100 commits)
-            if st.delta is None:
-                st.delta = DeltaTable(str(path))
-            else:
-                st.delta.update_incremental()
-            dt = st.delta
+            dt = st.loaded(path, path.name)
             meta = dt.metadata()
             st.known_version = max(st.known_version, dt.version())
             foreign_schema = None if _CONF_SCHEMA in meta.configuration else pa.schema(dt.schema().to_arrow())
@@ -971,15 +1002,7 @@ class StreamTable:
                    for n, p in zip(counts, paths, strict=True))
 
     def _delta(self, st: _TableState) -> DeltaTable:
-        from deltalake import DeltaTable
-
-        if st.delta is None:
-            if not os.path.isdir(_log_dir(self.path)):
-                raise CatalogError(f"stream table {clip(self.name)}: no stream table at {self.path} (deleted?)")
-            st.delta = DeltaTable(str(self.path))
-        else:
-            st.delta.update_incremental()
-        return st.delta
+        return st.loaded(self.path, self.name)
 
     def _try_append(self, st: _TableState, rows: pa.Table, txn: tuple[str, int] | None) -> int | None:
         """One optimistic attempt; return -1 if another writer committed first."""
