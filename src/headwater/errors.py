@@ -76,6 +76,16 @@ class RetentionError(HeadwaterError, LookupError):
     """A reader asked for a stream table version that the table's retention has removed."""
 
 
+def error_class(name: object) -> type[HeadwaterError] | None:
+    """The Headwater exception class called ``name`` (an error sent over the wire by its class name), or None.
+
+    >>> error_class("SqlError").__name__, error_class("os.system")
+    ('SqlError', None)
+    """
+    cls = globals().get(name) if isinstance(name, str) else None
+    return cls if isinstance(cls, type) and issubclass(cls, HeadwaterError) else None
+
+
 def clip(value: object, limit: int = 200) -> str:
     """``repr`` of ``value`` cut to about ``limit`` characters, for echoing user input in a message.
 

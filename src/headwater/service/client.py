@@ -17,9 +17,8 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headwater import errors
 from headwater.catalog import FQN
-from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip
+from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip, error_class
 from headwater.plan.document import dumps, to_json
 from headwater.plan.logical import LogicalGraph
 from headwater.plan.physical import PhysicalGraph
@@ -29,8 +28,6 @@ from headwater.storage.retention import Retention
 from headwater.types import Schema
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-_ERRORS = {name: cls for name, cls in vars(errors).items()
-           if isinstance(cls, type) and issubclass(cls, HeadwaterError)}
 
 
 class AuthenticationError(HeadwaterError, PermissionError):
@@ -99,7 +96,7 @@ class RemoteMaster:
         message = doc.get("message") if isinstance(doc, dict) else None
         if response.status_code == 401:
             return AuthenticationError(f"the Headwater master at {self.url} refused the call: {message or 'unauthorised'}")
-        kind = _ERRORS.get(doc.get("error", "")) if isinstance(doc, dict) else None
+        kind = error_class(doc.get("error")) if isinstance(doc, dict) else None
         if kind is not None and message is not None:
             return kind(message)
         return ExecutionError(f"the Headwater master at {self.url} answered {response.status_code}: "

@@ -21,14 +21,12 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from headwater import errors
-from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip
+from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip, error_class
 from headwater.runtime.protocol import IsRunning, Message, Progress, TaskStatus, decode, encode
 from headwater.runtime.worker import Worker
 from headwater.service.placement import DEFAULT_GROUP
 
 QUICK_SECONDS = 10.0
-_ERRORS = {name: cls for name, cls in vars(errors).items() if isinstance(cls, type) and issubclass(cls, HeadwaterError)}
 
 
 def encode_reply(value: Any) -> Any:
@@ -118,7 +116,7 @@ class HttpWorkerPort:
         doc = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
         if response.is_success:
             return decode_reply(doc.get("reply"))
-        kind = _ERRORS.get(doc.get("error", ""), ExecutionError)
+        kind = error_class(doc.get("error")) or ExecutionError
         raise kind(doc.get("message") or f"worker {self.url} answered {response.status_code}")
 
     def close(self) -> None:

@@ -309,7 +309,7 @@ class Expiry:
 def _named_paths(table_path: str, version: int, kinds: tuple[str, ...] = ("add", "remove")) -> set[str]:
     """Absolute paths of the files commit ``version`` adds or removes (``kinds``), rewrites included."""
     paths: set[str] = set()
-    with contextlib.suppress(FileNotFoundError), open(_commit_file(table_path, version), encoding="utf-8") as f:
+    with open(_commit_file(table_path, version), encoding="utf-8") as f:
         for line in f:
             if any(f'"{kind}"' in line for kind in kinds):
                 action = json.loads(line)
@@ -336,14 +336,7 @@ def referenced_files(path: str | Path) -> set[str] | None:
 
         names.update(os.path.normpath(_data_file_path(table_path, uri)) for uri in DeltaTable(table_path).file_uris())
     for v in versions:
-        with open(_commit_file(table_path, v), encoding="utf-8") as f:
-            for line in f:
-                if '"add"' not in line and '"remove"' not in line:
-                    continue
-                action = json.loads(line)
-                for kind in ("add", "remove"):
-                    if kind in action:
-                        names.add(os.path.normpath(_data_file_path(table_path, action[kind]["path"])))
+        names.update(_named_paths(table_path, v))
     return names
 
 
@@ -964,7 +957,8 @@ class StreamTable:
             # stays: compaction merges it, and a later call removes it with that compaction's commit.
             named: set[str] = set()
             for v in range(versions[0], below):
-                named.update(_named_paths(str(self.path), v))
+                with contextlib.suppress(FileNotFoundError):
+                    named.update(_named_paths(str(self.path), v))
             in_snapshot = {os.path.normpath(_data_file_path(str(self.path), uri)) for uri in dt.file_uris()}
             for file in expired_log_files(log_dir, below, previous_checkpoint):
                 with contextlib.suppress(FileNotFoundError):
