@@ -9,7 +9,7 @@ The baseline in the same run is the floor of the same path without Spark: append
 table's log to the same watcher (what a subscriber of the source would see). Reported: p50/p90/p99 of
 both and their ratio.
 
-    .venv/bin/python benchmarks/bench_latency.py [--rate 10000] [--seconds 20] [--trigger 200ms]
+    .venv/bin/python benchmarks/bench_latency.py [--rate 10000] [--seconds 20] [--trigger 100ms]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import pandas as pd
 
 import headwater as hw
 from headwater.storage.stream_table import StreamTable, latest_version
+from headwater.tuning import TRIGGER_INTERVAL
 
 
 class Watcher(threading.Thread):
@@ -61,7 +62,7 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=0.1)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=5.0)
-    parser.add_argument("--trigger", default="200ms")
+    parser.add_argument("--trigger", default=TRIGGER_INTERVAL)
     args = parser.parse_args()
     data = Path(tempfile.mkdtemp(prefix="hw-bench-latency-"))
     session = hw.connect(data, trigger_interval=args.trigger)

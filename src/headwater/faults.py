@@ -11,6 +11,10 @@ Points (keep this list true when adding one):
 - ``submit.after_first_table``: a fresh submit created one of its tables' directories.
 - ``submit.before_metadata``: every table directory exists; nothing of the graph is in the catalog.
 - ``submit.after_metadata``: graph, tables and references are committed; no query started.
+- ``batch.before_commit``: a micro-batch's output files and engine state are written; nothing of it
+  is committed to its output tables.
+- ``batch.after_commit``: a micro-batch's output is committed to its tables; Spark has not logged
+  the batch as done, so a resumed query runs it again.
 
 >>> fault_point("stream_table.append.after_commit")  # not selected: returns
 """

@@ -35,6 +35,20 @@ SUBMIT = textwrap.dedent("""
 """)
 
 
+STREAM = textwrap.dedent("""
+    import os, sys, threading
+    import headwater as hw
+    from headwater.faults import ENV_VAR
+    from tests.spark.test_crash_safety import build, rows
+    session = hw.connect(sys.argv[1], driver_batch_rows=int(sys.argv[2]))
+    session.use_catalog("demo")
+    build(session, "g", "ticks", "out").submit()  # returns after the query's first (empty) micro-batch
+    os.environ[ENV_VAR] = sys.argv[3]
+    session.append("ticks", rows().iloc[:150])
+    threading.Event().wait(300)  # the micro-batch of these rows kills this process at the fault point
+""")
+
+
 def build(session: hw.Session, name: str, source: str, sink: str) -> hw.StreamGraph:
     g = session.stream_graph(name)
     (g.source(source, schema=SCHEMA).parallelize("key", 2)
@@ -86,6 +100,32 @@ def test_submit_killed_at_a_fault_point_resumes_or_resubmits(spark, tmp_path, po
             session.drop_stream_table("out")
         frame = rows()
         session.append("ticks", frame.iloc[:150])
+        session.append("ticks", frame.iloc[150:])
+        session.wait_until_caught_up("g", timeout=300)
+        check_output(session, "out", frame)
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(("point", "driver_batch_rows"), [
+    ("batch.before_commit", 0),  # Spark's tasks wrote the files; the replay runs the batch on the driver
+    ("batch.before_commit", 20_000),
+    ("batch.after_commit", 20_000),  # committed, not logged as done by Spark: the replay must commit nothing
+])
+def test_a_micro_batch_killed_at_a_fault_point_is_replayed_exactly_once(spark, tmp_path, point, driver_batch_rows):
+    data = tmp_path / "data"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"}
+    done = subprocess.run([sys.executable, "-c", STREAM, str(data), str(driver_batch_rows), point], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == -9, done.stdout + done.stderr
+    out_log = data / "tables" / "demo" / "out" / "_delta_log"
+    committed = sorted(p.name for p in out_log.glob("*.json"))
+    assert len(committed) == (2 if point == "batch.after_commit" else 1)  # creation (+ the batch)
+
+    session = hw.connect(data)  # resumes the graph; its first batch is the one that was cut off
+    session.use_catalog("demo")
+    try:
+        frame = rows()
         session.append("ticks", frame.iloc[150:])
         session.wait_until_caught_up("g", timeout=300)
         check_output(session, "out", frame)

@@ -102,3 +102,19 @@ def test_compacting_the_source_mid_stream_changes_nothing(graph):
         runner.run_until_idle()
         assert_frames_match(runner.read("one_min_bar"), BARS, ["symbol", "time"])
         assert_frames_match(runner.read("one_min_indicators"), INDICATORS, ["symbol", "time"])
+
+
+def test_a_batch_replayed_with_other_task_groups_commits_each_row_once(graph):
+    """Crashed attempts ran the batch's tasks in groups (tasks t..n-1, as the driver runs a small batch or
+    a worker with fewer cores groups them); the replay runs them one by one (as on more cores). No
+    attempt's file is mistaken for another's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = LocalRunner(graph.plan(), Path(tmp))
+        runner.append("trade", TICKS)
+        first = runner.tasks[0]
+        assert first.n_tasks > 1
+        for t in range(first.n_tasks):
+            first.run_tasks(tuple(range(t, first.n_tasks)), 0, 1)  # files and state written, then a crash
+        runner.run_until_idle()  # the replay: one group per task
+        assert_frames_match(runner.read("one_min_bar"), BARS, ["symbol", "time"])
+        assert_frames_match(runner.read("one_min_indicators"), INDICATORS, ["symbol", "time"])

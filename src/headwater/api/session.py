@@ -26,6 +26,7 @@ from headwater.runtime.protocol import InProcessWorkerPort, WorkerPort
 from headwater.runtime.worker import Worker
 from headwater.storage.metadata import TableRecord
 from headwater.storage.retention import Retention
+from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 from headwater.types import Schema
 
 
@@ -114,8 +115,8 @@ def check_client_id(client_id: str) -> str:
 
 
 def connect(data_dir: str | Path | None = None, *, user: str | None = None, password: str | None = None,
-            start_spark: bool = True, spark_master: str = "local[*]", trigger_interval: str = "200ms",
-            client_id: str | None = None) -> Session:
+            start_spark: bool = True, spark_master: str = "local[*]", trigger_interval: str = TRIGGER_INTERVAL,
+            client_id: str | None = None, driver_batch_rows: int = DRIVER_BATCH_ROWS) -> Session:
     """Start an embedded Headwater (master + worker + local Spark) on ``data_dir``, or connect to a master.
 
     Embedded (a path, or nothing: ``$HEADWATER_HOME`` or ``~/.headwater``): graphs that were running
@@ -128,6 +129,9 @@ def connect(data_dir: str | Path | None = None, *, user: str | None = None, pass
     Service mode (an ``http://`` or ``https://`` URL of ``headwater master``, with ``user`` and
     ``password``): the same API, served by the master's process; graphs keep running after this
     session closes, and any number of sessions connect at once.
+
+    ``driver_batch_rows``: a micro-batch with at most this many input rows (default 20,000) runs in the
+    driver instead of as Spark tasks, which saves Spark's ~150 ms job launch (``0``: always Spark tasks).
 
     ``client_id`` names the writer for idempotent appends (``append(..., sequence=n)``): a
     restarted client that passes the same id resumes its sequence. 1 to 64 letters, digits,
@@ -146,12 +150,13 @@ def connect(data_dir: str | Path | None = None, *, user: str | None = None, pass
         return Session(RemoteMaster(data_dir, user=user, password=password), client_id=client_id)
     path = Path(data_dir) if data_dir is not None else default_data_dir()
     return Session(embedded_master(path, start_spark=start_spark, spark_master=spark_master,
-                                   trigger_interval=trigger_interval), client_id=client_id, data_dir=path)
+                                   trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows),
+                   client_id=client_id, data_dir=path)
 
 
 def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: str = "local[*]",
-                    trigger_interval: str = "200ms", metadata_url: str | None = None,
-                    worker: WorkerPort | None = None) -> Master:
+                    trigger_interval: str = TRIGGER_INTERVAL, metadata_url: str | None = None,
+                    worker: WorkerPort | None = None, driver_batch_rows: int = DRIVER_BATCH_ROWS) -> Master:
     """A master on ``data_dir`` (what ``connect(path)`` and ``headwater master`` run), with its worker in this
     process unless ``worker`` is a port to one elsewhere; graphs that were running resume in the background
     unless ``start_spark`` is False."""
@@ -160,7 +165,10 @@ def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: s
                                  "directory (it is created if missing), e.g. hw.connect('./headwater-data')")
     if worker is None:
         interval = parse_duration(trigger_interval, where="connect(trigger_interval=...)")
-        worker = InProcessWorkerPort(Worker(data_dir, spark_master=spark_master, trigger_interval=interval))
+        if isinstance(driver_batch_rows, bool) or not isinstance(driver_batch_rows, int) or driver_batch_rows < 0:
+            raise ConfigurationError(f"connect(driver_batch_rows={driver_batch_rows!r}): expected an integer >= 0")
+        worker = InProcessWorkerPort(Worker(data_dir, spark_master=spark_master, trigger_interval=interval,
+                                            driver_batch_rows=driver_batch_rows))
     master = Master(data_dir, worker=worker, metadata_url=metadata_url)
     if start_spark:
         try:

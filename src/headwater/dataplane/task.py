@@ -10,7 +10,7 @@ idempotent transaction per table. No row crosses into the JVM.
 Engine state is a snapshot per (engine, task, input version): a batch over versions
 ``(start, end]`` loads the newest snapshot at or before ``start`` and saves one at
 ``end``, so a replayed batch starts from exactly the same state. Output file names are
-derived from (run, subgraph, end version, first task of the group) and written atomically, so
+derived from (run, subgraph, end version, first and last task of the group) and written atomically, so
 a replay finds its files already there and the commit is skipped by its transaction id.
 """
 
@@ -138,8 +138,14 @@ class SubgraphTask:
     def processors(self) -> list[Processor | None]:
         return [_processor(n) if isinstance(n, EngineNode) else None for n in self.chain]
 
-    def file_name(self, end: int, task: int) -> str:
-        return f"hw-{self.run}-sg{self.subgraph}-v{end:012d}-t{task:04d}.parquet"
+    def file_name(self, end: int, tasks: Sequence[int]) -> str:
+        """The output file of the group ``tasks`` for the batch ending at ``end``.
+
+        Named by the group's first and last task: a batch replayed with other groups (another worker with
+        another core count, or the driver running a small batch whole) writes other files instead of
+        reusing a file that holds a different set of tasks' rows.
+        """
+        return f"hw-{self.run}-sg{self.subgraph}-v{end:012d}-t{tasks[0]:04d}-{tasks[-1]:04d}.parquet"
 
     # -- the task ------------------------------------------------------------------------------------
     def partition_after(self) -> int:
@@ -182,7 +188,7 @@ class SubgraphTask:
             if rows is not None and rows.num_rows:
                 outputs.append(rows)
         t = time.perf_counter()
-        files = self.write(pa.concat_tables(outputs, promote_options="permissive"), tasks[0], end) if outputs else []
+        files = self.write(pa.concat_tables(outputs, promote_options="permissive"), tasks, end) if outputs else []
         seconds["write"] = time.perf_counter() - t
         return TaskReport(files, rows_in, seconds)
 
@@ -230,12 +236,12 @@ class SubgraphTask:
         seconds["state"] += clock() - t
         return rows, rows_in
 
-    def write(self, rows: pa.Table, task: int, end: int) -> list[OutputFile]:
+    def write(self, rows: pa.Table, tasks: Sequence[int], end: int) -> list[OutputFile]:
         if rows.num_rows == 0:
             return []
         files = []
         for index, (path, schema) in enumerate(self.outputs):
-            name = self.file_name(end, task)
+            name = self.file_name(end, tasks)
             target = os.path.join(path, name)
             if not os.path.exists(target):  # a replay finds the identical file already written
                 tmp = os.path.join(path, f".{name}.{os.getpid()}.tmp")
@@ -243,7 +249,7 @@ class SubgraphTask:
                             bucketing=self.output_buckets[index] if self.output_buckets else None,
                             text_columns=[n for n, t in schema if t == "string"])
                 os.replace(tmp, target)
-            files.append(OutputFile(index, name, os.path.getsize(target), rows.num_rows, task))
+            files.append(OutputFile(index, name, os.path.getsize(target), rows.num_rows, tasks[0]))
         return files
 
     def warm(self, engine: str, data: pa.Table, version: int) -> int:

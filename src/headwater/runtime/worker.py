@@ -32,6 +32,7 @@ from headwater.runtime.protocol import (
     arrow_table,
 )
 from headwater.sql.policy import PreparedQuery
+from headwater.tuning import DRIVER_BATCH_ROWS
 
 EPOCH_FILE = "epoch"  # in a graph's checkpoint directory: the epoch of its current placement
 
@@ -49,10 +50,12 @@ class RunningGraph:
 class Worker:
     name = "embedded-worker-0"
 
-    def __init__(self, data_dir: Path, *, spark_master: str, trigger_interval: timedelta) -> None:
+    def __init__(self, data_dir: Path, *, spark_master: str, trigger_interval: timedelta,
+                 driver_batch_rows: int = DRIVER_BATCH_ROWS) -> None:
         self.data_dir = data_dir
         self.spark_master = spark_master
         self.trigger_interval = trigger_interval
+        self.driver_batch_rows = driver_batch_rows
         self._spark: Any = None
         self._spark_lock = threading.Lock()  # the recovery thread and the user's thread may both start it
         self._start_lock = threading.RLock()
@@ -99,7 +102,7 @@ class Worker:
             running.queries[sg.id] = start_fused_subgraph(
                 self.spark, subgraph_task(physical, sg, table_paths, checkpoints, run),
                 checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
-                trigger_interval=self.trigger_interval, on_batch=record,
+                trigger_interval=self.trigger_interval, on_batch=record, driver_batch_rows=self.driver_batch_rows,
                 fence=(checkpoints / EPOCH_FILE, epoch) if epoch else None)
 
         self._wait_until_started(fqn, running)

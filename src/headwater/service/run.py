@@ -12,6 +12,8 @@ import os
 import re
 from pathlib import Path
 
+from headwater.tuning import TRIGGER_INTERVAL
+
 log = logging.getLogger(__name__)
 
 # what --spark may name: a local Spark, or a standalone cluster's master (host names and IPv4 addresses)
@@ -83,7 +85,7 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8766)
     p.add_argument("--spark", default="local[*]", type=spark_master,
                    help="the Spark master of this worker's driver: local[*], local[N] or spark://host:port")
-    p.add_argument("--trigger-interval", default="200ms")
+    p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=serve_worker)
 
@@ -103,7 +105,7 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--spark", default="local[*]", type=spark_master,
                    help="the Spark master of the worker's driver: local[*], local[N] or spark://host:port")
-    p.add_argument("--trigger-interval", default="200ms")
+    p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
     p.add_argument("--max-body-mb", type=int, default=512, help="the largest append or warm-up body accepted")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=serve_master)

@@ -8,6 +8,13 @@ Parquet files it wrote; ``foreachBatch`` on the driver commits them to the outpu
 one Delta transaction per table tagged with (run, batch id), which a replayed batch skips.
 Rows never cross into the JVM, there is no shuffle, and Spark still provides scheduling,
 retries and exactly-once offsets.
+
+A small micro-batch (at most ``driver_batch_rows`` input rows) is not worth a Spark job: launching one costs
+~150 ms before the first task starts, several times what its stream tasks take. The driver then runs
+all of the batch's stream tasks itself, as one group, inside ``foreachBatch``: the same
+:meth:`SubgraphTask.run_tasks`, the same files and the same commit, with Spark still deciding the
+batch's offsets and logging them. Which way a batch runs depends only on its offsets, and files are
+named by their task group, so a replay may go either way without duplicating a row.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from typing import Any
 import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from headwater.tuning import DRIVER_BATCH_ROWS
 
 SOURCE_NAME = "headwater_subgraph"
 STAGES = ("read", "partition", "kernel", "state", "write")  # = headwater.dataplane.task.STAGES, kept import-free
@@ -150,14 +159,26 @@ def check_fence(file: Path, epoch: int) -> None:
         raise FencedError(f"the graph was placed elsewhere (epoch {current}, this worker has {epoch}): not committing")
 
 
+def logged_input_version(spark_checkpoint: Path, batch_id: int) -> int:
+    """The input version that micro-batch ``batch_id`` ends at, from Spark's offset log (0 before batch 0)."""
+    if batch_id < 0:
+        return 0
+    lines = (spark_checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    return int(json.loads(lines[-1])["version"])
+
+
 def committed_input_version(spark_checkpoint: Path) -> int:
     """The input version up to which a stopped query has committed its output (0 before any batch)."""
     commits = spark_checkpoint / "commits"
     done = sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()), reverse=True) if commits.exists() else []
-    if not done:
-        return 0
-    lines = (spark_checkpoint / "offsets" / str(done[0])).read_text().splitlines()
-    return int(json.loads(lines[-1])["version"])
+    return logged_input_version(spark_checkpoint, done[0]) if done else 0
+
+
+def input_rows(path: str, start: int, end: int) -> int:
+    """How many rows the input table's versions ``(start, end]`` added (from their log entries)."""
+    from headwater.storage.stream_table import read_commit
+
+    return sum(read_commit(path, v).num_rows() for v in range(start + 1, end + 1))
 
 
 def start_fused_subgraph(
@@ -169,13 +190,16 @@ def start_fused_subgraph(
     trigger_interval: timedelta,
     on_batch: Any = None,
     fence: tuple[Path, int] | None = None,
+    driver_batch_rows: int = DRIVER_BATCH_ROWS,
 ) -> Any:
     """Start the streaming query of a fused subgraph; returns the StreamingQuery.
 
     ``fence``: (file, epoch). Before each commit the file must still hold ``epoch``: once the master has
     placed the graph elsewhere (a newer epoch), this query fails instead of committing.
+    ``driver_batch_rows``: a micro-batch with at most this many input rows runs on the driver (0: never).
     """
     from headwater.dataplane.task import OutputFile
+    from headwater.faults import fault_point
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"
@@ -184,14 +208,26 @@ def start_fused_subgraph(
     os.replace(tmp, plan_path)
     spark.dataSource.register(SubgraphDataSource)
 
+    spark_checkpoint = checkpoint / "spark"
+
+    def run_batch(batch_df: DataFrame, batch_id: int) -> tuple[list[OutputFile], dict[str, float]]:
+        """The batch's output files and stats: computed here when the batch is small, else by Spark's tasks."""
+        start = logged_input_version(spark_checkpoint, batch_id - 1)
+        end = logged_input_version(spark_checkpoint, batch_id)
+        if input_rows(plan.input_path, start, end) <= driver_batch_rows:
+            report = plan.run_tasks(tuple(range(plan.n_tasks)), start, end)
+            return report.files, {"rows_in": report.rows_in, **report.seconds}
+        rows = batch_df.collect()
+        stats = {"rows_in": sum(r["rows_in"] for r in rows), **{s: sum(r[f"{s}_s"] for r in rows) for s in STAGES}}
+        return [OutputFile(r["tbl"], r["name"], r["size"], r["num_rows"], r["task"]) for r in rows if r["tbl"] >= 0], stats
+
     def commit_batch(batch_df: DataFrame, batch_id: int) -> None:
-        files = batch_df.collect()
+        files, stats = run_batch(batch_df, batch_id)
+        fault_point("batch.before_commit")
         if fence is not None:
             check_fence(*fence)
-        stats = {"rows_in": sum(r["rows_in"] for r in files),
-                 **{s: sum(r[f"{s}_s"] for r in files) for s in STAGES}}
-        rows_out = plan.commit([OutputFile(r["tbl"], r["name"], r["size"], r["num_rows"], r["task"])
-                                for r in files if r["tbl"] >= 0], txn=(app_id, batch_id))
+        rows_out = plan.commit(files, txn=(app_id, batch_id))
+        fault_point("batch.after_commit")
         if on_batch is not None:
             on_batch(batch_id, rows_out, stats)
 
