@@ -9,7 +9,7 @@ The baseline in the same run is the floor of the same path without Spark: append
 table's log to the same watcher (what a subscriber of the source would see). Reported: p50/p90/p99 of
 both and their ratio.
 
-    .venv/bin/python benchmarks/bench_latency.py [--rate 10000] [--seconds 20] [--trigger 100ms]
+    .venv/bin/python benchmarks/bench_latency.py [--rate 10000] [--seconds 20] [--trigger 100ms] [--driver-batch-rows 0]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pandas as pd
 
 import headwater as hw
 from headwater.storage.stream_table import StreamTable, latest_version
-from headwater.tuning import TRIGGER_INTERVAL
+from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 
 
 class Watcher(threading.Thread):
@@ -63,9 +63,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--trigger", default=TRIGGER_INTERVAL)
+    parser.add_argument("--driver-batch-rows", type=int, default=DRIVER_BATCH_ROWS,
+                        help="micro-batches up to this many rows run in the driver (0: every batch is a Spark job)")
     args = parser.parse_args()
     data = Path(tempfile.mkdtemp(prefix="hw-bench-latency-"))
-    session = hw.connect(data, trigger_interval=args.trigger)
+    session = hw.connect(data, trigger_interval=args.trigger, driver_batch_rows=args.driver_batch_rows)
     session.use_catalog("bench")
     g = session.stream_graph("latency")
     (g.source("ticks", schema={"time": "timestamp", "key": "string", "v": "double"})
@@ -112,6 +114,7 @@ def main() -> None:
     source = percentiles(source_watch.samples[measured_from[0]:])
     sink = percentiles(sink_watch.samples[measured_from[1]:])
     out = {"rate_rows_s": args.rate, "appends_per_s": round(1 / args.every, 1), "trigger": args.trigger,
+           "driver_batch_rows": args.driver_batch_rows,
            "submit_to_running_s": round(submit_s, 2), "submit_to_running_warm_s": round(warm_submit_s, 2), "source_visible_ms": source, "sink_visible_ms": sink,
            "sink_over_source_p50": round(sink["p50"] / source["p50"], 1) if source["p50"] else None,
            "rows_out": int(sum(len(s) for s in sink_watch.samples)), "rows_in": n * per_append}
