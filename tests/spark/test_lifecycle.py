@@ -3,6 +3,8 @@ error to failed; drop, resubmit and purge; illegal requests are refused."""
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import pytest
 from tests.spark.test_crash_safety import build, check_output, rows
@@ -52,6 +54,18 @@ def test_stop_then_start_loses_and_duplicates_nothing(spark, tmp_path):
         assert ["cs", "double"] in engines.loc[0, "schema"]
         info = session.stream_graph_info("g")
         assert info["status"] == "running" and info["document"]["fqn"] == "demo.stream_graph.g"
+        # every micro-batch is a checkpoint job; its stream tasks are the sub-jobs
+        jobs = session.checkpoint_job_info("g")
+        done = jobs[jobs["status"].isin(["SUCCESS", "PURGED"])]
+        assert done["rows_in"].sum() == len(frame) and done["rows_out"].sum() == len(frame)
+        assert (done["finished_time"] >= done["created_time"]).all()
+        assert done["status"].iloc[-3:].tolist() == ["SUCCESS"] * 3 and set(done["status"]) <= {"SUCCESS", "PURGED"}
+        subjobs = session.checkpoint_subjob_info("g")
+        assert set(subjobs["subjob_id"]) == {"0.0", "0.1"} and subjobs["rows_in"].sum() == len(frame)
+        assert len(subjobs) == 2 * len(done)
+        assert session.checkpoint_config("g") == {"enable": True, "consecutive_failures": 3,
+                                                  "max_retained_checkpoints": 3, "max_concurrent_checkpoints": 1,
+                                                  "checkpoint_mod": "exactly_once"}
     finally:
         session.close()
 
@@ -68,7 +82,11 @@ def test_a_failing_graph_goes_to_error_then_failed_and_can_be_resubmitted(spark,
         g = session.stream_graph("fragile")
         g.source("ticks", schema={"time": "timestamp", "key": "string", "v": "double"}).map(explode_on_negative) \
             .sink("out")
-        g.submit()
+        with pytest.raises(hw.ConfigurationError, match="'interval' cannot apply"):
+            g.submit(checkpoint_config={"interval": 60_000})
+        with pytest.raises(hw.ConfigurationError, match=r"max_retained_checkpoints must be an integer in \[2, 1024\]"):
+            g.submit(checkpoint_config={"maxRetainedCheckpoints": 1})
+        g.submit(checkpoint_config={"consecutiveFailures": 1})
         frame = rows(50, seed=4)
         session.append("ticks", frame)
         session.wait_until_caught_up("fragile")
@@ -77,6 +95,11 @@ def test_a_failing_graph_goes_to_error_then_failed_and_can_be_resubmitted(spark,
             session.wait_until_caught_up("fragile", timeout=300)
         meta = session.stream_graph_meta("fragile").iloc[-1]
         assert meta["status"] == "failed" and "negative value" in meta["reason"]
+        assert "2 failure(s) in a row, consecutive_failures=1" in meta["reason"]
+        recover = session.state_machine_events().query("type == 'RECOVER'")  # the one restart allowed, which failed
+        assert recover[["state"]].values.tolist() == [["failed"]] and "negative value" in recover["detail"].iloc[0]
+        jobs = session.checkpoint_job_info("fragile")
+        assert jobs["status"].iloc[-1] == "FAILED" and "negative value" in jobs["extra"].iloc[-1]
         with pytest.raises(hw.StreamGraphStateError, match="failed"):
             session.start_stream_graph("fragile")
         with pytest.raises(hw.ExecutionError):  # the bad row is still there: it fails again
@@ -136,5 +159,37 @@ def test_a_graph_behind_its_sources_retention_fails_with_the_reason_and_sql_keep
             session.start_stream_graph("g")
         meta = session.stream_graph_meta("g").iloc[-1]
         assert meta["status"] == "failed" and "retention removed the versions before" in meta["reason"]
+    finally:
+        session.close()
+
+
+def test_the_master_notices_a_failed_query_by_itself_and_restarts_it(spark, tmp_path):
+    """No one waits on the graph: the supervisor finds the failure, records it, and restarts the graph."""
+    failures = tmp_path / "fail_once"
+    failures.write_text("1")
+
+    def fail_once(batch: pd.DataFrame) -> pd.DataFrame:
+        if len(batch) and failures.read_text() == "1":
+            failures.write_text("0")
+            raise RuntimeError("a transient failure")
+        return batch
+
+    session = hw.connect(tmp_path / "data")
+    session.use_catalog("demo")
+    try:
+        g = session.stream_graph("flaky")
+        g.source("ticks", schema={"time": "timestamp", "key": "string", "v": "double"}).map(fail_once).sink("out")
+        g.submit()
+        frame = rows(40, seed=6)
+        session.append("ticks", frame)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and session.state_machine_events().query("type == 'RECOVER'").empty:
+            time.sleep(0.05)  # polling interval of a condition wait
+        recover = session.state_machine_events().query("type == 'RECOVER'")
+        assert len(recover) == 1 and "a transient failure" in recover["detail"].iloc[0]
+        session.wait_until_caught_up("flaky", timeout=120)
+        assert status(session, "flaky") == "running"
+        got = session.sql("select * from out").to_pandas().sort_values("time", ignore_index=True)
+        pd.testing.assert_frame_equal(got, frame.sort_values("time", ignore_index=True), check_dtype=False)
     finally:
         session.close()

@@ -9,6 +9,7 @@ import pytest
 
 from headwater.runtime.protocol import (
     MESSAGES,
+    Health,
     IsRunning,
     Progress,
     RunSql,
@@ -25,13 +26,14 @@ from headwater.runtime.protocol import (
 )
 
 SAMPLES = [
-    StartGraph("demo.stream_graph.g", "{\"version\": 3}", {"0": "/d/t", "2": "/d/o"}, "/d/ck", "7"),
+    StartGraph("demo.stream_graph.g", "{\"version\": 3}", {"0": "/d/t", "2": "/d/o"}, "/d/ck", "7", keep_snapshots=5),
     StopGraph("demo.stream_graph.g"),
     IsRunning("demo.stream_graph.g"),
     WaitCaughtUp("demo.stream_graph.g", 12.5),
     Warmup("demo.stream_graph.g", "engine_1", arrow_bytes(pa.table({"x": [1, 2]}))),
     TaskStatus("demo.stream_graph.g", "{\"version\": 3}"),
     Progress("demo.stream_graph.g"),
+    Health(),
     RunSql("select 1", "SELECT 1", [["hw__v", "demo.stream_table.t", "/d/t"]], ["a"]),
     Shutdown(),
 ]

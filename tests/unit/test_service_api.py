@@ -103,6 +103,14 @@ def test_hostile_bodies_are_refused_with_a_reason(served):
         assert r.status_code == 400 and r.json()["error"] == "RequestError", r.text
     assert master.store.get_table("demo.stream_table.u") is None
     assert s.stream_table_meta("t").iloc[0]["rows"] == 0  # nothing stored by any of it
+    g = s.stream_graph("g")
+    g.source("t", schema={"x": "long"}).sink("o")
+    doc = g.to_json()
+    for config in ({"interval": 1000}, {"enable": False}, {"consecutive_failures": -1}, {"nope": 1},
+                   {"max_retained_checkpoints": "5"}, {"max_concurrent_checkpoints": 2}):
+        r = client.post("/v1/graphs/submit", json={"document": doc, "checkpoint_config": config}, headers=headers)
+        assert r.status_code == 400 and r.json()["error"] == "ConfigurationError", r.text
+    assert s.stream_graph_meta().empty  # nothing submitted
     s.close()
 
 

@@ -44,6 +44,7 @@ from headwater.plan.logical import (
 )
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import explain_logical, explain_physical, to_dot
+from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.types import Schema, TableKind
 
 if TYPE_CHECKING:
@@ -195,16 +196,21 @@ class StreamGraph:
         graph._graph = logical
         return graph
 
-    def submit(self, *, compute_group: str | None = None) -> StreamGraph:
+    def submit(self, *, compute_group: str | None = None,
+               checkpoint_config: Mapping[str, Any] | None = None) -> StreamGraph:
         """Plan the graph, create its tables and start it; returns once it is running.
 
         ``compute_group``: in service mode, only workers of this group (``headwater worker --group``) run the
         graph; the embedded worker runs every graph.
+        ``checkpoint_config``: Orca's checkpoint keys, snake_case or camelCase, e.g.
+        ``{"max_retained_checkpoints": 5, "consecutive_failures": 1}``; what each means here, and which cannot
+        apply, is in ``headwater.runtime.checkpoint_config`` (``docs/orca-mapping.md``).
         """
         if compute_group is not None:
             check_identifier(compute_group, what="compute group")
+        config = CheckpointConfig.parse(checkpoint_config) if checkpoint_config is not None else None
         self._physical = self.plan()
-        self._session._submit(self._graph, self._physical, compute_group)
+        self._session._submit(self._graph, self._physical, compute_group, config)
         return self
 
     def run_local(self, inputs: Mapping[str, Any], *, workdir: str | Path | None = None) -> dict[str, pd.DataFrame]:

@@ -21,6 +21,7 @@ from headwater.durations import parse_duration
 from headwater.errors import ConfigurationError, GraphDefinitionError, SchemaError, clip, shorten
 from headwater.plan.logical import LogicalGraph
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.master import Master
 from headwater.runtime.protocol import InProcessWorkerPort, WorkerPort
 from headwater.runtime.worker import Worker
@@ -349,8 +350,9 @@ class Session:
         return self._master.purge_records(self._graph_fqn(name))
 
     # -- what StreamGraph asks of its session (the master stays private to the session) ---------------
-    def _submit(self, logical: LogicalGraph, physical: PhysicalGraph, compute_group: str | None = None) -> None:
-        self._master.submit(logical, physical, compute_group=compute_group)
+    def _submit(self, logical: LogicalGraph, physical: PhysicalGraph, compute_group: str | None = None,
+                checkpoint_config: CheckpointConfig | None = None) -> None:
+        self._master.submit(logical, physical, compute_group=compute_group, checkpoint_config=checkpoint_config)
 
     def _table_info(self, fqn: FQN) -> TableRecord:
         return self._master.table_info(fqn)
@@ -372,6 +374,35 @@ class Session:
         """One row per engine of graph ``name`` and stream task: task_id, name, type, schema, fqn."""
         return pd.DataFrame(self._master.engine_meta(self._graph_fqn(name)),
                             columns=["task_id", "name", "type", "schema", "fqn"])
+
+    def checkpoint_config(self, name: str) -> dict[str, Any]:
+        """Graph ``name``'s checkpoint configuration (Orca's ``getOrcaCheckpointConfig``), with ``checkpoint_mod``."""
+        return dict(self._master.checkpoint_config(self._graph_fqn(name)))
+
+    def set_checkpoint_config(self, name: str, config: dict[str, Any]) -> None:
+        """Replace graph ``name``'s checkpoint configuration (Orca's keys, as in ``submit``); it applies from the
+        graph's next start or restart."""
+        self._master.set_checkpoint_config(self._graph_fqn(name), CheckpointConfig.parse(config))
+
+    def checkpoint_job_info(self, name: str | None = None) -> pd.DataFrame:
+        """Checkpoint jobs (Orca's ``getOrcaCheckpointJobInfo``): one row per micro-batch of each subgraph, the
+        newest 100 of each: checkpoint_id (batch id), job_id (graph id), partition_id (subgraph),
+        created_time, finished_time, status (SUCCESS, PURGED, RUNNING, ERROR, FAILED), input_versions, rows_in,
+        rows_out, on_driver, extra. All graphs when ``name`` is None."""
+        rows = self._master.checkpoint_jobs(None if name is None else self._graph_fqn(name))
+        frame = pd.DataFrame(rows, columns=["checkpoint_id", "job_id", "partition_id", "created_time", "finished_time",
+                                            "status", "input_versions", "rows_in", "rows_out", "on_driver", "extra"])
+        for column in ("created_time", "finished_time"):
+            frame[column] = pd.to_datetime(frame[column], unit="s")
+        return frame
+
+    def checkpoint_subjob_info(self, name: str | None = None) -> pd.DataFrame:
+        """Checkpoint sub-jobs (Orca's ``getOrcaCheckpointSubjobInfo``): one row per stream task of each recorded
+        micro-batch: checkpoint_id, job_id, partition_id, subjob_id (task id), status, rows_in and the seconds
+        of each stage (read_s, partition_s, kernel_s, state_s, write_s)."""
+        rows = self._master.checkpoint_subjobs(None if name is None else self._graph_fqn(name))
+        return pd.DataFrame(rows, columns=["checkpoint_id", "job_id", "partition_id", "subjob_id", "status", "rows_in",
+                                           "read_s", "partition_s", "kernel_s", "state_s", "write_s"])
 
     def state_machine_events(self, limit: int = 1000) -> pd.DataFrame:
         """What the master did, newest ``limit`` events: id, type (SUBMIT, STOP, NODE_DOWN, RECOVER, ...), state

@@ -8,14 +8,15 @@ import pickle
 import re
 from typing import Any
 
-KEEP_SNAPSHOTS = 3
+KEEP_SNAPSHOTS = 3  # the default; at least 2: a batch cut off before its commit replays from the one before
 
 
 class SnapshotStore:
     """Versioned state snapshots of one engine: ``<root>/task=<t>/<version>.pkl``, written atomically."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, keep: int = KEEP_SNAPSHOTS) -> None:
         self.root = root
+        self.keep = max(keep, 2)
 
     def _dir(self, task: int) -> str:
         return os.path.join(self.root, f"task={task}")
@@ -44,7 +45,7 @@ class SnapshotStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(d, f"{version}.pkl"))
-        for old in self._versions(task)[:-KEEP_SNAPSHOTS]:
+        for old in self._versions(task)[:-self.keep]:
             if old < version:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(d, f"{old}.pkl"))

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from headwater.dataplane.maps import apply_map
-from headwater.dataplane.snapshots import SnapshotStore
+from headwater.dataplane.snapshots import KEEP_SNAPSHOTS, SnapshotStore
 from headwater.engines.base import SEQ, Processor
 from headwater.errors import ExecutionError
 from headwater.plan.logical import EngineNode, MapNode, Node
@@ -52,13 +52,29 @@ class OutputFile:
 STAGES = ("read", "partition", "kernel", "state", "write")
 
 
-@dataclass
-class TaskReport:
-    """What one task did in one micro-batch: files written, rows in, seconds per stage."""
+@dataclass(frozen=True)
+class TaskStats:
+    """One stream task in one micro-batch: rows in, seconds per stage (its group's write counts on its first)."""
 
-    files: list[OutputFile]
+    task: int
     rows_in: int
     seconds: dict[str, float]
+
+
+@dataclass
+class TaskReport:
+    """What a group of stream tasks did in one micro-batch: files written, and each task's stats."""
+
+    files: list[OutputFile]
+    tasks: list[TaskStats]
+
+    @property
+    def rows_in(self) -> int:
+        return sum(t.rows_in for t in self.tasks)
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return {s: sum(t.seconds[s] for t in self.tasks) for s in STAGES}
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,7 @@ class SubgraphTask:
     outputs: tuple[tuple[str, Schema], ...]
     state_root: str
     output_buckets: tuple[Bucketing | None, ...] = ()  # per output: how its parallel reader partitions it
+    keep_snapshots: int = KEEP_SNAPSHOTS  # per engine and task (checkpoint_config's max_retained_checkpoints)
 
     # -- helpers -------------------------------------------------------------------------------------
     def read(self, start: int, end: int, task: int | None = None) -> pa.Table:
@@ -180,17 +197,17 @@ class SubgraphTask:
     def run_tasks(self, tasks: Sequence[int], start: int, end: int) -> TaskReport:
         """Process versions ``(start, end]`` for each of ``tasks`` in turn (each with its own share of the rows
         and its own state) and write their output together: one file per output table, rows in task order."""
-        seconds = dict.fromkeys(STAGES, 0.0)
-        outputs, rows_in = [], 0
+        stats, outputs = [], []
         for task in tasks:
+            seconds = dict.fromkeys(STAGES, 0.0)
             rows, n = self._compute(task, start, end, seconds)
-            rows_in += n
+            stats.append(TaskStats(task, n, seconds))
             if rows is not None and rows.num_rows:
                 outputs.append(rows)
         t = time.perf_counter()
         files = self.write(pa.concat_tables(outputs, promote_options="permissive"), tasks, end) if outputs else []
-        seconds["write"] = time.perf_counter() - t
-        return TaskReport(files, rows_in, seconds)
+        stats[0].seconds["write"] = time.perf_counter() - t
+        return TaskReport(files, stats)
 
     def _compute(self, task: int, start: int, end: int, seconds: dict[str, float]) -> tuple[pa.Table | None, int]:
         """One stream task's read → partition → engines over ``(start, end]``, its new state saved; returns its
@@ -217,7 +234,7 @@ class SubgraphTask:
         for node, processor in list(zip(self.chain, self.processors(), strict=True))[first:]:
             if processor is not None:
                 t = clock()
-                store = SnapshotStore(os.path.join(self.state_root, node.name))
+                store = SnapshotStore(os.path.join(self.state_root, node.name), keep=self.keep_snapshots)
                 state = store.load(task, start + 1)
                 seconds["state"] += clock() - t
                 t = clock()
@@ -263,7 +280,7 @@ class SubgraphTask:
         if not isinstance(node, EngineNode) or node.spec is None:
             raise ExecutionError(f"subgraph {self.subgraph} has no engine named {engine!r}")
         processor = node.spec.processor()
-        store = SnapshotStore(os.path.join(self.state_root, engine))
+        store = SnapshotStore(os.path.join(self.state_root, engine), keep=self.keep_snapshots)
         tasks = task_of([data[self.partition_key]], self.n_tasks) if self.partition_key else \
             np.zeros(data.num_rows, dtype=np.int64)
         for task in range(self.n_tasks):
@@ -295,7 +312,7 @@ class SubgraphTask:
 
 
 def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[int, str], checkpoints: Path,
-                  run: str) -> SubgraphTask:
+                  run: str, *, keep_snapshots: int = KEEP_SNAPSHOTS) -> SubgraphTask:
     """The data-plane description of subgraph ``sg`` (what every driver, Spark or local, runs)."""
     return SubgraphTask(
         run=f"g{run}", subgraph=sg.id, input_path=table_paths[sg.input],
@@ -304,7 +321,7 @@ def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[in
         chain=tuple(physical.nodes[n] for n in sg.chain),
         outputs=tuple((table_paths[o], physical.nodes[o].schema) for o in sg.outputs),
         state_root=str(checkpoints / sg.key(physical) / "state"),
-        output_buckets=tuple(reader_bucketing(physical, o) for o in sg.outputs))
+        output_buckets=tuple(reader_bucketing(physical, o) for o in sg.outputs), keep_snapshots=keep_snapshots)
 
 
 def reader_bucketing(physical: PhysicalGraph, table: int) -> Bucketing | None:

@@ -37,6 +37,8 @@ from headwater.faults import fault_point
 from headwater.plan.document import dumps, from_json, plan_changes, same_definition, to_json
 from headwater.plan.logical import EngineNode, LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
+from headwater.runtime.checkpoint_config import CheckpointConfig
+from headwater.runtime.checkpoint_jobs import job_rows, subjob_rows
 from headwater.runtime.compactor import Compactor
 from headwater.runtime.events import EventLog, EventType, recorded
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
@@ -53,6 +55,7 @@ from headwater.runtime.protocol import (
     WorkerPort,
     arrow_bytes,
 )
+from headwater.runtime.supervisor import Supervisor
 from headwater.sql.policy import prepare
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
@@ -115,6 +118,7 @@ class Master:
         # reference, so that an unclosed master is still freed (and its directory lock released) at once
         tables = weakref.WeakMethod(self._all_tables)
         self.compactor = Compactor(lambda: (tables() or list)())
+        self.supervisor = Supervisor(self)  # started with the first graph, as the compactor
 
     def _all_tables(self) -> list[StreamTable]:
         return [self._table(t) for t in self.store.list_tables()]
@@ -233,10 +237,12 @@ class Master:
 
     # -- graphs -----------------------------------------------------------------------------------------
     @recorded(EventType.SUBMIT)
-    def submit(self, logical: LogicalGraph, physical: PhysicalGraph, *, compute_group: str | None = None) -> None:
+    def submit(self, logical: LogicalGraph, physical: PhysicalGraph, *, compute_group: str | None = None,
+               checkpoint_config: CheckpointConfig | None = None) -> None:
         """Store and start a graph; resubmitting the same definition finishes what a crash left half done.
 
         ``compute_group``: the workers that may run it (service mode); kept for its restarts and moves.
+        ``checkpoint_config``: kept for the graph's life (a new graph of the name starts from the defaults).
         """
         fqn = logical.fqn
         self._await_recovery(fqn)
@@ -244,6 +250,8 @@ class Master:
             self.store.set_compute_group(fqn, compute_group)
         graph_json = dumps(to_json(logical, physical))
         existing = self.store.active_graph(fqn)
+        if checkpoint_config is not None or existing is None:
+            self.store.set_checkpoint_config(fqn, (checkpoint_config or CheckpointConfig()).to_json())
         if existing is not None:
             if not same_definition(existing.graph_json, graph_json):
                 raise CatalogError(
@@ -316,20 +324,30 @@ class Master:
         check_transition(rec.fqn, current.status if current else rec.status, target, action=action)
         self.store.set_status(rec.id, target, reason)
 
-    def _start(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph, *, action: str = "start") -> None:
+    def _start(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph, *, action: str = "start",
+               failed: GraphStatus = GraphStatus.FAILED) -> None:
+        """Start the graph's queries (``building`` → ``running``); if they cannot start, the graph goes to ``failed``
+        (the supervisor's restarts pass ``error``: it decides when a graph has failed too often)."""
         self._set_status(rec, GraphStatus.BUILDING, action=action)
         self._bucket_inputs(physical)
         self.compactor.start()
+        self.supervisor.start()
         try:
             self.worker.request(StartGraph(
                 rec.fqn, dumps(to_json(logical, physical)), {str(k): v for k, v in self._table_paths(physical).items()},
                 str(self._graph_paths(rec.fqn).checkpoints), run_id=str(rec.id),
-                group=self.store.compute_group(rec.fqn)))
+                group=self.store.compute_group(rec.fqn),
+                keep_snapshots=self.checkpoint_settings(rec.fqn).max_retained_checkpoints))
         except Exception as exc:
             reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
-            self._set_status(rec, GraphStatus.FAILED, reason, action=action)
+            self._set_status(rec, failed, reason, action=action)
             raise ExecutionError(f"stream graph {rec.fqn} failed to start: {reason}") from exc
         self._set_status(rec, GraphStatus.RUNNING, action=action)
+
+    def restart(self, rec: GraphRecord) -> None:
+        """Start a graph in ``error`` again from its checkpoints (``building`` → ``running``)."""
+        logical: LogicalGraph = _definition(rec)
+        self._start(rec, logical, plan(logical), action="restart", failed=GraphStatus.ERROR)
 
     def worker_down(self, worker: str, graphs: list[str]) -> None:
         """Restart, from their checkpoints, the graphs of a worker that stopped answering (Orca's NODE_DOWN):
@@ -374,6 +392,7 @@ class Master:
         if rec.status == GraphStatus.STOPPED:
             raise StreamGraphStateError(f"stop stream graph {fqn}: it is stopped already; start_stream_graph resumes it")
         check_transition(rec.fqn, rec.status, GraphStatus.STOPPED, action="stop")
+        self.supervisor.forget(rec.fqn)
         self.worker.request(StopGraph(rec.fqn))
         self._set_status(rec, GraphStatus.STOPPED, action="stop")
 
@@ -397,6 +416,7 @@ class Master:
             raise CatalogError(f"stream graph {fqn} does not exist")
         rec = records[-1]
         logical: LogicalGraph = _definition(rec)
+        self.supervisor.forget(rec.fqn)
         if rec.status == GraphStatus.FAILED:
             self._start(rec, logical, plan(logical), action="resubmit")
             return
@@ -478,29 +498,30 @@ class Master:
         return rec
 
     def wait_until_caught_up(self, fqn: FQN, timeout: float) -> None:
+        """Return once the graph has processed everything appended so far.
+
+        A failure met on the way is handled as the supervisor handles it (restart from the checkpoints, up
+        to ``consecutive_failures`` times in a row), and the wait goes on; a graph that ends ``failed``
+        raises :class:`ExecutionError` with the reason.
+        """
         deadline = time.monotonic() + timeout
         if not self._await_recovery(str(fqn), timeout):
             raise CaughtUpTimeout(f"stream graph {fqn} is still resuming after {timeout:.0f}s")
         rec = self._active(fqn)
         if rec.status in (GraphStatus.FAILED, GraphStatus.STOPPED):
             raise StreamGraphStateError(f"stream graph {fqn} is {rec.status}" + (f": {rec.reason}" if rec.reason else ""))
-        try:
-            self.worker.request(WaitCaughtUp(rec.fqn, max(deadline - time.monotonic(), 0.0)))
-            return
-        except ExecutionError as exc:  # 'error': restart once from the checkpoints, as Orca reschedules
-            self._set_status(rec, GraphStatus.ERROR, shorten(str(exc), 600), action="run")
-            log.warning("stream graph %s failed, restarting it from its checkpoints: %s", rec.fqn, exc)
-            first = exc
-        logical: LogicalGraph = _definition(rec)
-        try:
-            self._start(rec, logical, plan(logical), action="restart")
-            self.worker.request(WaitCaughtUp(rec.fqn, max(deadline - time.monotonic(), 0.0)))
-        except ExecutionError as exc:  # failed twice in a row: the user must act
-            self.worker.request(StopGraph(rec.fqn))
-            self._set_status(rec, GraphStatus.FAILED, f"failed again after a restart: {shorten(str(exc), 600)}",
-                             action="run")
-            raise ExecutionError(f"stream graph {fqn} failed, and again after a restart from its checkpoints: "
-                                 f"{first}") from exc
+        while True:
+            try:
+                self.worker.request(WaitCaughtUp(rec.fqn, max(deadline - time.monotonic(), 0.0)))
+                return
+            except ExecutionError as exc:
+                self.supervisor.check()
+                after = self._active(fqn)
+                if after.status == GraphStatus.FAILED:
+                    raise ExecutionError(f"stream graph {fqn} {after.reason}") from exc
+                if after.status != GraphStatus.RUNNING or not self.worker.request(IsRunning(rec.fqn)):
+                    raise
+                rec = after
 
     def warmup(self, engine: FQN, data: pa.Table) -> int:
         """Warm an engine of a running graph (found by its name in the engine's catalog)."""
@@ -563,6 +584,35 @@ class Master:
                                  "schema": [list(c) for c in node.schema.columns]} for t in sg.task_ids())
         return rows
 
+    # -- checkpoints (Orca A.7) ------------------------------------------------------------------------
+    def checkpoint_settings(self, fqn: str) -> CheckpointConfig:
+        return CheckpointConfig.from_json(self.store.checkpoint_config(fqn))
+
+    def checkpoint_config(self, fqn: FQN) -> dict[str, Any]:
+        return self.checkpoint_settings(self._active(fqn).fqn).to_dict()
+
+    def set_checkpoint_config(self, fqn: FQN, config: CheckpointConfig) -> None:
+        """Store a graph's checkpoint configuration; it applies from the graph's next start or restart."""
+        self.store.set_checkpoint_config(self._active(fqn).fqn, config.to_json())
+
+    def _checkpointed_graphs(self, fqn: FQN | None) -> list[tuple[GraphRecord, PhysicalGraph, Path]]:
+        records = [self._active(fqn)] if fqn is not None else \
+            [r for r in self.store.list_graphs() if r.status != GraphStatus.DESTROYED]
+        out = []
+        for rec in records:
+            physical = from_json(rec.graph_json)[1]
+            if physical is not None:
+                out.append((rec, physical, self._graph_paths(rec.fqn).checkpoints))
+        return out
+
+    def checkpoint_jobs(self, fqn: FQN | None) -> list[dict[str, Any]]:
+        return [row for rec, physical, checkpoints in self._checkpointed_graphs(fqn)
+                for row in job_rows(rec, physical, checkpoints, self.checkpoint_settings(rec.fqn).max_retained_checkpoints)]
+
+    def checkpoint_subjobs(self, fqn: FQN | None) -> list[dict[str, Any]]:
+        return [row for rec, physical, checkpoints in self._checkpointed_graphs(fqn)
+                for row in subjob_rows(rec, physical, checkpoints)]
+
     def state_machine_events(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The master's newest events, oldest first (headwater.runtime.events)."""
         return self.store.list_events(limit)
@@ -594,6 +644,7 @@ class Master:
     def close(self) -> None:
         self._closing.set()
         self.compactor.stop()
+        self.supervisor.stop()
         if self._recovery is not None:
             self._recovery.join()
         try:

@@ -36,6 +36,7 @@ class StartGraph:
     # current one; a worker whose epoch is no longer there stops instead of committing). 0: no fence (in process)
     epoch: int = 0
     group: str = "default"  # the compute group whose workers may run it (service mode)
+    keep_snapshots: int = 3  # engine state snapshots kept per task (checkpoint_config's max_retained_checkpoints)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,12 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class Health:
+    """Reply: per graph this worker runs, ``{"failed": reason ("" while its queries run), "batches": micro-batches
+    committed since it was started here}``."""
+
+
+@dataclass(frozen=True)
 class RunSql:
     """Run a query that passed the SQL policy; reply: the rows as an Arrow IPC stream."""
 
@@ -98,8 +105,9 @@ class Shutdown:
 
 
 MESSAGES = {cls.__name__: cls for cls in (StartGraph, StopGraph, IsRunning, WaitCaughtUp, Warmup, TaskStatus,
-                                          Progress, RunSql, Shutdown)}
-Message = StartGraph | StopGraph | IsRunning | WaitCaughtUp | Warmup | TaskStatus | Progress | RunSql | Shutdown
+                                          Progress, Health, RunSql, Shutdown)}
+Message = (StartGraph | StopGraph | IsRunning | WaitCaughtUp | Warmup | TaskStatus | Progress | Health | RunSql
+           | Shutdown)
 
 
 def encode(message: Message) -> dict[str, Any]:

@@ -14,11 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from headwater.dataplane.snapshots import KEEP_SNAPSHOTS
 from headwater.dataplane.task import subgraph_task
 from headwater.errors import CaughtUpTimeout, ExecutionError, GraphDefinitionError, shorten
 from headwater.plan.document import from_json
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.protocol import (
+    Health,
     IsRunning,
     Message,
     Progress,
@@ -44,6 +46,7 @@ class RunningGraph:
     batches: dict[int, int] = field(default_factory=dict)  # subgraph id -> last committed batch id
     rows: dict[int, int] = field(default_factory=dict)
     stats: dict[int, dict[str, float]] = field(default_factory=dict)  # subgraph id -> cumulative rows_in, seconds
+    committed: int = 0  # micro-batches committed since this start
     start_args: tuple[Any, ...] = ()  # what start_graph was called with, to restart after a warm-up
 
 
@@ -79,28 +82,30 @@ class Worker:
         spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
 
     def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
-                    run_id: str = "", epoch: int = 0) -> None:
+                    run_id: str = "", epoch: int = 0, keep_snapshots: int = KEEP_SNAPSHOTS) -> None:
         with self._start_lock:  # one start at a time: Spark's data source registry is not safe to race
-            self._start_graph(fqn, physical, table_paths, checkpoints, run_id, epoch)
+            self._start_graph(fqn, physical, table_paths, checkpoints, run_id, epoch, keep_snapshots)
 
     def _start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
-                     run_id: str, epoch: int) -> None:
+                     run_id: str, epoch: int, keep_snapshots: int) -> None:
         from headwater.spark.fused import start_fused_subgraph
 
         self.stop_graph(fqn)
-        running = RunningGraph(physical, {}, start_args=(fqn, physical, table_paths, checkpoints, run_id, epoch))
+        running = RunningGraph(physical, {},
+                               start_args=(fqn, physical, table_paths, checkpoints, run_id, epoch, keep_snapshots))
         self._graphs[fqn] = running
         run = run_id or "0"
         for sg in physical.subgraphs:
             def record(batch_id: int, rows: int, stats: dict[str, float] | None = None, sg_id: int = sg.id) -> None:
                 running.batches[sg_id] = batch_id
+                running.committed += 1
                 running.rows[sg_id] = running.rows.get(sg_id, 0) + rows
                 total = running.stats.setdefault(sg_id, {})
                 for k, v in (stats or {}).items():
                     total[k] = total.get(k, 0.0) + v
 
             running.queries[sg.id] = start_fused_subgraph(
-                self.spark, subgraph_task(physical, sg, table_paths, checkpoints, run),
+                self.spark, subgraph_task(physical, sg, table_paths, checkpoints, run, keep_snapshots=keep_snapshots),
                 checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
                 trigger_interval=self.trigger_interval, on_batch=record, driver_batch_rows=self.driver_batch_rows,
                 fence=(checkpoints / EPOCH_FILE, epoch) if epoch else None)
@@ -138,14 +143,14 @@ class Worker:
         if sg is None or spec is None:
             raise ExecutionError(f"stream graph {fqn} has no engine named {engine!r}")
         data = data.select(list(spec.input_schema.names)).cast(spec.input_schema.to_arrow())
-        fqn_, physical, table_paths, checkpoints, run_id, epoch = g.start_args
+        fqn_, physical, table_paths, checkpoints, run_id, epoch, keep = g.start_args
         self.stop_graph(fqn)
         try:
-            task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0")
+            task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0", keep_snapshots=keep)
             version = committed_input_version(checkpoints / sg.key(physical) / "spark")
             return task.warm(engine, data, version)
         finally:
-            self.start_graph(fqn_, physical, table_paths, checkpoints, run_id, epoch)
+            self.start_graph(fqn_, physical, table_paths, checkpoints, run_id, epoch, keep)
 
     def is_running(self, fqn: str) -> bool:
         g = self._graphs.get(fqn)
@@ -183,6 +188,19 @@ class Worker:
                                   "task_seconds": {s: round(v, 3) for s, v in g.stats.get(k, {}).items() if s != "rows_in"},
                                   "rows_in": int(g.stats.get(k, {}).get("rows_in", 0))}
                 for k in g.queries}
+
+    def health(self) -> dict[str, dict[str, Any]]:
+        """Per graph: why a query of it stopped ("" while all run), and the micro-batches committed since its start."""
+        report = {}
+        for fqn, g in list(self._graphs.items()):
+            failed = ""
+            for sg_id, q in g.queries.items():
+                if not q.isActive:
+                    exc = q.exception()
+                    failed = f"subgraph {sg_id}: {_short(exc)}" if exc else f"subgraph {sg_id} stopped"
+                    break
+            report[fqn] = {"failed": failed, "batches": g.committed}
+        return report
 
     def stop_graph(self, fqn: str) -> None:
         g = self._graphs.pop(fqn, None)
@@ -224,7 +242,7 @@ class Worker:
             case StartGraph():
                 self.start_graph(message.fqn, _physical(message.plan),
                                  {int(k): v for k, v in message.table_paths.items()}, Path(message.checkpoints),
-                                 message.run_id, message.epoch)
+                                 message.run_id, message.epoch, message.keep_snapshots)
             case StopGraph():
                 self.stop_graph(message.fqn)
             case IsRunning():
@@ -237,6 +255,8 @@ class Worker:
                 return self.task_status(message.fqn, _physical(message.plan))
             case Progress():
                 return self.progress(message.fqn)
+            case Health():
+                return self.health()
             case RunSql():
                 query = PreparedQuery(message.source, message.text, {v: (f, p) for v, f, p in message.views},
                                       frozenset(message.cte_names))

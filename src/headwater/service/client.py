@@ -7,6 +7,7 @@ master raised comes back as the same Headwater exception class, with its message
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError,
 from headwater.plan.document import dumps, to_json
 from headwater.plan.logical import LogicalGraph
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.protocol import arrow_bytes
 from headwater.storage.metadata import TableRecord
 from headwater.storage.retention import Retention
@@ -136,8 +138,11 @@ class RemoteMaster:
         return list(self._call("/v1/tables/meta", {"fqn": None if fqn is None else str(fqn)}))
 
     # -- graphs ---------------------------------------------------------------------------------------
-    def submit(self, logical: LogicalGraph, physical: PhysicalGraph, *, compute_group: str | None = None) -> None:
-        self._call("/v1/graphs/submit", {"document": dumps(to_json(logical, physical)), "compute_group": compute_group},
+    def submit(self, logical: LogicalGraph, physical: PhysicalGraph, *, compute_group: str | None = None,
+               checkpoint_config: CheckpointConfig | None = None) -> None:
+        self._call("/v1/graphs/submit", {"document": dumps(to_json(logical, physical)), "compute_group": compute_group,
+                                         "checkpoint_config": None if checkpoint_config is None else
+                                         dataclasses.asdict(checkpoint_config)},
                    timeout=600.0)
 
     def stop_graph(self, fqn: FQN) -> None:
@@ -172,6 +177,18 @@ class RemoteMaster:
 
     def state_machine_events(self, limit: int = 1000) -> list[dict[str, Any]]:
         return list(self._call("/v1/events", {"limit": limit}))
+
+    def checkpoint_config(self, fqn: FQN) -> dict[str, Any]:
+        return dict(self._call("/v1/graphs/checkpoint_config", {"fqn": str(fqn)}))
+
+    def set_checkpoint_config(self, fqn: FQN, config: CheckpointConfig) -> None:
+        self._call("/v1/graphs/set_checkpoint_config", {"fqn": str(fqn), "config": dataclasses.asdict(config)})
+
+    def checkpoint_jobs(self, fqn: FQN | None) -> list[dict[str, Any]]:
+        return list(self._call("/v1/checkpoints/jobs", {"fqn": None if fqn is None else str(fqn)}))
+
+    def checkpoint_subjobs(self, fqn: FQN | None) -> list[dict[str, Any]]:
+        return list(self._call("/v1/checkpoints/subjobs", {"fqn": None if fqn is None else str(fqn)}))
 
     def progress(self, fqn: FQN) -> dict[str, Any]:
         return dict(self._call("/v1/graphs/progress", {"fqn": str(fqn)}))

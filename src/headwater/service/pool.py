@@ -25,7 +25,16 @@ from typing import Any
 import httpx
 
 from headwater.errors import ExecutionError
-from headwater.runtime.protocol import IsRunning, Message, RunSql, Shutdown, StartGraph, StopGraph, TaskStatus
+from headwater.runtime.protocol import (
+    Health,
+    IsRunning,
+    Message,
+    RunSql,
+    Shutdown,
+    StartGraph,
+    StopGraph,
+    TaskStatus,
+)
 from headwater.runtime.worker import EPOCH_FILE
 from headwater.service.placement import DEFAULT_GROUP, GraphDemand, WorkerLoad, place
 from headwater.service.worker_http import HttpWorkerPort
@@ -97,6 +106,15 @@ class WorkerPool:
             return self.ports[live[0]].request(message)
         if isinstance(message, Shutdown):
             return None  # worker processes outlive the master
+        if isinstance(message, Health):  # each graph as its current worker sees it (a fenced one is not asked)
+            where, report = self.placements(), {}
+            for url in [u for u in self.ports if self.alive[u]]:
+                try:
+                    answer = self.ports[url].request(message)
+                except ExecutionError:  # unreachable now: the heartbeats decide whether it is down
+                    continue
+                report.update({g: h for g, h in answer.items() if where.get(g, ("", 0))[0] == url})
+            return report
         fqn = getattr(message, "fqn", None)
         placed = self.placements().get(fqn) if fqn is not None else None
         if placed is None or not self.alive.get(placed[0]):

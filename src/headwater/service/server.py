@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from headwater.catalog import FQN, check_identifier, resolve
 from headwater.errors import GraphDefinitionError, HeadwaterError, RequestError, SchemaError, clip
 from headwater.plan.document import from_json
+from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.master import Master
 from headwater.runtime.protocol import arrow_table
 from headwater.service.auth import Authenticator, AuthError
@@ -93,6 +94,12 @@ class SetRetention(BaseModel):
 class Submit(BaseModel):
     document: str
     compute_group: str | None = None
+    checkpoint_config: dict[str, Any] | None = None
+
+
+class SetCheckpointConfig(BaseModel):
+    fqn: str
+    config: dict[str, Any]
 
 
 class DropGraph(BaseModel):
@@ -225,7 +232,8 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         if physical is None:
             raise GraphDefinitionError("submit: the graph document has no physical plan")
         group = None if body.compute_group is None else check_identifier(body.compute_group, what="compute group")
-        locked(lambda: master.submit(logical, physical, compute_group=group))
+        config = None if body.checkpoint_config is None else CheckpointConfig.parse(body.checkpoint_config)
+        locked(lambda: master.submit(logical, physical, compute_group=group, checkpoint_config=config))
         return {"fqn": logical.fqn}
 
     def graph_action(path: str, action: Callable[[Master, FQN], Any]) -> None:
@@ -265,6 +273,24 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     @app.post("/v1/events")
     def events(body: Limit, _: str = Depends(user)) -> list[dict[str, Any]]:
         return master.state_machine_events(max(1, min(body.limit, 100_000)))
+
+    @app.post("/v1/graphs/checkpoint_config")
+    def checkpoint_config(body: Name, _: str = Depends(user)) -> dict[str, Any]:
+        return master.checkpoint_config(fqn(body.fqn, "stream_graph"))
+
+    @app.post("/v1/graphs/set_checkpoint_config")
+    def set_checkpoint_config(body: SetCheckpointConfig, _: str = Depends(user)) -> dict[str, str]:
+        config = CheckpointConfig.parse(body.config)
+        locked(lambda: master.set_checkpoint_config(fqn(body.fqn, "stream_graph"), config))
+        return {"fqn": body.fqn}
+
+    @app.post("/v1/checkpoints/jobs")
+    def checkpoint_jobs(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
+        return master.checkpoint_jobs(None if body.fqn is None else fqn(body.fqn, "stream_graph"))
+
+    @app.post("/v1/checkpoints/subjobs")
+    def checkpoint_subjobs(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
+        return master.checkpoint_subjobs(None if body.fqn is None else fqn(body.fqn, "stream_graph"))
 
     @app.post("/v1/graphs/progress")
     def progress(body: Name, _: str = Depends(user)) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip, error_class
-from headwater.runtime.protocol import IsRunning, Message, Progress, TaskStatus, decode, encode
+from headwater.runtime.protocol import Health, IsRunning, Message, Progress, TaskStatus, decode, encode
 from headwater.runtime.worker import Worker
 from headwater.service.placement import DEFAULT_GROUP
 
@@ -105,7 +105,7 @@ class HttpWorkerPort:
 
     def request(self, message: Message) -> Any:
         timeout: Any = httpx.USE_CLIENT_DEFAULT
-        if isinstance(message, IsRunning | TaskStatus | Progress):
+        if isinstance(message, IsRunning | TaskStatus | Progress | Health):
             timeout = QUICK_SECONDS  # status questions: a frozen worker must not hang the master's answers
         elif getattr(message, "timeout", None) is not None:
             timeout = float(message.timeout) + 60.0  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -104,13 +105,10 @@ class SubgraphStreamReader(DataSourceStreamReader):
         assert isinstance(partition, TaskPartition)
         plan = _cached_plan(self.plan_path)
         report = plan.run_tasks(partition.tasks, partition.start, partition.end)
-        timings = tuple(report.seconds[s] for s in STAGES)
-        # one row per output file; the first also carries the group's input count and time split
-        for i, f in enumerate(report.files):
-            yield (f.table, f.name, f.size, f.rows, f.task, report.rows_in if i == 0 else 0,
-                   *(timings if i == 0 else (0.0,) * len(STAGES)))
-        if not report.files:
-            yield (-1, None, 0, 0, partition.tasks[0], report.rows_in, *timings)
+        for f in report.files:  # one row per output file (tbl >= 0) ...
+            yield (f.table, f.name, f.size, f.rows, f.task, 0, *(0.0,) * len(STAGES))
+        for t in report.tasks:  # ... and one per stream task: its rows in and time split (tbl = -1)
+            yield (-1, None, 0, 0, t.task, t.rows_in, *(t.seconds[s] for s in STAGES))
 
     def commit(self, end: dict) -> None:
         """Nothing to acknowledge: the input table is replayable."""
@@ -198,7 +196,8 @@ def start_fused_subgraph(
     placed the graph elsewhere (a newer epoch), this query fails instead of committing.
     ``driver_batch_rows``: a micro-batch with at most this many input rows runs on the driver (0: never).
     """
-    from headwater.dataplane.task import OutputFile
+    from headwater.dataplane.jobs import write_job
+    from headwater.dataplane.task import OutputFile, TaskReport, TaskStats
     from headwater.faults import fault_point
 
     checkpoint.mkdir(parents=True, exist_ok=True)
@@ -210,24 +209,30 @@ def start_fused_subgraph(
 
     spark_checkpoint = checkpoint / "spark"
 
-    def run_batch(batch_df: DataFrame, batch_id: int) -> tuple[list[OutputFile], dict[str, float]]:
-        """The batch's output files and stats: computed here when the batch is small, else by Spark's tasks."""
-        start = logged_input_version(spark_checkpoint, batch_id - 1)
-        end = logged_input_version(spark_checkpoint, batch_id)
+    def run_batch(batch_df: DataFrame, start: int, end: int) -> tuple[TaskReport, bool]:
+        """The batch's report, and whether the driver ran it (a small batch) rather than Spark's tasks."""
         if input_rows(plan.input_path, start, end) <= driver_batch_rows:
-            report = plan.run_tasks(tuple(range(plan.n_tasks)), start, end)
-            return report.files, {"rows_in": report.rows_in, **report.seconds}
+            return plan.run_tasks(tuple(range(plan.n_tasks)), start, end), True
         rows = batch_df.collect()
-        stats = {"rows_in": sum(r["rows_in"] for r in rows), **{s: sum(r[f"{s}_s"] for r in rows) for s in STAGES}}
-        return [OutputFile(r["tbl"], r["name"], r["size"], r["num_rows"], r["task"]) for r in rows if r["tbl"] >= 0], stats
+        files = [OutputFile(r["tbl"], r["name"], r["size"], r["num_rows"], r["task"]) for r in rows if r["tbl"] >= 0]
+        tasks = [TaskStats(r["task"], r["rows_in"], {s: r[f"{s}_s"] for s in STAGES}) for r in rows if r["tbl"] < 0]
+        return TaskReport(files, sorted(tasks, key=lambda t: t.task)), False
 
     def commit_batch(batch_df: DataFrame, batch_id: int) -> None:
-        files, stats = run_batch(batch_df, batch_id)
+        created = time.time()
+        start = logged_input_version(spark_checkpoint, batch_id - 1)
+        end = logged_input_version(spark_checkpoint, batch_id)
+        report, on_driver = run_batch(batch_df, start, end)
         fault_point("batch.before_commit")
         if fence is not None:
             check_fence(*fence)
-        rows_out = plan.commit(files, txn=(app_id, batch_id))
+        rows_out = plan.commit(report.files, txn=(app_id, batch_id))
         fault_point("batch.after_commit")
+        stats = {"rows_in": report.rows_in, **report.seconds}
+        write_job(checkpoint, {"batch": batch_id, "input": [start, end], "created": created, "finished": time.time(),
+                               "driver": on_driver, "rows_in": report.rows_in, "rows_out": rows_out,
+                               "tasks": [{"task": t.task, "rows_in": t.rows_in, "seconds": t.seconds}
+                                         for t in report.tasks]})
         if on_batch is not None:
             on_batch(batch_id, rows_out, stats)
 

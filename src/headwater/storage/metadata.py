@@ -86,6 +86,13 @@ graph_groups = sa.Table(
     sa.Column("compute_group", sa.String, nullable=False),
 )
 
+checkpoint_configs = sa.Table(
+    "checkpoint_configs",
+    _meta,
+    sa.Column("graph_fqn", sa.String, primary_key=True),
+    sa.Column("config", sa.Text, nullable=False),  # JSON of headwater.runtime.checkpoint_config.CheckpointConfig
+)
+
 events = sa.Table(
     "events",
     _meta,
@@ -294,6 +301,18 @@ class MetadataStore:
         with self.engine.connect() as c:
             row = c.execute(sa.select(graph_groups.c.compute_group).where(graph_groups.c.graph_fqn == graph_fqn)).first()
         return "default" if row is None else str(row[0])
+
+    # -- checkpoint configuration (headwater.runtime.checkpoint_config) ------------------------------
+    def set_checkpoint_config(self, graph_fqn: str, config_json: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(checkpoint_configs).where(checkpoint_configs.c.graph_fqn == graph_fqn))
+            c.execute(sa.insert(checkpoint_configs).values(graph_fqn=graph_fqn, config=config_json))
+
+    def checkpoint_config(self, graph_fqn: str) -> str | None:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(checkpoint_configs.c.config)
+                            .where(checkpoint_configs.c.graph_fqn == graph_fqn)).first()
+        return None if row is None else str(row[0])
 
     # -- events (headwater.runtime.events) ------------------------------------------------------------
     def add_event(self, kind: str, detail: str, now: float) -> int:

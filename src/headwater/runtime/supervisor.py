@@ -1,0 +1,100 @@
+"""What happens when a graph's query fails (Orca A.5 and A.7's ``consecutiveFailures``).
+
+The master asks its workers every ``every`` seconds how their graphs are (:class:`Health`). A graph whose
+query stopped with an error goes to ``error`` with that error as its reason and is restarted from its
+checkpoints (``building`` → ``running``; a ``RECOVER`` event). A graph that fails again before committing
+a micro-batch extends its streak of failures; once the streak exceeds its checkpoint configuration's
+``consecutive_failures`` it goes to ``failed`` and stays stopped until the user resubmits it. A micro-batch
+committed after a restart ends the streak.
+
+``wait_until_caught_up`` reports a failure it meets through the same :meth:`Supervisor.check`, so a
+failure is handled once, in one place, whoever notices it first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from headwater.errors import ExecutionError, shorten
+from headwater.runtime.events import EventType
+from headwater.runtime.lifecycle import GraphStatus
+from headwater.runtime.protocol import Health, IsRunning, StopGraph
+
+if TYPE_CHECKING:
+    from headwater.runtime.master import Master
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor:
+    """Restarts failed graphs from their checkpoints, and fails them after too many failures in a row."""
+
+    def __init__(self, master: Master, *, every: float = 1.0) -> None:
+        # a weak reference, as the compactor's: an unclosed master is still freed (and its directory unlocked)
+        self._master = weakref.ref(master)
+        self.every = every
+        self.streaks: dict[str, int] = {}  # graph -> failures in a row (no micro-batch committed in between)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="headwater-supervisor", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every) and self._master() is not None:
+            try:
+                self.check()
+            except Exception:  # a worker that cannot answer now is the heartbeats' business, not a crash here
+                log.debug("supervision round failed", exc_info=True)
+
+    def check(self) -> None:
+        """Handle every failed graph the workers report (once each: a restarted graph no longer reports it)."""
+        master = self._master()
+        if master is None:
+            return
+        with self._lock:
+            for fqn, health in master.worker.request(Health()).items():
+                if health["failed"]:
+                    self._on_failure(master, fqn, str(health["failed"]), int(health["batches"]))
+
+    def _on_failure(self, master: Master, fqn: str, reason: str, batches: int) -> None:
+        rec = master.store.active_graph(fqn)
+        if rec is None or rec.status != GraphStatus.RUNNING or fqn in master._recovering:
+            return  # stopped, dropped or being moved meanwhile: whoever changed it owns it now
+        if master.worker.request(IsRunning(fqn)):
+            return  # restarted meanwhile
+        streak = 0 if batches else self.streaks.get(fqn, 0)
+        allowed = master.checkpoint_settings(fqn).consecutive_failures
+        while True:
+            streak += 1
+            self.streaks[fqn] = streak
+            if streak > allowed:
+                master.worker.request(StopGraph(fqn))
+                again = "again after a restart from its checkpoints" if streak > 1 else "(no restart allowed)"
+                master._set_status(rec, GraphStatus.FAILED, f"failed {again}; {streak} failure(s) in a row, "
+                                   f"consecutive_failures={allowed}: {shorten(reason, 600)}", action="run")
+                log.error("stream graph %s failed %d time(s) in a row: %s", fqn, streak, reason)
+                return
+            master._set_status(rec, GraphStatus.ERROR, shorten(reason, 600), action="run")
+            log.warning("stream graph %s failed, restarting it from its checkpoints: %s", fqn, reason)
+            try:
+                with master.events.record(EventType.RECOVER, f"{fqn}: {shorten(reason, 500)}"):
+                    master.restart(rec)
+                return
+            except ExecutionError as exc:  # it failed again while starting (its first batch replays the failure)
+                reason = str(exc)
+
+    def forget(self, fqn: str) -> Any:
+        """A graph stopped, resubmitted or dropped by the user starts a new streak."""
+        return self.streaks.pop(fqn, None)
