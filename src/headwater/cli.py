@@ -1,4 +1,4 @@
-"""The ``headwater`` command line: ``headwater demo``, ``headwater explain-demo``."""
+"""The ``headwater`` command line: ``demo``, ``master``, ``worker`` and ``cluster up|status|down``."""
 
 from __future__ import annotations
 
@@ -107,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--keep", action="store_true", help="keep the graph and tables after the demo")
     p.set_defaults(func=demo)
-    from headwater.service.run import add_master_command, add_worker_command
+    from headwater.service.run import add_cluster_command, add_master_command, add_worker_command
 
     add_master_command(sub)
     add_worker_command(sub)
+    add_cluster_command(sub)
     args = parser.parse_args(argv)
     from headwater.errors import HeadwaterError
 

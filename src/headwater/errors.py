@@ -52,6 +52,10 @@ class ExecutionError(HeadwaterError, RuntimeError):
     """A running stream task failed."""
 
 
+class WorkerUnavailableError(ExecutionError):
+    """A worker process did not answer (dead, or cut off): its graphs are moved, not failed."""
+
+
 class CaughtUpTimeout(HeadwaterError, TimeoutError):
     """The graph did not process all appended data before the deadline."""
 

@@ -15,7 +15,10 @@ backtick names (``as `dif`dea``).
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from headwater.errors import GraphDefinitionError, clip
@@ -135,7 +138,7 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
         name = node.func.id
         args = [_const_or_expr(conv(a)) for a in node.args]
         kwargs = {k.arg: _const_or_expr(conv(k.value)) for k in node.keywords if k.arg}
-        if name in STATE_FUNCTIONS:
+        if name in STATE_FUNCTIONS and _USER_FUNCTIONS.get():
             return STATE_FUNCTIONS[name](*[a.name if isinstance(a, Col) else a for a in args], **kwargs)
         spec = lookup(name, where=f"{where} {clip(text)}")
         return bind(spec, args, kwargs)
@@ -167,4 +170,21 @@ def to_metric(value: Any, *, where: str) -> Expr:
     )
 
 
-__all__ = ["Alias", "parse_expr", "parse_metric", "to_metric"]
+_USER_FUNCTIONS = contextvars.ContextVar("headwater_user_state_functions", default=True)
+
+
+@contextlib.contextmanager
+def builtins_only() -> Iterator[None]:
+    """Parse with Headwater's own functions only: a user's ``@state`` function is then an unknown name.
+
+    The plan codec stores an expression as its text only when the text reads back the same this way, so a
+    stored plan never depends on ``@state`` functions being defined in the process that loads it.
+    """
+    token = _USER_FUNCTIONS.set(False)
+    try:
+        yield
+    finally:
+        _USER_FUNCTIONS.reset(token)
+
+
+__all__ = ["Alias", "builtins_only", "parse_expr", "parse_metric", "to_metric"]

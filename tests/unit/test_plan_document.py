@@ -70,6 +70,17 @@ def test_graphs_round_trip_through_json(graph):
     assert json.loads(dumps(doc)) == doc  # plain JSON: no NaN, nothing Python-only
 
 
+def test_a_plan_with_state_functions_reads_back_where_they_are_not_defined(graph, monkeypatch):
+    """A master or worker process has not imported the module that declared the client's @state functions."""
+    from headwater.functions import STATE_FUNCTIONS
+
+    doc = to_json(graph._graph, graph.plan())
+    for name in list(STATE_FUNCTIONS):
+        monkeypatch.delitem(STATE_FUNCTIONS, name)
+    logical, physical = from_json(dumps(doc))
+    assert to_json(logical, physical) == doc
+
+
 def test_decoded_graph_computes_the_same_rows(session, tmp_path):
     from headwater.dataplane.local import run_local
 

@@ -131,7 +131,7 @@ def test_an_oversized_body_is_refused_unread_and_the_server_keeps_serving(tmp_pa
 
 def test_every_call_but_login_and_health_needs_a_valid_token(served):
     _, _, client = served
-    assert client.get("/v1/health").json() == {"status": "ok"}
+    assert client.get("/v1/health").json() == {"status": "ok", "role": "active"}
     routes = [r.path for r in client.app.routes if getattr(r, "methods", None) == {"POST"}]
     assert len(routes) >= 15
     for path in routes:

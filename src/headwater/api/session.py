@@ -115,7 +115,7 @@ def check_client_id(client_id: str) -> str:
     return client_id
 
 
-def connect(data_dir: str | Path | None = None, *, user: str | None = None, password: str | None = None,
+def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None = None, password: str | None = None,
             start_spark: bool = True, spark_master: str = "local[*]", trigger_interval: str = TRIGGER_INTERVAL,
             client_id: str | None = None, driver_batch_rows: int = DRIVER_BATCH_ROWS) -> Session:
     """Start an embedded Headwater (master + worker + local Spark) on ``data_dir``, or connect to a master.
@@ -129,7 +129,8 @@ def connect(data_dir: str | Path | None = None, *, user: str | None = None, pass
 
     Service mode (an ``http://`` or ``https://`` URL of ``headwater master``, with ``user`` and
     ``password``): the same API, served by the master's process; graphs keep running after this
-    session closes, and any number of sessions connect at once.
+    session closes, and any number of sessions connect at once. Several URLs (a list, or one string
+    separated by commas) name an active master and its standbys: calls follow whichever is active.
 
     ``driver_batch_rows``: a micro-batch with at most this many input rows (default 20,000) runs in the
     driver instead of as Spark tasks, which saves Spark's ~150 ms job launch (``0``: always Spark tasks).
@@ -143,12 +144,16 @@ def connect(data_dir: str | Path | None = None, *, user: str | None = None, pass
     >>> s.use_catalog("demo")
     >>> s.close()
     """
-    if isinstance(data_dir, str) and data_dir.startswith(("http://", "https://")):
+    urls = [u.strip() for u in data_dir.split(",")] if isinstance(data_dir, str) else \
+        list(data_dir) if isinstance(data_dir, list | tuple) else None
+    if urls and all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
         from headwater.service.client import RemoteMaster
 
         if user is None or password is None:
-            raise ConfigurationError(f"connect({data_dir!r}): a master needs user=... and password=...")
-        return Session(RemoteMaster(data_dir, user=user, password=password), client_id=client_id)
+            raise ConfigurationError(f"connect({clip(data_dir)}): a master needs user=... and password=...")
+        return Session(RemoteMaster(urls, user=user, password=password), client_id=client_id)
+    if isinstance(data_dir, list | tuple):
+        raise ConfigurationError(f"connect({clip(data_dir)}): a list names masters, each http://host:port")
     path = Path(data_dir) if data_dir is not None else default_data_dir()
     return Session(embedded_master(path, start_spark=start_spark, spark_master=spark_master,
                                    trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows),

@@ -40,7 +40,7 @@ from headwater.engines.reactive_stateless import Formula, ReactiveStatelessEngin
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item, Lit, MultiExpr
-from headwater.parse import parse_metric
+from headwater.parse import builtins_only, parse_metric
 from headwater.plan.logical import EngineNode, MapNode, Parallelism, TableNode
 from headwater.types import Schema
 
@@ -67,7 +67,8 @@ def _encode(value: Any, callables: dict[str, bytes], *, as_text: bool) -> Any:
         tree = _encode(value, callables, as_text=False)
         text = str(value)
         try:
-            same = _encode(parse_metric(text), callables, as_text=False) == tree
+            with builtins_only():  # a user's @state function may not exist where the plan is read
+                same = _encode(parse_metric(text), callables, as_text=False) == tree
         except Exception:  # an expression the parser cannot read back (e.g. a traced @state call)
             same = False
         return {"$expr": text} if same else tree

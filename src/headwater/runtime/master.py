@@ -30,6 +30,7 @@ from headwater.errors import (
     GraphDefinitionError,
     SchemaError,
     StreamGraphStateError,
+    WorkerUnavailableError,
     clip,
     shorten,
 )
@@ -114,6 +115,7 @@ class Master:
         self._recovering: dict[str, threading.Event] = {}  # graphs being resumed in the background
         self._recovery: threading.Thread | None = None
         self._closing = threading.Event()
+        self._starting = threading.RLock()
         # started with the first graph: a session that only declares graphs or appends runs no thread; a weak
         # reference, so that an unclosed master is still freed (and its directory lock released) at once
         tables = weakref.WeakMethod(self._all_tables)
@@ -327,7 +329,13 @@ class Master:
     def _start(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph, *, action: str = "start",
                failed: GraphStatus = GraphStatus.FAILED) -> None:
         """Start the graph's queries (``building`` → ``running``); if they cannot start, the graph goes to ``failed``
-        (the supervisor's restarts pass ``error``: it decides when a graph has failed too often)."""
+        (the supervisor's restarts pass ``error``: it decides when a graph has failed too often). One start at a
+        time: a failover, the supervisor and a user's request may all want to start the same graph."""
+        with self._starting:
+            self._start_now(rec, logical, physical, action=action, failed=failed)
+
+    def _start_now(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph, *, action: str,
+                   failed: GraphStatus) -> None:
         self._set_status(rec, GraphStatus.BUILDING, action=action)
         self._bucket_inputs(physical)
         self.compactor.start()
@@ -338,6 +346,11 @@ class Master:
                 str(self._graph_paths(rec.fqn).checkpoints), run_id=str(rec.id),
                 group=self.store.compute_group(rec.fqn),
                 keep_snapshots=self.checkpoint_settings(rec.fqn).max_retained_checkpoints))
+        except WorkerUnavailableError as exc:  # a resource problem, not the graph's: it is restarted elsewhere
+            self._set_status(rec, GraphStatus.ERROR, f"{shorten(str(exc), 600)}; the master restarts it on a live "
+                             "worker", action=action)
+            log.warning("stream graph %s could not start: %s; the supervisor restarts it", rec.fqn, exc)
+            return
         except Exception as exc:
             reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
             self._set_status(rec, failed, reason, action=action)

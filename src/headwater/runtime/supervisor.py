@@ -2,7 +2,8 @@
 
 The master asks its workers every ``every`` seconds how their graphs are (:class:`Health`). A graph whose
 query stopped with an error goes to ``error`` with that error as its reason and is restarted from its
-checkpoints (``building`` → ``running``; a ``RECOVER`` event). A graph that fails again before committing
+checkpoints (``building`` → ``running``; a ``RECOVER`` event). A graph left in ``error`` because its worker
+could not be reached is started again every ``RETRY_ERROR_S`` seconds, without counting as a failure. A graph that fails again before committing
 a micro-batch extends its streak of failures; once the streak exceeds its checkpoint configuration's
 ``consecutive_failures`` it goes to ``failed`` and stays stopped until the user resubmits it. A micro-batch
 committed after a restart ends the streak.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+RETRY_ERROR_S = 5.0  # how often a graph left in error by an unreachable worker is tried again
+
 
 class Supervisor:
     """Restarts failed graphs from their checkpoints, and fails them after too many failures in a row."""
@@ -37,6 +41,7 @@ class Supervisor:
         self._master = weakref.ref(master)
         self.every = every
         self.streaks: dict[str, int] = {}  # graph -> failures in a row (no micro-batch committed in between)
+        self._retried: dict[str, float] = {}  # graph in error -> when its last restart was tried
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,6 +72,17 @@ class Supervisor:
             for fqn, health in master.worker.request(Health()).items():
                 if health["failed"]:
                     self._on_failure(master, fqn, str(health["failed"]), int(health["batches"]))
+            now = time.monotonic()
+            for rec in master.store.list_graphs():
+                # left in error by a start whose worker could not be reached: retry, without counting it
+                if rec.status == GraphStatus.ERROR and rec.fqn not in master._recovering \
+                        and now - self._retried.get(rec.fqn, 0.0) >= RETRY_ERROR_S:
+                    self._retried[rec.fqn] = now
+                    try:
+                        with master.events.record(EventType.RECOVER, f"{rec.fqn}: {shorten(rec.reason, 500)}"):
+                            master.restart(rec)
+                    except ExecutionError as exc:  # started, then failed: a failure like any other
+                        self._fail_or_restart(master, rec, str(exc), batches=0)
 
     def _on_failure(self, master: Master, fqn: str, reason: str, batches: int) -> None:
         rec = master.store.active_graph(fqn)
@@ -74,6 +90,11 @@ class Supervisor:
             return  # stopped, dropped or being moved meanwhile: whoever changed it owns it now
         if master.worker.request(IsRunning(fqn)):
             return  # restarted meanwhile
+        self._fail_or_restart(master, rec, reason, batches)
+
+    def _fail_or_restart(self, master: Master, rec: Any, reason: str, batches: int) -> None:
+        """Count the failure; restart the graph from its checkpoints, or fail it once the streak is too long."""
+        fqn = rec.fqn
         streak = 0 if batches else self.streaks.get(fqn, 0)
         allowed = master.checkpoint_settings(fqn).consecutive_failures
         while True:

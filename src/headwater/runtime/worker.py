@@ -54,11 +54,12 @@ class Worker:
     name = "embedded-worker-0"
 
     def __init__(self, data_dir: Path, *, spark_master: str, trigger_interval: timedelta,
-                 driver_batch_rows: int = DRIVER_BATCH_ROWS) -> None:
+                 driver_batch_rows: int = DRIVER_BATCH_ROWS, spark_cores: int | None = None) -> None:
         self.data_dir = data_dir
         self.spark_master = spark_master
         self.trigger_interval = trigger_interval
         self.driver_batch_rows = driver_batch_rows
+        self.spark_cores = spark_cores  # on a standalone cluster: the executor cores this worker's driver takes
         self._spark: Any = None
         self._spark_lock = threading.Lock()  # the recovery thread and the user's thread may both start it
         self._start_lock = threading.RLock()
@@ -70,7 +71,7 @@ class Worker:
             if self._spark is None:
                 from headwater.spark.session import build_spark
 
-                spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp")
+                spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores)
                 self._prime_python_workers(spark)
                 self._spark = spark
         return self._spark

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,14 @@ from headwater.storage.retention import Retention
 from headwater.types import Schema
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+STANDBY_ERROR = "StandbyMaster"  # the error a standby master answers every API call with (HTTP 503)
+
+
+def _is_standby(response: httpx.Response) -> bool:
+    try:
+        return bool(response.json().get("error") == STANDBY_ERROR)
+    except (ValueError, AttributeError):
+        return False
 
 
 class AuthenticationError(HeadwaterError, PermissionError):
@@ -58,18 +67,30 @@ class _ByteStream(io.RawIOBase):
 
 
 class RemoteMaster:
-    """A master reached over HTTP at ``url``, logged in as ``user``."""
+    """A master reached over HTTP at ``url``, logged in as ``user``.
 
-    def __init__(self, url: str, *, user: str, password: str, timeout: float = 60.0,
-                 http: httpx.Client | None = None) -> None:
+    ``url`` may list several masters (an active one and standbys, ``--standby``): calls go to the one that
+    answers as active. When it stops answering, a call moves on to the next within ``failover_timeout``
+    seconds: any call whose request never reached the old master, and, if it was cut off after that, the
+    calls that are safe to repeat (reads, submits, appends with a sequence number).
+    """
+
+    def __init__(self, url: str | Sequence[str], *, user: str, password: str, timeout: float = 60.0,
+                 http: httpx.Client | None = None, failover_timeout: float = 60.0) -> None:
         # http: a ready client for this URL (tests pass FastAPI's TestClient, which calls the app in process)
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigurationError(f"master URL {clip(url)} must start with http:// or https://")
-        self.url = url.rstrip("/")
+        urls = [url] if isinstance(url, str) else list(url)
+        for u in urls:
+            if not isinstance(u, str) or not u.startswith(("http://", "https://")):
+                raise ConfigurationError(f"master URL {clip(u)} must start with http:// or https://")
+        if not urls:
+            raise ConfigurationError("connect(): no master URL given")
+        self.urls = [u.rstrip("/") for u in urls]
+        self._current = 0
         self._timeout = timeout
+        self._failover_timeout = failover_timeout
         self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout)
         try:
-            token = self._call("/v1/login", {"user": user, "password": password})["token"]
+            token = self._call("/v1/login", {"user": user, "password": password}, idempotent=True)["token"]
         except httpx.TransportError as exc:
             self._http.close()
             raise ConfigurationError(f"cannot reach the Headwater master at {self.url}: {exc}") from None
@@ -78,17 +99,46 @@ class RemoteMaster:
             raise
         self._http.headers["Authorization"] = f"Bearer {token}"
 
+    @property
+    def url(self) -> str:
+        return self.urls[self._current]
+
     # -- transport ------------------------------------------------------------------------------------
     def _call(self, path: str, body: Any = None, *, content: bytes | None = None, params: dict[str, Any] | None = None,
-              timeout: float | None = None) -> Any:
-        if content is not None:
-            response = self._http.post(path, content=content, params=params, headers={"Content-Type": ARROW_STREAM},
-                                       timeout=timeout or self._timeout)
-        else:
-            response = self._http.post(path, json=body, params=params, timeout=timeout or self._timeout)
-        if response.is_success:
-            return response.json()
-        raise self._error(response)
+              timeout: float | None = None, idempotent: bool = False) -> Any:
+        deadline = time.monotonic() + self._failover_timeout
+        tried = 0
+        while True:
+            try:
+                if content is not None:
+                    response = self._http.post(path, content=content, params=params,
+                                               headers={"Content-Type": ARROW_STREAM}, timeout=timeout or self._timeout)
+                else:
+                    response = self._http.post(path, json=body, params=params, timeout=timeout or self._timeout)
+            except httpx.TransportError as exc:
+                # ConnectError: the request never left; anything later may have reached the master
+                if len(self.urls) == 1 or not (idempotent or isinstance(exc, httpx.ConnectError)):
+                    raise
+                tried = self._next_master(tried, deadline, exc)
+                continue
+            if response.status_code == 503 and len(self.urls) > 1 and _is_standby(response):
+                tried = self._next_master(tried, deadline, None)
+                continue
+            if response.is_success:
+                return response.json()
+            raise self._error(response)
+
+    def _next_master(self, tried: int, deadline: float, exc: Exception | None) -> int:
+        """Move on to the next master URL; after each full round, pause briefly (a standby takes over in seconds)."""
+        if time.monotonic() > deadline:
+            raise ExecutionError(f"no active Headwater master among {', '.join(self.urls)} within "
+                                 f"{self._failover_timeout:.0f}s" + (f": {exc}" if exc else "")) from exc
+        tried += 1
+        self._current = (self._current + 1) % len(self.urls)
+        self._http.base_url = httpx.URL(self.url)
+        if tried % len(self.urls) == 0:
+            time.sleep(0.25)  # every master refused: wait for the standby's takeover (bounded by the deadline)
+        return tried
 
     def _error(self, response: httpx.Response) -> Exception:
         try:
@@ -106,7 +156,7 @@ class RemoteMaster:
 
     # -- tables ---------------------------------------------------------------------------------------
     def table_info(self, fqn: FQN) -> TableRecord:
-        doc = self._call("/v1/tables/info", {"fqn": str(fqn)})
+        doc = self._call("/v1/tables/info", {"fqn": str(fqn)}, idempotent=True)
         return TableRecord(doc["fqn"], "", doc["kind"], Schema(tuple(tuple(c) for c in doc["schema"])),
                            tuple(doc["key_columns"]), doc["time_column"], None)
 
@@ -129,13 +179,13 @@ class RemoteMaster:
 
     def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
         params = {"table": str(fqn), "client_id": client_id, "sequence": sequence}
-        return int(self._call("/v1/tables/append", content=arrow_bytes(data), params=params)["version"])
+        return int(self._call("/v1/tables/append", content=arrow_bytes(data), params=params, idempotent=True)["version"])
 
     def committed_sequence(self, fqn: FQN, client_id: str) -> int | None:
         return self._call("/v1/tables/committed_sequence", {"fqn": str(fqn), "client_id": client_id})["sequence"]
 
     def table_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
-        return list(self._call("/v1/tables/meta", {"fqn": None if fqn is None else str(fqn)}))
+        return list(self._call("/v1/tables/meta", {"fqn": None if fqn is None else str(fqn)}, idempotent=True))
 
     # -- graphs ---------------------------------------------------------------------------------------
     def submit(self, logical: LogicalGraph, physical: PhysicalGraph, *, compute_group: str | None = None,
@@ -143,7 +193,7 @@ class RemoteMaster:
         self._call("/v1/graphs/submit", {"document": dumps(to_json(logical, physical)), "compute_group": compute_group,
                                          "checkpoint_config": None if checkpoint_config is None else
                                          dataclasses.asdict(checkpoint_config)},
-                   timeout=600.0)
+                   timeout=600.0, idempotent=True)  # the same definition again finishes what was cut off
 
     def stop_graph(self, fqn: FQN) -> None:
         self._call("/v1/graphs/stop", {"fqn": str(fqn)}, timeout=600.0)
@@ -161,37 +211,37 @@ class RemoteMaster:
         self._call("/v1/graphs/drop", {"fqn": str(fqn), "include_tables": include_tables}, timeout=600.0)
 
     def wait_until_caught_up(self, fqn: FQN, timeout: float) -> None:
-        self._call("/v1/graphs/wait", {"fqn": str(fqn), "timeout": timeout}, timeout=timeout + 30.0)
+        self._call("/v1/graphs/wait", {"fqn": str(fqn), "timeout": timeout}, timeout=timeout + 30.0, idempotent=True)
 
     def graph_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
         import pandas as pd
 
-        rows = self._call("/v1/graphs/meta", {"fqn": None if fqn is None else str(fqn)})
+        rows = self._call("/v1/graphs/meta", {"fqn": None if fqn is None else str(fqn)}, idempotent=True)
         return [{**r, "create_time": pd.Timestamp(r["create_time"])} for r in rows]
 
     def graph_info(self, fqn: FQN) -> dict[str, Any]:
-        return dict(self._call("/v1/graphs/info", {"fqn": str(fqn)}))
+        return dict(self._call("/v1/graphs/info", {"fqn": str(fqn)}, idempotent=True))
 
     def engine_meta(self, fqn: FQN) -> list[dict[str, Any]]:
-        return list(self._call("/v1/graphs/engines", {"fqn": str(fqn)}))
+        return list(self._call("/v1/graphs/engines", {"fqn": str(fqn)}, idempotent=True))
 
     def state_machine_events(self, limit: int = 1000) -> list[dict[str, Any]]:
-        return list(self._call("/v1/events", {"limit": limit}))
+        return list(self._call("/v1/events", {"limit": limit}, idempotent=True))
 
     def checkpoint_config(self, fqn: FQN) -> dict[str, Any]:
-        return dict(self._call("/v1/graphs/checkpoint_config", {"fqn": str(fqn)}))
+        return dict(self._call("/v1/graphs/checkpoint_config", {"fqn": str(fqn)}, idempotent=True))
 
     def set_checkpoint_config(self, fqn: FQN, config: CheckpointConfig) -> None:
-        self._call("/v1/graphs/set_checkpoint_config", {"fqn": str(fqn), "config": dataclasses.asdict(config)})
+        self._call("/v1/graphs/set_checkpoint_config", {"fqn": str(fqn), "config": dataclasses.asdict(config)}, idempotent=True)
 
     def checkpoint_jobs(self, fqn: FQN | None) -> list[dict[str, Any]]:
-        return list(self._call("/v1/checkpoints/jobs", {"fqn": None if fqn is None else str(fqn)}))
+        return list(self._call("/v1/checkpoints/jobs", {"fqn": None if fqn is None else str(fqn)}, idempotent=True))
 
     def checkpoint_subjobs(self, fqn: FQN | None) -> list[dict[str, Any]]:
-        return list(self._call("/v1/checkpoints/subjobs", {"fqn": None if fqn is None else str(fqn)}))
+        return list(self._call("/v1/checkpoints/subjobs", {"fqn": None if fqn is None else str(fqn)}, idempotent=True))
 
     def progress(self, fqn: FQN) -> dict[str, Any]:
-        return dict(self._call("/v1/graphs/progress", {"fqn": str(fqn)}))
+        return dict(self._call("/v1/graphs/progress", {"fqn": str(fqn)}, idempotent=True))
 
     def warmup(self, engine: FQN, data: pa.Table) -> int:
         return int(self._call("/v1/engines/warmup", content=arrow_bytes(data), params={"engine": str(engine)},
@@ -202,15 +252,25 @@ class RemoteMaster:
         """Stream the result into a local Parquet file, a batch at a time; return its directory and schema."""
         directory = Path(tempfile.mkdtemp(prefix="headwater-sql-"))
         body = {"query": query, "current_catalog": current_catalog}
-        with self._http.stream("POST", "/v1/sql", json=body, timeout=None) as response:
-            if not response.is_success:
-                response.read()
-                raise self._error(response)
-            reader = pa.ipc.open_stream(pa.PythonFile(_ByteStream(response.iter_bytes()), mode="r"))
-            with pq.ParquetWriter(directory / "part-00000.parquet", reader.schema) as writer:
-                for batch in reader:
-                    writer.write_batch(batch)
-        return directory, reader.schema
+        deadline, tried = time.monotonic() + self._failover_timeout, 0
+        while True:  # a read: safe to repeat on another master, from the start
+            try:
+                with self._http.stream("POST", "/v1/sql", json=body, timeout=None) as response:
+                    if not response.is_success:
+                        response.read()
+                        if response.status_code == 503 and len(self.urls) > 1 and _is_standby(response):
+                            tried = self._next_master(tried, deadline, None)
+                            continue
+                        raise self._error(response)
+                    reader = pa.ipc.open_stream(pa.PythonFile(_ByteStream(response.iter_bytes()), mode="r"))
+                    with pq.ParquetWriter(directory / "part-00000.parquet", reader.schema) as writer:
+                        for batch in reader:
+                            writer.write_batch(batch)
+                return directory, reader.schema
+            except httpx.TransportError as exc:
+                if len(self.urls) == 1:
+                    raise
+                tried = self._next_master(tried, deadline, exc)
 
     # -- session --------------------------------------------------------------------------------------
     def recover(self) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from headwater.errors import ExecutionError
+from headwater.errors import ExecutionError, WorkerUnavailableError
 from headwater.runtime.protocol import (
     Health,
     IsRunning,
@@ -102,7 +102,7 @@ class WorkerPool:
         if isinstance(message, RunSql):
             live = [url for url in self.ports if self.alive[url]]
             if not live:
-                raise ExecutionError("no live worker to run the query on")
+                raise WorkerUnavailableError("no live worker to run the query on")
             return self.ports[live[0]].request(message)
         if isinstance(message, Shutdown):
             return None  # worker processes outlive the master
@@ -124,7 +124,7 @@ class WorkerPool:
                 return None
             if isinstance(message, TaskStatus):
                 return []
-            raise ExecutionError(f"stream graph {fqn} is not running on a live worker"
+            raise WorkerUnavailableError(f"stream graph {fqn} is not running on a live worker"
                                  + (f" (its worker {placed[0]} is down)" if placed else ""))
         return self.ports[placed[0]].request(message)
 

@@ -10,9 +10,11 @@ import argparse
 import logging
 import os
 import re
+import threading
 from pathlib import Path
+from typing import Any
 
-from headwater.tuning import TRIGGER_INTERVAL
+from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 
 log = logging.getLogger(__name__)
 
@@ -26,35 +28,163 @@ def spark_master(text: str) -> str:
     return text
 
 
+def positive(text: str) -> int:
+    value = non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
+
+
+def cluster(args: argparse.Namespace) -> int:
+    from headwater.service import cluster as local_cluster
+
+    data_dir = Path(args.data_dir).resolve()
+    if args.action == "up":
+        state = local_cluster.up(data_dir, workers=args.workers, port=args.port, postgres=args.postgres,
+                                 cores_per_worker=args.cores_per_worker, driver_batch_rows=args.driver_batch_rows)
+        print(f"headwater cluster on {data_dir}:\n  master   {state['master']}  (user admin, password in "
+              f"{data_dir / 'cluster' / 'admin-password'} unless HEADWATER_ADMIN_PASSWORD is set)\n"
+              f"  workers  {' '.join(state['workers'])}\n  spark    {state['spark_master']}\n"
+              f"  metadata {state['metadata'] or 'SQLite in the data directory'}\n  logs     {data_dir / 'cluster' / 'logs'}")
+        return 0
+    if args.action == "status":
+        rows = local_cluster.status(data_dir)
+        for r in rows:
+            answer = "" if r["answering"] is None else ("answering" if r["answering"] else "NOT answering")
+            print(f"{r['name']:<14} pid {r['pid']:<8} {'running' if r['running'] else 'NOT running':<12} {answer}")
+        return 0 if all(r["running"] and r["answering"] is not False for r in rows) else 1
+    stopped = local_cluster.down(data_dir)
+    print(f"headwater cluster on {data_dir}: stopped {stopped} process(es)")
+    return 0
+
+
+def add_cluster_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cluster", help="start, check or stop the whole service on this machine (Spark standalone, "
+                                       "workers, master, optionally PostgreSQL)")
+    p.add_argument("action", choices=["up", "status", "down"])
+    p.add_argument("--data-dir", required=True, help="where tables, checkpoints, metadata and the cluster's logs live")
+    p.add_argument("--workers", type=positive, default=2, help="Headwater workers to start (up)")
+    p.add_argument("--port", type=positive, default=8765, help="the master's port (up)")
+    p.add_argument("--postgres", action="store_true", help="keep the metadata in a PostgreSQL server started here (up)")
+    p.add_argument("--cores-per-worker", type=positive, default=1, help="Spark executor cores per worker (up)")
+    p.add_argument("--driver-batch-rows", type=non_negative, default=None,
+                   help="passed to each worker (up); 0 makes every micro-batch run on Spark's executors")
+    p.set_defaults(func=cluster)
+
+
 def serve_master(args: argparse.Namespace) -> int:
+    """Serve the API; with PostgreSQL metadata, only while this master holds the leadership (``--standby``: wait
+    for it, serving 503 meanwhile)."""
     import uvicorn
 
-    from headwater.api.session import embedded_master
-    from headwater.service.auth import Authenticator
-    from headwater.service.server import create_app
+    from headwater.errors import ConfigurationError
+    from headwater.service.server import Switchboard, create_standby_app
 
-    pool = None
-    if args.worker:
-        from headwater.service.pool import WorkerPool
+    leadership = None
+    if args.metadata is not None and args.metadata.startswith(("postgresql", "postgres://")):
+        from headwater.service.leader import Leadership
 
-        pool = WorkerPool(args.worker, os.environ.get("HEADWATER_WORKER_SECRET", ""),
-                          heartbeat=args.heartbeat, deadline=args.heartbeat_deadline)
-    master = embedded_master(Path(args.data_dir), spark_master=args.spark, trigger_interval=args.trigger_interval,
-                             metadata_url=args.metadata, worker=pool, start_spark=pool is None)
+        leadership = Leadership(args.metadata)
+        if not leadership.try_acquire() and not args.standby:
+            leadership.close()
+            raise ConfigurationError("another master is active on this metadata store; start this one with "
+                                     "--standby to take over when it stops")
+    elif args.standby:
+        raise ConfigurationError("--standby needs the metadata in PostgreSQL (--metadata postgresql://...), which "
+                                 "the masters share")
+    serving = ActiveMaster(args)
+    app = Switchboard(create_standby_app(lambda: "it takes over when the active master stops"))
+    stop = threading.Event()
+    if leadership is None or leadership.held:
+        app.inner = serving.start()
+        role = "active"
+    else:
+        threading.Thread(target=_await_leadership, args=(leadership, serving, app, stop), daemon=True,
+                         name="headwater-standby").start()
+        role = "standby"
+    if leadership is not None:
+        threading.Thread(target=_watch_leadership, args=(leadership, stop), daemon=True,
+                         name="headwater-leadership").start()
+    print(f"headwater master ({role}): {args.data_dir} on http://{args.host}:{args.port} (API docs at /docs)",
+          flush=True)
     try:
-        if pool is not None:  # placements live in the master's store; then the graphs that were running resume
-            pool.attach(master.store, master.worker_down)
-            master.recover()
-        auth = Authenticator(master.store)
-        auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
-        app = create_app(master, auth, max_body_bytes=args.max_body_mb * 2**20)
-        print(f"headwater master: {args.data_dir} on http://{args.host}:{args.port} (API docs at /docs)", flush=True)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, lifespan="off")
     finally:
-        if pool is not None:  # no failover while the master shuts down
-            pool.close()
-        master.close()
+        stop.set()
+        serving.close()
+        if leadership is not None:
+            leadership.close()
     return 0
+
+
+LEADERSHIP_POLL_S = 1.0
+
+
+class ActiveMaster:
+    """The master's parts once it is active: its worker pool, the master, the API app."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.pool: Any = None
+        self.master: Any = None
+
+    def start(self) -> Any:
+        from headwater.api.session import embedded_master
+        from headwater.service.auth import Authenticator
+        from headwater.service.server import create_app
+
+        args = self.args
+        if args.worker:
+            from headwater.service.pool import WorkerPool
+
+            self.pool = WorkerPool(args.worker, os.environ.get("HEADWATER_WORKER_SECRET", ""),
+                                   heartbeat=args.heartbeat, deadline=args.heartbeat_deadline)
+        self.master = embedded_master(Path(args.data_dir), spark_master=args.spark,
+                                      trigger_interval=args.trigger_interval, metadata_url=args.metadata,
+                                      worker=self.pool, start_spark=self.pool is None)
+        if self.pool is not None:  # placements live in the master's store; then the graphs that were running resume
+            self.pool.attach(self.master.store, self.master.worker_down)
+            self.master.recover()
+        auth = Authenticator(self.master.store)
+        auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
+        return create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20)
+
+    def close(self) -> None:
+        if self.pool is not None:  # no failover while the master shuts down
+            self.pool.close()
+        if self.master is not None:
+            self.master.close()
+
+
+def _await_leadership(leadership: Any, serving: ActiveMaster, app: Any, stop: threading.Event) -> None:
+    """A standby: take over once the active master's lock is released."""
+    while not stop.wait(LEADERSHIP_POLL_S):
+        try:
+            if leadership.try_acquire():
+                log.warning("the active master is gone: this standby takes over")
+                app.inner = serving.start()
+                print("headwater master: now active", flush=True)
+                return
+        except Exception:  # the database is unreachable now: keep trying, as standby
+            log.exception("standby: could not check the leadership")
+
+
+def _watch_leadership(leadership: Any, stop: threading.Event) -> None:
+    """An active master that lost its lock's connection stops at once: a standby may be active by now."""
+    while not stop.wait(LEADERSHIP_POLL_S):
+        if leadership.held and not leadership.holds():
+            log.critical("lost the connection that holds the master's leadership: stopping this master")
+            os._exit(3)
 
 
 def serve_worker(args: argparse.Namespace) -> int:
@@ -66,8 +196,11 @@ def serve_worker(args: argparse.Namespace) -> int:
 
     secret = check_secret(os.environ.get("HEADWATER_WORKER_SECRET"))
     worker = Worker(Path(args.data_dir), spark_master=args.spark,
-                    trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"))
+                    trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"),
+                    driver_batch_rows=args.driver_batch_rows, spark_cores=args.spark_cores)
     worker.name = f"worker@{args.host}:{args.port}"
+    # a worker is a Spark driver: start it now, so that a graph placed here (or moved here) starts in seconds
+    threading.Thread(target=lambda: worker.spark, name="headwater-spark-start", daemon=True).start()
     try:
         print(f"headwater worker: {args.data_dir} on http://{args.host}:{args.port}", flush=True)
         uvicorn.run(create_worker_app(worker, secret, group=args.group), host=args.host, port=args.port,
@@ -81,6 +214,10 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run a stream worker: a Spark driver that runs the queries its master assigns")
     p.add_argument("--data-dir", required=True, help="the master's data directory (shared storage)")
     p.add_argument("--group", default="default", help="the compute group this worker belongs to")
+    p.add_argument("--spark-cores", type=positive, default=None,
+                   help="on a standalone cluster: the executor cores this worker's Spark driver takes (default: all)")
+    p.add_argument("--driver-batch-rows", type=non_negative, default=DRIVER_BATCH_ROWS,
+                   help="micro-batches up to this many input rows run in the driver; 0: always as Spark tasks")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8766)
     p.add_argument("--spark", default="local[*]", type=spark_master,
@@ -107,5 +244,7 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
                    help="the Spark master of the worker's driver: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
     p.add_argument("--max-body-mb", type=int, default=512, help="the largest append or warm-up body accepted")
+    p.add_argument("--standby", action="store_true",
+                   help="wait as a standby and take over when the active master on the same --metadata stops")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=serve_master)

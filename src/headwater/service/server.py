@@ -34,6 +34,7 @@ from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.master import Master
 from headwater.runtime.protocol import arrow_table
 from headwater.service.auth import Authenticator, AuthError
+from headwater.service.client import STANDBY_ERROR
 from headwater.storage.retention import Retention
 from headwater.types import Schema
 
@@ -172,7 +173,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
 
     @app.get("/v1/health")
     def health() -> dict[str, str]:
-        return {"status": "ok"}
+        return {"status": "ok", "role": "active"}
 
     @app.post("/v1/login")
     def login(body: Login) -> dict[str, str]:
@@ -349,3 +350,31 @@ async def _in_thread(fn: Callable[[], Any]) -> Any:
     from starlette.concurrency import run_in_threadpool
 
     return await run_in_threadpool(fn)
+
+
+def create_standby_app(active: Callable[[], str]) -> FastAPI:
+    """What a standby master serves until it becomes active: its health, and 503 ``StandbyMaster`` for the rest."""
+    app = FastAPI(title="Headwater master (standby)", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/v1/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok", "role": "standby"}
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    def refuse(path: str) -> JSONResponse:
+        return JSONResponse({"error": STANDBY_ERROR, "message": f"this master is a standby: {active()}"},
+                            status_code=503)
+
+    return app
+
+
+class Switchboard:
+    """The ASGI app uvicorn serves: the standby's answers until this master becomes active, then the API."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # neither app needs start-up or shut-down hooks
+            return
+        await self.inner(scope, receive, send)

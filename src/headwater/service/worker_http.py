@@ -21,7 +21,14 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip, error_class
+from headwater.errors import (
+    ConfigurationError,
+    ExecutionError,
+    HeadwaterError,
+    WorkerUnavailableError,
+    clip,
+    error_class,
+)
 from headwater.runtime.protocol import Health, IsRunning, Message, Progress, TaskStatus, decode, encode
 from headwater.runtime.worker import Worker
 from headwater.service.placement import DEFAULT_GROUP
@@ -112,7 +119,7 @@ class HttpWorkerPort:
         try:
             response = self._http.post("/v1/worker/request", json=encode(message), timeout=timeout)
         except httpx.TransportError as exc:
-            raise ExecutionError(f"worker {self.url} cannot be reached: {exc}") from None
+            raise WorkerUnavailableError(f"worker {self.url} cannot be reached: {exc}") from None
         doc = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
         if response.is_success:
             return decode_reply(doc.get("reply"))

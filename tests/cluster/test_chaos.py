@@ -1,0 +1,192 @@
+"""Chaos: the seed's indicator graph under continuous appends while processes die with ``kill -9``.
+
+Two workers, an active master and a standby on PostgreSQL. A worker is killed while the graph is being
+submitted, then at ``HEADWATER_CHAOS_ROUNDS`` (10) moments drawn from a seeded generator — while an append
+is being committed, while a micro-batch is being processed, right after a micro-batch committed its output
+— and restarted each time. Then the active master is killed (the standby takes over), and the new active
+one is killed with no standby left (a master restarted on the same store resumes). Every time the graph is
+``running`` again within 30 s, and at the end both of its tables equal the pandas reference: no row lost,
+none duplicated. ``benchmarks/chaos.py`` runs the same with more rounds and reports the recovery times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+import headwater as hw
+from tests.support.indicators import assert_frames_match, make_ticks, reference_bars, reference_indicators
+from tests.support.postgres import free_port, postgres_server
+from tests.support.service import ENV, PASSWORD, start, stop
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROUNDS = int(os.environ.get("HEADWATER_CHAOS_ROUNDS", "10"))
+SEED = int(os.environ.get("HEADWATER_CHAOS_SEED", "7"))
+MOMENTS = ("append", "processing", "commit")
+BACK_WITHIN_S = 30.0
+GRAPH = "demo.stream_graph.indicators"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Seconds until ``condition()`` holds (polled), or fail naming ``what``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(0.05)  # polling a condition with a deadline
+    raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
+
+
+class Cluster:
+    """The processes of the test and what they are doing."""
+
+    def __init__(self, data: Path, metadata: str) -> None:
+        self.data, self.metadata = data, metadata
+        self.worker_ports = [free_port(), free_port()]
+        self.master_ports = [free_port(), free_port()]
+        self.workers = {p: self.start_worker(p) for p in self.worker_ports}
+        self.masters: dict[int, object] = {}
+        self.recoveries: list[tuple[str, float]] = []
+
+    def start_worker(self, port: int):
+        return start("worker", self.data, port, "--driver-batch-rows", "0")  # batches as Spark jobs: longer windows
+
+    def start_master(self, port: int, *extra: str):
+        args = ["--metadata", self.metadata, "--heartbeat", "0.5", "--heartbeat-deadline", "3"]
+        for p in self.worker_ports:
+            args += ["--worker", f"http://127.0.0.1:{p}"]
+        self.masters[port] = start("master", self.data, port, *args, *extra)
+
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{p}" for p in self.master_ports]
+
+    def placed_worker(self) -> int | None:
+        with psycopg.connect(self.metadata) as c:
+            row = c.execute("select worker from placements where graph_fqn = %s", (GRAPH,)).fetchone()
+        return int(row[0].rsplit(":", 1)[1]) if row else None
+
+    def kill_worker(self, port: int, why: str, session: hw.Session) -> None:
+        """kill -9 the worker on ``port``; wait until the graph runs again (elsewhere); restart the worker."""
+        stop(self.workers[port], signal.SIGKILL)
+        self.recoveries.append((why, wait_for(lambda: running_elsewhere(session, port), 120,
+                                              f"the graph running again after {why}")))
+        self.workers[port] = self.start_worker(port)
+
+
+def running_elsewhere(session: hw.Session, dead_port: int) -> bool:
+    meta = session.stream_graph_meta("indicators").iloc[-1]
+    nodes = {t["node"] for t in meta["tasks"] if t["status"] == "running"}
+    return meta["status"] == "running" and len(nodes) == 1 and not nodes.pop().endswith(f":{dead_port}")
+
+
+def log_versions(table: Path) -> int:
+    return len(list((table / "_delta_log").glob("*.json")))
+
+
+def in_flight(data: Path) -> bool:
+    """Whether some subgraph's query has logged a micro-batch it has not finished."""
+    for offsets in data.glob("graphs/demo/indicators/checkpoints/*/spark/offsets"):
+        logged = max((int(p.name) for p in offsets.iterdir() if p.name.isdigit()), default=-1)
+        jobs = offsets.parent.parent / "jobs"
+        done = max((int(p.stem) for p in jobs.glob("[0-9]*.json")), default=-1) if jobs.exists() else -1
+        if logged > done:
+            return True
+    return False
+
+
+def test_kill_9_workers_and_masters_at_random_moments_loses_and_duplicates_nothing(tmp_path, monkeypatch):
+    monkeypatch.setitem(ENV, "HEADWATER_DRIVER_MEMORY", "1g")  # several JVMs on one machine
+    rng = random.Random(SEED)
+    ticks = make_ticks(n_symbols=6, minutes=90, ticks_per_minute=4, seed=SEED)
+    chunks = np.array_split(np.arange(len(ticks)), 2 * ROUNDS + 6)
+    data = tmp_path / "data"
+    with postgres_server() as metadata:
+        cluster = Cluster(data, metadata)
+        try:
+            first, second = cluster.master_ports
+            cluster.start_master(first)
+            cluster.start_master(second, "--standby")
+            session = hw.connect(cluster.urls(), user="admin", password=PASSWORD, client_id="chaos-feed")
+            session.use_catalog("demo")
+            sequence = iter(range(10**6))
+            fed = [0]
+
+            def append_next() -> None:
+                rows = chunks[fed[0]]
+                session.append("trade", ticks.iloc[rows], sequence=next(sequence))
+                fed[0] += 1
+
+            # during submit: the worker it was placed on dies before the graph runs
+            from headwater.demo import build_indicator_graph
+
+            graph = build_indicator_graph(session)
+            submitting = threading.Thread(target=graph.submit)
+            submitting.start()
+            wait_for(lambda: cluster.placed_worker() is not None, 120, "a placement")
+            cluster.kill_worker(cluster.placed_worker(), "kill during submit", session)
+            submitting.join(120)
+            append_next()
+
+            trade, bars = data / "tables" / "demo" / "trade", data / "tables" / "demo" / "one_min_bar"
+            for _ in range(ROUNDS):
+                moment, victim = rng.choice(MOMENTS), cluster.placed_worker()
+                assert victim is not None
+                if moment == "append":
+                    before = log_versions(trade)
+                    appending = threading.Thread(target=append_next)
+                    appending.start()
+                    wait_for(lambda before=before: log_versions(trade) > before, 60, "the append's commit")
+                    cluster.kill_worker(victim, "kill during append", session)
+                    appending.join(60)
+                elif moment == "processing":
+                    append_next()
+                    wait_for(lambda: in_flight(data), 60, "a micro-batch in flight")
+                    cluster.kill_worker(victim, "kill during processing", session)
+                else:
+                    before = log_versions(bars)
+                    append_next()
+                    wait_for(lambda before=before: log_versions(bars) > before, 60, "a micro-batch's commit")
+                    cluster.kill_worker(victim, "kill right after a commit", session)
+                append_next()
+
+            # the active master dies; the standby takes over (clients follow it)
+            stop(cluster.masters[first], signal.SIGKILL)
+            append_next()
+            cluster.recoveries.append(("active master killed, standby takes over", wait_for(
+                lambda: session.stream_graph_meta("indicators").iloc[-1]["status"] == "running", 120, "standby")))
+            # and the new active one dies with no standby: a master restarted on the same store resumes
+            stop(cluster.masters[second], signal.SIGKILL)
+            t = time.monotonic()
+            cluster.start_master(first)
+            append_next()
+            cluster.recoveries.append(("master restarted without a standby", time.monotonic() - t))
+            while fed[0] < len(chunks):
+                append_next()
+            session.wait_until_caught_up("indicators", timeout=300)
+            assert session.stream_graph_meta("indicators").iloc[-1]["status"] == "running"
+
+            report = os.environ.get("HEADWATER_CHAOS_REPORT")
+            if report:  # benchmarks/chaos.py
+                Path(report).write_text(json.dumps({"rounds": ROUNDS, "seed": SEED, "ticks": len(ticks),
+                                                    "appends": fed[0], "recoveries": cluster.recoveries}, indent=1))
+            slow = [(why, round(s, 1)) for why, s in cluster.recoveries if s > BACK_WITHIN_S]
+            assert not slow, f"back to running later than {BACK_WITHIN_S:.0f}s: {slow}"
+            got_bars = session.sql("select * from one_min_bar").to_pandas()
+            got_indicators = session.sql("select * from one_min_indicators").to_pandas()
+            assert_frames_match(got_bars, reference_bars(ticks), ["symbol", "time"])
+            assert_frames_match(got_indicators, reference_indicators(reference_bars(ticks)), ["symbol", "time"])
+            session.close()
+        finally:
+            for proc in [*cluster.masters.values(), *cluster.workers.values()]:
+                stop(proc, signal.SIGKILL)
