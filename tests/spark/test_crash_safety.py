@@ -169,6 +169,8 @@ def test_a_broken_graph_fails_alone_and_connect_does_not_wait_for_resuming(spark
         assert broken["status"] == "failed" and "cannot load its stored definition" in broken["reason"]
         with pytest.raises(hw.StreamGraphStateError, match="is failed: cannot load"):
             session.wait_until_caught_up("broken", timeout=60)
+        resumed = session.state_machine_events().query("type == 'RECOVER'")[["detail", "state"]].values.tolist()
+        assert sorted(resumed) == [["demo.stream_graph.broken", "failed"], ["demo.stream_graph.good", "finished"]]
     finally:
         gate.set()
         session.close()

@@ -97,7 +97,8 @@ def test_a_failing_graph_goes_to_error_then_failed_and_can_be_resubmitted(spark,
         assert meta["status"] == "failed" and "negative value" in meta["reason"]
         assert "2 failure(s) in a row, consecutive_failures=1" in meta["reason"]
         recover = session.state_machine_events().query("type == 'RECOVER'")  # the one restart allowed, which failed
-        assert recover[["state"]].values.tolist() == [["failed"]] and "negative value" in recover["detail"].iloc[0]
+        assert recover[["state", "retries"]].values.tolist() == [["failed", 0]]
+        assert "negative value" in recover["detail"].iloc[0]
         jobs = session.checkpoint_job_info("fragile")
         assert jobs["status"].iloc[-1] == "FAILED" and "negative value" in jobs["extra"].iloc[-1]
         with pytest.raises(hw.StreamGraphStateError, match="failed"):

@@ -36,8 +36,9 @@ class EventLog:
         self.store = store
 
     @contextlib.contextmanager
-    def record(self, kind: EventType, detail: str) -> Iterator[None]:
-        event = self.store.add_event(str(kind), shorten(detail, 2000), time.time())
+    def record(self, kind: EventType, detail: str, *, retries: int = 0) -> Iterator[None]:
+        """``retries``: how many attempts at the same thing came before this one (a graph's restarts in a row)."""
+        event = self.store.add_event(str(kind), shorten(detail, 2000), time.time(), retries)
         try:
             yield
         except BaseException as exc:

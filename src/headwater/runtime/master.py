@@ -473,30 +473,29 @@ class Master:
             try:
                 if not self._closing.is_set():  # on close, the rest stay 'building' and resume next time
                     self._resume(rec)
+            except ExecutionError as exc:  # the graph is 'failed' with the reason; the others still resume
+                log.error("%s", exc)
             finally:
                 self._recovering.pop(rec.fqn).set()
 
     @recorded(EventType.RECOVER)
     def _resume(self, rec: GraphRecord) -> None:
+        """Start a graph that was running when the previous master stopped; a graph that cannot resume is
+        ``failed`` and this raises :class:`ExecutionError` with the reason (its RECOVER event ends ``failed``)."""
         try:
             logical: LogicalGraph = _definition(rec)
             physical = plan(logical)
         except Exception as exc:  # the stored definition no longer loads (e.g. a user module was removed)
             reason = f"cannot load its stored definition: {type(exc).__name__}: {shorten(str(exc), 400)}"
             self._set_status(rec, GraphStatus.FAILED, reason, action="resume")
-            log.error("stream graph %s %s", rec.fqn, reason)
-            return
+            raise ExecutionError(f"stream graph {rec.fqn} {reason}") from None
         changes = plan_changes(json.loads(rec.graph_json), to_json(logical, physical))
         if changes:  # its checkpoints and state belong to another plan: running would silently orphan them
             reason = (f"its plan changed since it was submitted, so its state cannot be reused: {'; '.join(changes[:3])}"
                       f"{f' (and {len(changes) - 3} more)' if len(changes) > 3 else ''}; drop it and submit it again")
             self._set_status(rec, GraphStatus.FAILED, reason, action="resume")
-            log.error("stream graph %s %s", rec.fqn, reason)
-            return
-        try:
-            self._start(rec, logical, physical, action="resume")
-        except ExecutionError as exc:  # _start stored 'failed' with the reason
-            log.error("%s", exc)
+            raise ExecutionError(f"stream graph {rec.fqn} {reason}")
+        self._start(rec, logical, physical, action="resume")  # stores 'failed' with the reason, and raises
 
     def _await_recovery(self, fqn: str, timeout: float | None = None) -> bool:
         """Wait until ``fqn`` is no longer being resumed; False if ``timeout`` ran out first."""

@@ -110,7 +110,7 @@ class Supervisor:
             master._set_status(rec, GraphStatus.ERROR, shorten(reason, 600), action="run")
             log.warning("stream graph %s failed, restarting it from its checkpoints: %s", fqn, reason)
             try:
-                with master.events.record(EventType.RECOVER, f"{fqn}: {shorten(reason, 500)}"):
+                with master.events.record(EventType.RECOVER, f"{fqn}: {shorten(reason, 500)}", retries=streak - 1):
                     master.restart(rec)
                 return
             except ExecutionError as exc:  # it failed again while starting (its first batch replays the failure)

@@ -315,9 +315,9 @@ class MetadataStore:
         return None if row is None else str(row[0])
 
     # -- events (headwater.runtime.events) ------------------------------------------------------------
-    def add_event(self, kind: str, detail: str, now: float) -> int:
+    def add_event(self, kind: str, detail: str, now: float, retries: int = 0) -> int:
         with self.engine.begin() as c:
-            res = c.execute(sa.insert(events).values(type=kind, state="running", retries=0, scheduled_time=now,
+            res = c.execute(sa.insert(events).values(type=kind, state="running", retries=retries, scheduled_time=now,
                                                      start_time=now, end_time=None, detail=detail, error_message=""))
             return int(res.inserted_primary_key[0])  # type: ignore[index]
 
