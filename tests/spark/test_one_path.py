@@ -129,3 +129,28 @@ def test_spark_and_run_local_give_the_same_rows(spark, tmp_path, ticks):
             assert len(got) > 20
     finally:
         s.close()
+
+
+def test_session_windows_on_spark_equal_the_reference(spark, tmp_path):
+    """The session window engine in parallel tasks on Spark, fed in several appends (Spark's tasks and the driver)."""
+    from tests.unit.test_session_window import GAP, METRICS, make_rows, reference
+
+    rows = make_rows(5, 600)
+    s = hw.connect(tmp_path, driver_batch_rows=200)  # the larger appends run as Spark tasks, the others on the driver
+    s.use_catalog("demo")
+    try:
+        g = s.stream_graph("sessions")
+        (g.source("events", schema={"t": "timestamp", "k": "string", "v": "double"}).parallelize("k", 2)
+           .session_window_engine(session_gap="10s", metrics=METRICS, time_column="t", key_column="k")
+           .sync().sink("sessions_out"))
+        g.submit()
+        for a, b in ((0, 100), (100, 450), (450, 470), (470, 600)):
+            s.append("events", rows.iloc[a:b])
+            s.wait_until_caught_up("sessions")  # one micro-batch per append
+        got = s.sql("select * from sessions_out").to_pandas().sort_values(["k", "t"], ignore_index=True)
+        want = reference(rows, GAP).sort_values(["k", "t"], ignore_index=True)
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)
+        ran = s.checkpoint_job_info("sessions")
+        assert set(ran.loc[ran["rows_in"] > 0, "on_driver"]) == {True, False}
+    finally:
+        s.close()

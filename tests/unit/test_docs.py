@@ -26,3 +26,10 @@ def test_orca_mapping_names_every_public_dstream_method():
     public += [m for m in dir(hw.Session) if not m.startswith("_") and callable(getattr(hw.Session, m))]
     missing = [m for m in public if m not in text and m not in {"close", "plan", "progress"}]
     assert not missing, f"docs/orca-mapping.md does not mention {missing}"
+
+
+def test_the_engine_docs_examples_run_as_written():
+    import doctest
+
+    failures, tried = doctest.testfile(str(DOCS / "engines.md"), module_relative=False)
+    assert tried > 0 and failures == 0

@@ -25,6 +25,7 @@ from headwater.engines.reactive_state import (
     ReactiveStateEngine,
 )
 from headwater.engines.reactive_stateless import ReactiveStatelessEngine, formulas_from
+from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Alias, Expr
@@ -334,6 +335,33 @@ class DStream:
             )
 
         return self._engine(TimeSeriesEngine.kind, make)
+
+    def session_window_engine(
+        self,
+        *,
+        session_gap: str | timedelta,
+        metrics: Sequence[Expr | str],
+        time_column: str,
+        key_column: str | Sequence[str] | None = None,
+        use_session_start_time: bool = True,
+    ) -> DStream:
+        """Aggregate each key's sessions: runs of rows less than ``session_gap`` apart (Orca's sessionWindowEngine).
+
+        A session is emitted when the first row of its key at or past its last row + ``session_gap`` arrives;
+        output time is the session's first row (``use_session_start_time=False``: last row + gap). Metrics
+        are as in ``time_series_engine``; see ``headwater.engines.session_window``.
+        """
+
+        def make(name: str) -> SessionWindowEngine:
+            where = f"session_window_engine {clip(name)}"
+            return SessionWindowEngine(
+                name=name, input_schema=self.node.schema,
+                session_gap=parse_duration(session_gap, where=f"{where} session_gap"),
+                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                time_column=time_column, key_column=_as_tuple(key_column),
+                use_session_start_time=use_session_start_time)
+
+        return self._engine(SessionWindowEngine.kind, make)
 
     def reactive_state_engine(
         self,

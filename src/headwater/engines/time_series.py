@@ -25,17 +25,13 @@ from headwater.engines.base import (
     EngineSpec,
     KeyTable,
     Processor,
-    metric_outputs,
-    resolve_columns,
-    resolve_expr,
 )
-from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
+from headwater.engines.columns import to_arrow, to_numpy
+from headwater.engines.window_metrics import WindowMetrics, resolve_window_engine, window_output_schema
 from headwater.errors import GraphDefinitionError, clip
-from headwater.expr import Call, Col, Expr, Lit
-from headwater.functions import FUNCTIONS, infer_type
-from headwater.types import NUMERIC, TEMPORAL, Schema
+from headwater.expr import Expr
+from headwater.types import Schema
 
-TSE_KINDS = frozenset({"scalar", "aggregate"})
 FILL_MODES = ("none", "null", "ffill")
 
 # Orca's alignment of the first window for millisecond-precision time columns (C.1).
@@ -94,47 +90,14 @@ class TimeSeriesEngine(EngineSpec):
             raise GraphDefinitionError(
                 f"{where}: fill must be one of {', '.join(FILL_MODES)} or a number, got {clip(self.fill)}"
             )
-        time_col = self.input_schema.lookup(self.time_column)
-        if time_col is None:
-            raise GraphDefinitionError(
-                f"{where}: time_column {clip(self.time_column)} is not an input column "
-                f"(input columns: {', '.join(self.input_schema.names)})"
-            )
-        if self.input_schema[time_col] not in TEMPORAL:
-            raise GraphDefinitionError(
-                f"{where}: time_column {clip(time_col)} has type {self.input_schema[time_col]}; expected timestamp or date"
-            )
-        object.__setattr__(self, "time_column", time_col)
-        keys = resolve_columns(self.key_column, self.input_schema, what="key_column", where=where)
-        object.__setattr__(self, "key_column", keys)
-        if not self.metrics:
-            raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['sum(volume) as volume']")
-        outputs = metric_outputs(self.metrics, where=where)
-        taken = {time_col, *keys}
-        for name, expr in outputs:
-            w = f"{where} metric {clip(name)}"
-            if name in taken:
-                raise GraphDefinitionError(f"{w}: the name repeats the time or key column; rename it with 'as'")
-            typ = infer_type(expr, self.input_schema, where=w, kinds=TSE_KINDS)
-            _check_inside_aggregates(expr, where=w)
-            for agg in _aggregates(expr):
-                arg_type = infer_type(agg.args[0], self.input_schema, where=w, kinds=TSE_KINDS)
-                if arg_type not in NUMERIC and arg_type != "bool":
-                    raise GraphDefinitionError(f"{w}: {agg} aggregates a {arg_type} column; only numeric columns are supported")
-            if typ == "string":
-                raise GraphDefinitionError(f"{w}: string results are not supported in a time_series_engine metric")
-        object.__setattr__(self, "_outputs", tuple(outputs))
+        resolve_window_engine(self, where=where)
 
     @property
     def key_columns(self) -> tuple[str, ...]:
         return self.key_column
 
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
-        schema = self.input_schema
-        cols = [(self.time_column, schema[self.time_column])] + [(k, schema[k]) for k in self.key_column]
-        where = f"time_series_engine {clip(self.name)}"
-        cols += [(n, infer_type(e, schema, where=where, kinds=TSE_KINDS)) for n, e in self._outputs]
-        return Schema(tuple(cols))
+        return window_output_schema(self, where=f"time_series_engine {clip(self.name)}")
 
     def properties(self) -> dict[str, Any]:
         return {
@@ -153,46 +116,14 @@ class TimeSeriesEngine(EngineSpec):
         return TimeSeriesProcessor(self)
 
 
-def _aggregates(expr: Expr) -> list[Call]:
-    return [n for n in expr.walk() if isinstance(n, Call) and FUNCTIONS[n.func].kind == "aggregate"]
-
-
-def _check_inside_aggregates(expr: Expr, *, where: str) -> None:
-    if isinstance(expr, Col):
-        raise GraphDefinitionError(
-            f"{where}: column {clip(expr.name)} is used outside an aggregate; a window engine outputs one row per "
-            f"window, e.g. 'last({expr.name}) as {expr.name}'"
-        )
-    if isinstance(expr, Call) and FUNCTIONS[expr.func].kind != "aggregate":
-        for a in expr.args:
-            _check_inside_aggregates(a, where=where)
-
-
-def _replace_aggregates(expr: Expr, index: dict[str, int]) -> Expr:
-    if isinstance(expr, Call):
-        if expr.key() in index:
-            return Col(f"__agg{index[expr.key()]}")
-        return Call(expr.func, tuple(_replace_aggregates(a, index) for a in expr.args), expr.params)
-    return expr
-
-
-
 class TimeSeriesProcessor(Processor):
     def __init__(self, spec: TimeSeriesEngine) -> None:
         from headwater.kernels.windows import WindowAggregator, WindowSpec
 
         self.spec = spec
-        schema = spec.input_schema
-        self.aggs: list[Call] = []
-        index: dict[str, int] = {}
-        self.post: list[tuple[str, Expr]] = []
-        for name, expr in spec._outputs:
-            expr = resolve_expr(expr, schema)
-            for agg in _aggregates(expr):
-                if agg.key() not in index:
-                    index[agg.key()] = len(self.aggs)
-                    self.aggs.append(agg)
-            self.post.append((name, _replace_aggregates(expr, index)))
+        self.out_schema = spec.output_schema()
+        self.metrics = WindowMetrics(spec._outputs, spec.input_schema,
+                                     [t for _, t in self.out_schema.columns[1 + len(spec.key_column):]])
         step = to_micros(spec.step)
         fill: str | float = spec.fill if isinstance(spec.fill, str) else float(spec.fill)
         window_spec = WindowSpec(
@@ -204,9 +135,7 @@ class TimeSeriesProcessor(Processor):
             fill=fill,
             align=alignment_micros(step, round_time=spec.round_time),
         )
-        self.aggregator = WindowAggregator(window_spec, [a.func for a in self.aggs])
-        self.out_schema = spec.output_schema()
-        self.needed = sorted({c for a in self.aggs for c in a.args[0].columns()})
+        self.aggregator = WindowAggregator(window_spec, [a.func for a in self.metrics.aggs])
 
     def new_state(self) -> dict[str, Any]:
         return {"keys": [], "windows": self.aggregator.init_state()}
@@ -231,8 +160,7 @@ class TimeSeriesProcessor(Processor):
         times = to_numpy(table[spec.time_column], time_type).astype(np.int64)
         if time_type == "date":
             times = times * 86_400_000_000
-        columns = {c: to_numpy(table[c], schema[c]) for c in self.needed}
-        args = [np.asarray(evaluate_rowwise(a.args[0], columns, n), dtype=np.float64) for a in self.aggs]
+        args = self.metrics.arguments(table)
         windows_state, out = self.aggregator.run(state["windows"], slots, max(len(keys), 1), times, args)
         new_state = {"keys": keys.keys, "windows": windows_state}
         m = len(out.slots)
@@ -244,12 +172,7 @@ class TimeSeriesProcessor(Processor):
         arrays: list[pa.Array] = [to_arrow(out_times.astype(np.float64), time_type)]
         for i, k in enumerate(spec.key_column):
             arrays.append(pa.array(keys.values(out.slots, i, len(spec.key_column)), type=schema.to_arrow().field(k).type))
-        agg_columns = {f"__agg{i}": np.asarray(v, dtype=np.float64) for i, v in enumerate(out.values)}
-        for (_, expr), (_, typ) in zip(self.post, self.out_schema.columns[1 + len(spec.key_column):], strict=True):
-            values = evaluate_rowwise(expr, agg_columns, m) if not isinstance(expr, Lit) else None
-            if values is None:
-                values = np.full(m, np.nan if expr.value is None else float(expr.value))  # type: ignore[attr-defined]
-            arrays.append(to_arrow(values, typ))
+        arrays.extend(self.metrics.results(out.values, m))
         seq = table[SEQ].to_numpy()
         arrays.append(pa.array(seq[np.asarray(out.trigger_rows, dtype=np.int64)], type=pa.int64()))
         return new_state, pa.table(arrays, schema=self._arrow_schema())

@@ -37,6 +37,7 @@ from headwater.engines.reactive_state import (
     ReactiveStateEngine,
 )
 from headwater.engines.reactive_stateless import Formula, ReactiveStatelessEngine
+from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item, Lit, MultiExpr
@@ -48,8 +49,8 @@ from headwater.types import Schema
 TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Schema, Parallelism, TableNode, EngineNode, MapNode,
     Col, Lit, Call, Item, Alias, MultiExpr,
-    TimeSeriesEngine, ReactiveStateEngine, NarrowReactiveStateEngine, DualOwnershipReactiveStateEngine,
-    ReactiveStatelessEngine, Formula,
+    TimeSeriesEngine, SessionWindowEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
+    DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
 )}
 
 _MAX_DEPTH = 200  # deeper documents are refused before Python's recursion limit is

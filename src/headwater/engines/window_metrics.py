@@ -1,0 +1,133 @@
+"""Metrics of the window engines (time-series, session): aggregates of row expressions, combined row-wise.
+
+``max(price) - min(price) as range`` is split into the aggregates a window accumulates (``max(price)``,
+``min(price)``) and the expression evaluated on their results per emitted window (``__agg0 - __agg1``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from headwater.engines.base import metric_outputs, resolve_columns, resolve_expr
+from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
+from headwater.errors import GraphDefinitionError, clip
+from headwater.expr import Call, Col, Expr, Lit
+from headwater.functions import FUNCTIONS, infer_type
+from headwater.types import NUMERIC, TEMPORAL, Schema
+
+WINDOW_KINDS = frozenset({"scalar", "aggregate"})
+
+
+def aggregates_of(expr: Expr) -> list[Call]:
+    return [n for n in expr.walk() if isinstance(n, Call) and FUNCTIONS[n.func].kind == "aggregate"]
+
+
+def _check_inside_aggregates(expr: Expr, *, where: str) -> None:
+    if isinstance(expr, Col):
+        raise GraphDefinitionError(
+            f"{where}: column {clip(expr.name)} is used outside an aggregate; a window engine outputs one row per "
+            f"window, e.g. 'last({expr.name}) as {expr.name}'"
+        )
+    if isinstance(expr, Call) and FUNCTIONS[expr.func].kind != "aggregate":
+        for a in expr.args:
+            _check_inside_aggregates(a, where=where)
+
+
+def _replace_aggregates(expr: Expr, index: dict[str, int]) -> Expr:
+    if isinstance(expr, Call):
+        if expr.key() in index:
+            return Col(f"__agg{index[expr.key()]}")
+        return Call(expr.func, tuple(_replace_aggregates(a, index) for a in expr.args), expr.params)
+    return expr
+
+
+def check_window_metrics(outputs: Sequence[tuple[str, Expr]], schema: Schema, *, where: str,
+                         taken: set[str]) -> None:
+    """Each metric: a name not taken by the time or key columns, aggregates of numeric row expressions only."""
+    for name, expr in outputs:
+        w = f"{where} metric {clip(name)}"
+        if name in taken:
+            raise GraphDefinitionError(f"{w}: the name repeats the time or key column; rename it with 'as'")
+        typ = infer_type(expr, schema, where=w, kinds=WINDOW_KINDS)
+        _check_inside_aggregates(expr, where=w)
+        for agg in aggregates_of(expr):
+            arg_type = infer_type(agg.args[0], schema, where=w, kinds=WINDOW_KINDS)
+            if arg_type not in NUMERIC and arg_type != "bool":
+                raise GraphDefinitionError(f"{w}: {agg} aggregates a {arg_type} column; only numeric columns are supported")
+        if typ == "string":
+            raise GraphDefinitionError(f"{w}: string results are not supported in a window engine metric")
+
+
+def metric_types(outputs: Sequence[tuple[str, Expr]], schema: Schema, *, where: str) -> list[tuple[str, str]]:
+    return [(n, infer_type(e, schema, where=where, kinds=WINDOW_KINDS)) for n, e in outputs]
+
+
+def resolve_window_engine(spec: Any, *, where: str) -> None:
+    """Check a window engine's time column, key columns and metrics against its input schema; store them
+    resolved on ``spec`` (a frozen dataclass with ``input_schema``, ``time_column``, ``key_column``,
+    ``metrics`` and ``_outputs``), or raise :class:`GraphDefinitionError` naming the node and the value."""
+    schema: Schema = spec.input_schema
+    time_col = schema.lookup(spec.time_column)
+    if time_col is None:
+        raise GraphDefinitionError(f"{where}: time_column {clip(spec.time_column)} is not an input column "
+                                   f"(input columns: {', '.join(schema.names)})")
+    if schema[time_col] not in TEMPORAL:
+        raise GraphDefinitionError(f"{where}: time_column {clip(time_col)} has type {schema[time_col]}; "
+                                   "expected timestamp or date")
+    keys = resolve_columns(spec.key_column, schema, what="key_column", where=where)
+    if not spec.metrics:
+        raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['sum(volume) as volume']")
+    outputs = metric_outputs(spec.metrics, where=where)
+    check_window_metrics(outputs, schema, where=where, taken={time_col, *keys})
+    object.__setattr__(spec, "time_column", time_col)
+    object.__setattr__(spec, "key_column", keys)
+    object.__setattr__(spec, "_outputs", tuple(outputs))
+
+
+def window_output_schema(spec: Any, *, where: str) -> Schema:
+    """A window engine's output: its time column, its key columns, then one column per metric."""
+    schema: Schema = spec.input_schema
+    cols = [(spec.time_column, schema[spec.time_column])] + [(k, schema[k]) for k in spec.key_column]
+    return Schema(tuple(cols + metric_types(spec._outputs, schema, where=where)))
+
+
+class WindowMetrics:
+    """The aggregates a window keeps (``aggs``) and how each metric is computed from their results."""
+
+    def __init__(self, outputs: Sequence[tuple[str, Expr]], schema: Schema, out_types: Sequence[str]) -> None:
+        self.schema = schema
+        self.aggs: list[Call] = []
+        index: dict[str, int] = {}
+        self.post: list[tuple[str, Expr]] = []
+        for name, expr in outputs:
+            expr = resolve_expr(expr, schema)
+            for agg in aggregates_of(expr):
+                if agg.key() not in index:
+                    index[agg.key()] = len(self.aggs)
+                    self.aggs.append(agg)
+            self.post.append((name, _replace_aggregates(expr, index)))
+        self.out_types = list(out_types)
+        self.needed = sorted({c for a in self.aggs for c in a.args[0].columns()})
+
+    def arguments(self, table: pa.Table) -> list[np.ndarray]:
+        """Each aggregate's argument over the rows of ``table``, as float64 (NULL = NaN)."""
+        n = table.num_rows
+        columns = {c: to_numpy(table[c], self.schema[c]) for c in self.needed}
+        return [np.asarray(evaluate_rowwise(a.args[0], columns, n), dtype=np.float64) for a in self.aggs]
+
+    def results(self, values: Sequence[np.ndarray], m: int) -> list[pa.Array]:
+        """The metric columns of ``m`` emitted windows from their aggregates' ``values``."""
+        agg_columns: Mapping[str, np.ndarray] = {f"__agg{i}": np.asarray(v, dtype=np.float64)
+                                                 for i, v in enumerate(values)}
+        arrays = []
+        for (_, expr), typ in zip(self.post, self.out_types, strict=True):
+            if isinstance(expr, Lit):
+                out = np.full(m, np.nan if expr.value is None else float(expr.value))
+            else:
+                out = evaluate_rowwise(expr, agg_columns, m)
+            arrays.append(to_arrow(out, typ))
+        return arrays
