@@ -214,3 +214,24 @@ def test_expired_data_files_are_really_gone_from_disk(tmp_path):
     assert before == 50 and len(after) <= 1 + 2  # the compacted file and the kept commits' files
     assert np.array_equal(np.sort(t.to_arrow().column("x").to_numpy()),
                           np.sort(np.concatenate([batch(i).column("x").to_numpy() for i in range(50)])))
+
+
+def test_a_session_that_only_appends_still_applies_retention(tmp_path):
+    session = hw.connect(tmp_path, start_spark=False)
+    try:
+        session.use_catalog("demo")
+        session.create_stream_table("plain", {"x": "long"})
+        session.append("plain", pd.DataFrame({"x": [1]}))
+        assert not session._master.compactor.started  # no retention anywhere: no thread
+        session.close()
+        session = hw.connect(tmp_path, start_spark=False)  # a later session, which declares nothing
+        session.use_catalog("demo")
+        session.create_stream_table("kept", {"x": "long"}, retention_rows=10)
+        assert session._master.compactor.started
+        session.close()
+        session = hw.connect(tmp_path, start_spark=False)
+        session.use_catalog("demo")
+        session.append("kept", pd.DataFrame({"x": [2]}))
+        assert session._master.compactor.started
+    finally:
+        session.close()

@@ -54,6 +54,10 @@ class Compactor:
                 log.warning("compaction of stream table %s failed", table.name, exc_info=True)
         return done
 
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
     def start(self) -> None:
         """Start compacting every ``interval`` in a thread (once; later calls do nothing)."""
         if self._thread is None and not self._stop.is_set():

@@ -174,6 +174,8 @@ class Master:
             raise CatalogError(f"stream table {fqn} already exists")
         self.store.put_table(self._create_table_files(str(fqn), self._public_table_path(str(fqn)), schema, kind, keys,
                                                       time_column, None, retention))
+        if retention is not None:
+            self.compactor.start()
 
     def set_retention(self, fqn: FQN, retention: Retention | None) -> None:
         """Set a public table's retention; the compactor applies it (``expire``) on its next rounds."""
@@ -208,11 +210,21 @@ class Master:
         """Append rows; return the committed version (the current one if a keyed table dropped every row)."""
         table = self._table(self.table_info(fqn))
         version = table.append(data)
+        self._expire_in_background(table)
         return table.version() if version is None else version
 
     def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
         """Append rows at most once per (client, table, sequence); return the version holding them."""
-        return self._table(self.table_info(fqn)).append_once(data, app_id=client_app_id(client_id), sequence=sequence)
+        table = self._table(self.table_info(fqn))
+        version = table.append_once(data, app_id=client_app_id(client_id), sequence=sequence)
+        self._expire_in_background(table)
+        return version
+
+    def _expire_in_background(self, table: StreamTable) -> None:
+        """A session that only appends still applies its tables' retention: the compactor starts with the first
+        append to a table that has one."""
+        if not self.compactor.started and table.retention is not None:
+            self.compactor.start()
 
     def committed_sequence(self, fqn: FQN, client_id: str) -> int | None:
         return self._table(self.table_info(fqn)).transaction_version(client_app_id(client_id))
