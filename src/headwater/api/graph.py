@@ -19,6 +19,7 @@ import pandas as pd
 
 from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
 from headwater.durations import parse_duration
+from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
     NarrowReactiveStateEngine,
@@ -362,6 +363,36 @@ class DStream:
                 use_session_start_time=use_session_start_time)
 
         return self._engine(SessionWindowEngine.kind, make)
+
+    def cross_sectional_engine(
+        self,
+        *,
+        metrics: Sequence[Expr | str],
+        key_column: str | Sequence[str],
+        triggering_pattern: str = "per_batch",
+        time_column: str | None = None,
+        use_system_time: bool = True,
+        context_by_column: str | None = None,
+    ) -> DStream:
+        """Aggregate the latest row of every key on each trigger (Orca's crossSectionalEngine).
+
+        ``triggering_pattern``: ``"per_batch"`` (once per append) or ``"per_row"``. Every key must meet in one
+        task, so it cannot follow ``parallelize``. See ``headwater.engines.cross_sectional``.
+        """
+        if self.parallelism is not None:
+            raise GraphDefinitionError(
+                f"cross_sectional_engine after parallelize({self.parallelism.key!r}, {self.parallelism.count}): the "
+                "engine needs the latest row of every key in one task; call it before parallelize, or after sync()")
+
+        def make(name: str) -> CrossSectionalEngine:
+            where = f"cross_sectional_engine {clip(name)}"
+            return CrossSectionalEngine(
+                name=name, input_schema=self.node.schema,
+                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                key_column=_as_tuple(key_column), triggering_pattern=triggering_pattern, time_column=time_column,
+                use_system_time=use_system_time, context_by_column=context_by_column)
+
+        return self._engine(CrossSectionalEngine.kind, make)
 
     def reactive_state_engine(
         self,

@@ -31,6 +31,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
     NarrowReactiveStateEngine,
@@ -49,7 +50,7 @@ from headwater.types import Schema
 TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Schema, Parallelism, TableNode, EngineNode, MapNode,
     Col, Lit, Call, Item, Alias, MultiExpr,
-    TimeSeriesEngine, SessionWindowEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
+    TimeSeriesEngine, SessionWindowEngine, CrossSectionalEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
     DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
 )}
 
