@@ -50,6 +50,7 @@ class WorkerPool:
     name = "worker-pool"
 
     def __init__(self, urls: Sequence[str], secret: str, *, heartbeat: float = 1.0, deadline: float = 5.0) -> None:
+        self.secret = secret
         self.ports = {url.rstrip("/"): HttpWorkerPort(url, secret) for url in urls}
         self.heartbeat, self.deadline = heartbeat, deadline
         self.alive = dict.fromkeys(self.ports, True)
@@ -66,10 +67,28 @@ class WorkerPool:
         """Keep placements in ``store``; call ``on_down(worker URL, its graphs)`` when a worker dies. Starts the
         heartbeats."""
         self._store, self._on_down = store, on_down
-        for url in self.ports:  # groups and loads known before the first placement
+        for url, group in store.joined_workers():  # workers that joined an earlier (or the other) master
+            self.add(url, group)
+        for url in list(self.ports):  # groups and loads known before the first placement
             self._probe(url)
         self._thread = threading.Thread(target=self._beat, name="headwater-heartbeats", daemon=True)
         self._thread.start()
+
+    def add(self, url: str, group: str = DEFAULT_GROUP) -> bool:
+        """A worker that joins by itself (``headwater worker --master``); kept in the store for the next master.
+        Returns True if it is new here."""
+        url = url.rstrip("/")
+        with self._lock:
+            if url in self.ports:
+                return False
+            self.ports[url] = HttpWorkerPort(url, self.secret)
+            self.loads[url] = WorkerLoad(url, group)
+            self._last_ok[url] = time.monotonic()
+            self.alive[url] = True
+        if self._store is not None:
+            self._store.add_worker(url, group)
+        log.warning("worker %s (group %s) joined", url, group)
+        return True
 
     # -- placement ------------------------------------------------------------------------------------
     def placements(self) -> dict[str, tuple[str, int]]:
@@ -100,7 +119,7 @@ class WorkerPool:
                 _write_epoch(Path(message.checkpoints) / EPOCH_FILE, epoch)
             return self.ports[url].request(dataclasses.replace(message, epoch=epoch))
         if isinstance(message, RunSql):
-            live = [url for url in self.ports if self.alive[url]]
+            live = [url for url in list(self.ports) if self.alive[url]]
             if not live:
                 raise WorkerUnavailableError("no live worker to run the query on")
             return self.ports[live[0]].request(message)
@@ -108,7 +127,7 @@ class WorkerPool:
             return None  # worker processes outlive the master
         if isinstance(message, Health):  # each graph as its current worker sees it (a fenced one is not asked)
             where, report = self.placements(), {}
-            for url in [u for u in self.ports if self.alive[u]]:
+            for url in [u for u in list(self.ports) if self.alive[u]]:
                 try:
                     answer = self.ports[url].request(message)
                 except ExecutionError:  # unreachable now: the heartbeats decide whether it is down
@@ -145,7 +164,7 @@ class WorkerPool:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
-            for url in self.ports:
+            for url in list(self.ports):  # workers may join meanwhile
                 now = time.monotonic()
                 ok = self._probe(url)
                 if ok:

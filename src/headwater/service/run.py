@@ -7,10 +7,12 @@ where ``ps`` shows it). The API listens on 127.0.0.1 unless ``--host`` says othe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +146,7 @@ class ActiveMaster:
         from headwater.service.server import create_app
 
         args = self.args
-        if args.worker:
+        if args.worker or args.remote_workers:
             from headwater.service.pool import WorkerPool
 
             self.pool = WorkerPool(args.worker, os.environ.get("HEADWATER_WORKER_SECRET", ""),
@@ -157,13 +159,30 @@ class ActiveMaster:
             self.master.recover()
         auth = Authenticator(self.master.store)
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
-        return create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20)
+        secret = os.environ.get("HEADWATER_WORKER_SECRET") if self.pool is not None else None
+        return create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20, worker_secret=secret)
 
     def close(self) -> None:
         if self.pool is not None:  # no failover while the master shuts down
             self.pool.close()
         if self.master is not None:
             self.master.close()
+
+
+JOIN_EVERY_S = 2.0
+
+
+def _join_masters(masters: list[str], me: str, group: str, secret: str) -> None:
+    """Tell the masters, again and again, that this worker is here: whichever is active (or becomes active after
+    a failover) adds it to its pool; a standby answers 503 and an unreachable one is skipped."""
+    import httpx
+
+    while True:
+        for master in masters:
+            with contextlib.suppress(httpx.HTTPError):  # down, or not up yet: the next round tries again
+                httpx.post(f"{master.rstrip('/')}/v1/workers/join", json={"url": me, "group": group},
+                           headers={"Authorization": f"Bearer {secret}"}, timeout=5.0)
+        time.sleep(JOIN_EVERY_S)  # the pace of re-joining (a master that restarted learns of us within it)
 
 
 def _await_leadership(leadership: Any, serving: ActiveMaster, app: Any, stop: threading.Event) -> None:
@@ -201,6 +220,10 @@ def serve_worker(args: argparse.Namespace) -> int:
     worker.name = f"worker@{args.host}:{args.port}"
     # a worker is a Spark driver: start it now, so that a graph placed here (or moved here) starts in seconds
     threading.Thread(target=lambda: worker.spark, name="headwater-spark-start", daemon=True).start()
+    if args.master:
+        me = f"http://{args.host}:{args.port}"
+        threading.Thread(target=_join_masters, args=(args.master, me, args.group, secret), daemon=True,
+                         name="headwater-join").start()
     try:
         print(f"headwater worker: {args.data_dir} on http://{args.host}:{args.port}", flush=True)
         uvicorn.run(create_worker_app(worker, secret, group=args.group), host=args.host, port=args.port,
@@ -214,6 +237,8 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run a stream worker: a Spark driver that runs the queries its master assigns")
     p.add_argument("--data-dir", required=True, help="the master's data directory (shared storage)")
     p.add_argument("--group", default="default", help="the compute group this worker belongs to")
+    p.add_argument("--master", action="append", default=[],
+                   help="a master to join (repeat it for a standby): the worker registers with the active one")
     p.add_argument("--spark-cores", type=positive, default=None,
                    help="on a standalone cluster: the executor cores this worker's Spark driver takes (default: all)")
     p.add_argument("--driver-batch-rows", type=non_negative, default=DRIVER_BATCH_ROWS,
@@ -244,6 +269,9 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
                    help="the Spark master of the worker's driver: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
     p.add_argument("--max-body-mb", type=int, default=512, help="the largest append or warm-up body accepted")
+    p.add_argument("--remote-workers", action="store_true",
+                   help="run no worker in this process: graphs run on workers that join (headwater worker --master) "
+                        "or are named by --worker")
     p.add_argument("--standby", action="store_true",
                    help="wait as a standby and take over when the active master on the same --metadata stops")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])

@@ -12,7 +12,9 @@ OpenAPI documentation is served at ``/docs``.
 
 from __future__ import annotations
 
+import hmac
 import io
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -28,7 +30,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from headwater.catalog import FQN, check_identifier, resolve
-from headwater.errors import GraphDefinitionError, HeadwaterError, RequestError, SchemaError, clip
+from headwater.errors import (
+    ConfigurationError,
+    GraphDefinitionError,
+    HeadwaterError,
+    RequestError,
+    SchemaError,
+    clip,
+)
 from headwater.plan.document import from_json
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.master import Master
@@ -74,6 +83,15 @@ class Login(BaseModel):
 
 class Name(BaseModel):
     fqn: str
+
+
+class JoinWorker(BaseModel):
+    url: str
+    group: str = "default"
+
+
+# what a joining worker may give as its address: http(s)://host:port, nothing else reaches the pool
+WORKER_URL = re.compile(r"https?://[A-Za-z0-9.-]{1,253}:[0-9]{1,5}")
 
 
 class CreateTable(BaseModel):
@@ -135,8 +153,10 @@ def _retention(doc: dict[str, Any] | None) -> Retention | None:
     return None if doc is None else Retention(minutes=doc.get("minutes"), rows=doc.get("rows"))
 
 
-def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20) -> FastAPI:
-    """The HTTP API over ``master``; logins checked by ``auth``; Arrow bodies up to ``max_body_bytes``."""
+def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20,
+               worker_secret: str | None = None) -> FastAPI:
+    """The HTTP API over ``master``; logins checked by ``auth``; Arrow bodies up to ``max_body_bytes``.
+    ``worker_secret``: workers that present it may join (``headwater worker --master``)."""
     app = FastAPI(title="Headwater master", version="1")
     bearer = HTTPBearer(auto_error=False)
     # Graph and table lifecycle calls change the catalog and start or stop queries: one at a time. Appends,
@@ -174,6 +194,22 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     @app.get("/v1/health")
     def health() -> dict[str, str]:
         return {"status": "ok", "role": "active"}
+
+    def joining_worker(http: Request) -> None:  # a dependency: checked before the body is read
+        presented = http.headers.get("authorization", "").encode()
+        if not worker_secret or not hmac.compare_digest(presented, f"Bearer {worker_secret}".encode()):
+            raise AuthError("a worker joins with the master's worker secret (HEADWATER_WORKER_SECRET)")
+
+    @app.post("/v1/workers/join")
+    def join(body: JoinWorker, _: None = Depends(joining_worker)) -> dict[str, Any]:
+        if not WORKER_URL.fullmatch(body.url):
+            raise RequestError(f"worker URL {clip(body.url)} must be http(s)://host:port")
+        group = check_identifier(body.group, what="compute group")
+        add = getattr(master.worker, "add", None)
+        if add is None:
+            raise ConfigurationError("this master runs its worker in its own process; start it with "
+                                     "--remote-workers for workers to join")
+        return {"joined": bool(add(body.url, group))}
 
     @app.post("/v1/login")
     def login(body: Login) -> dict[str, str]:

@@ -86,6 +86,13 @@ graph_groups = sa.Table(
     sa.Column("compute_group", sa.String, nullable=False),
 )
 
+workers = sa.Table(
+    "workers",
+    _meta,
+    sa.Column("url", sa.String, primary_key=True),  # a worker that joined by itself (headwater worker --master)
+    sa.Column("compute_group", sa.String, nullable=False),
+)
+
 checkpoint_configs = sa.Table(
     "checkpoint_configs",
     _meta,
@@ -301,6 +308,16 @@ class MetadataStore:
         with self.engine.connect() as c:
             row = c.execute(sa.select(graph_groups.c.compute_group).where(graph_groups.c.graph_fqn == graph_fqn)).first()
         return "default" if row is None else str(row[0])
+
+    # -- workers that joined (headwater worker --master) -----------------------------------------------
+    def add_worker(self, url: str, group: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(workers).where(workers.c.url == url))
+            c.execute(sa.insert(workers).values(url=url, compute_group=group))
+
+    def joined_workers(self) -> list[tuple[str, str]]:
+        with self.engine.connect() as c:
+            return [(str(r[0]), str(r[1])) for r in c.execute(sa.select(workers.c.url, workers.c.compute_group))]
 
     # -- checkpoint configuration (headwater.runtime.checkpoint_config) ------------------------------
     def set_checkpoint_config(self, graph_fqn: str, config_json: str) -> None:
