@@ -369,9 +369,9 @@ def _result_type(spec: FunctionSpec, arg_types: list[str]) -> str:
 def default_name(expr: Expr, *, where: str) -> str:
     """Orca's generated output name: bare columns keep theirs, ``sum(price)`` becomes ``sum_price``."""
     if isinstance(expr, Col):
-        return expr.name
+        return expr.name.rsplit(".", 1)[-1]  # a join's right.price is named price
     if isinstance(expr, Call) and expr.args and all(isinstance(a, Col | Lit) for a in expr.args):
-        cols = [a.name for a in expr.args if isinstance(a, Col)]
+        cols = [a.name.rsplit(".", 1)[-1] for a in expr.args if isinstance(a, Col)]
         if cols:
             return "_".join([expr.func, *cols])
     raise GraphDefinitionError(

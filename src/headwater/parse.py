@@ -95,6 +95,8 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
         if node.id in _CONSTANTS:
             return Lit(_CONSTANTS[node.id])
         return Col(node.id)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return Col(f"{node.value.id}.{node.attr}")  # a qualified column, e.g. right.price in a join's metrics
     if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool | int | float | str)):
         return Lit(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:

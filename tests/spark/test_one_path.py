@@ -179,3 +179,28 @@ def test_cross_sections_on_spark_give_one_row_per_append(spark, tmp_path):
         assert key(values(got)) == key(reference(appends))
     finally:
         s.close()
+
+
+def test_a_parallel_as_of_join_on_spark_equals_the_reference(spark, tmp_path):
+    """Two source tables, their feeder queries writing the join input concurrently, and a join in two tasks
+    (large appends on Spark's tasks, small ones on the driver)."""
+    from tests.unit.test_joins import ASOF, LEFT, RIGHT, asof_reference, assert_same, sides
+
+    left, right = sides(11, 400, 500)
+    s = hw.connect(tmp_path, driver_batch_rows=200)
+    s.use_catalog("demo")
+    try:
+        g = s.stream_graph("spreads")
+        trades, quotes = g.source("trades", schema=LEFT), g.source("quotes", schema=RIGHT)
+        trades.parallelize("sym", 2).asof_join_engine(quotes, **ASOF).sync().sink("out")
+        g.submit()
+        for (a, b), (c, d) in (((0, 300), (0, 100)), ((300, 320), (100, 450)), ((320, 400), (450, 500))):
+            s.append("trades", left.iloc[a:b])
+            s.append("quotes", right.iloc[c:d])
+            s.wait_until_caught_up("spreads")
+        got = s.sql("select * from out").to_pandas()
+        assert_same(got, asof_reference(left, right))
+        ran = s.checkpoint_job_info("spreads")
+        assert set(ran.loc[ran["rows_in"] > 0, "on_driver"]) == {True, False}
+    finally:
+        s.close()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from headwater.api.joins import JoinMethods
 from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
 from headwater.durations import parse_duration
 from headwater.engines.cross_sectional import CrossSectionalEngine
@@ -237,7 +238,7 @@ class StreamGraph:
 
 
 @dataclass(frozen=True)
-class DStream:
+class DStream(JoinMethods):
     """An immutable handle on one node of a stream graph; methods declare downstream nodes."""
 
     graph: StreamGraph

@@ -7,6 +7,7 @@ import pyarrow as pa
 
 from headwater.engines.base import SEQ
 from headwater.engines.columns import evaluate_rowwise, filter_mask, to_arrow, to_numpy
+from headwater.expr import Col, Lit
 from headwater.plan.logical import MapNode
 from headwater.types import Schema
 
@@ -26,9 +27,12 @@ def apply_map(node: MapNode, rows: pa.Table) -> pa.Table:
     needed = {c for _, e in node.exprs for c in e.columns()}
     cols = {c: to_numpy(rows[c], schema[c]) for c in needed}
     arrays = []
+    types = node.schema.to_arrow()
     for (name, expr), (_, typ) in zip(node.exprs, node.schema, strict=True):
-        if expr.columns() == [name] and str(expr) == name:
-            arrays.append(rows[name])
+        if isinstance(expr, Col):  # a column kept or renamed: moved as is, never through float64
+            arrays.append(rows[expr.name].cast(types.field(name).type))
+        elif isinstance(expr, Lit) and expr.value is None:  # NULL of the column's declared type
+            arrays.append(pa.nulls(rows.num_rows, types.field(name).type))
         else:
             arrays.append(to_arrow(evaluate_rowwise(expr, cols, rows.num_rows), typ))
     return pa.table([*arrays, rows[SEQ]], schema=node.schema.to_arrow().append(pa.field(SEQ, pa.int64())))

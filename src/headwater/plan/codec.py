@@ -32,6 +32,13 @@ import cloudpickle
 import numpy as np
 
 from headwater.engines.cross_sectional import CrossSectionalEngine
+from headwater.engines.joins import (
+    AsofJoinEngine,
+    EqualJoinEngine,
+    LeftSemiJoinEngine,
+    LookupJoinEngine,
+    SnapshotJoinEngine,
+)
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
     NarrowReactiveStateEngine,
@@ -52,6 +59,7 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Col, Lit, Call, Item, Alias, MultiExpr,
     TimeSeriesEngine, SessionWindowEngine, CrossSectionalEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
     DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
+    AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
 )}
 
 _MAX_DEPTH = 200  # deeper documents are refused before Python's recursion limit is

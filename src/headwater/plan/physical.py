@@ -133,6 +133,8 @@ def plan(logical: LogicalGraph, *, private_table_fqn: str = "{graph}.private_{n}
 
     # step 3: a private table written by a node that also writes a public table is redundant
     for tid in [n.id for n in g.nodes.values() if isinstance(n, TableNode) and n.private]:
+        if len(g.inputs(tid)) != 1:  # a join's input: both sides write it
+            continue
         (producer,) = g.inputs(tid)
         public = [d for d in g.outputs(producer) if isinstance(g.nodes[d], TableNode) and not g.nodes[d].private]  # type: ignore[attr-defined]
         if public:

@@ -1,0 +1,199 @@
+"""The as-of join engine: each left row with the latest right row of its key at or before its time (Orca C.12).
+
+A left row of key k at time t is joined once the right side of k has a row later than t: then every
+right row at or before t is known (each side arrives in time order per key), and the match is the last
+of them (SQL ``aj``: an equal time wins; among equal times, the last to arrive). A left row is always
+output, with NULL right columns when nothing matched. Because the match only depends on right rows that
+arrived before the trigger, the output is the same for any interleaving of the two inputs.
+
+``delayed_time`` trades that exactness for latency: a waiting left row is joined with what has arrived
+when its key's newest left row is more than ``delayed_time`` later, or when it has waited
+``2 × delayed_time`` (at least 2 s) of processing time, measured in micro-batch commit times so that a
+replay forces exactly the same rows. ``use_system_time=True`` joins every left row on arrival with the
+right rows that arrived before it; its output time is the micro-batch's commit time.
+
+Rows older than an earlier row of their key on the same side are dropped (Orca: inputs must be ordered).
+Right rows that no future left row can match are purged, so ``garbage_size`` is accepted but has no
+effect on memory or results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from headwater.durations import format_duration, to_micros
+from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
+from headwater.engines.columns import to_arrow
+from headwater.engines.joins.base import (
+    ARRIVAL,
+    NO_TIME,
+    SLOT,
+    TIME,
+    JoinEngine,
+    Sides,
+    concat,
+    frame,
+    grow,
+    in_order,
+    with_work_columns,
+)
+from headwater.errors import GraphDefinitionError
+
+
+@dataclass(frozen=True)
+class AsofJoinEngine(JoinEngine):
+    kind: ClassVar[EngineKind] = EngineKind.ASOF_JOIN
+    use_system_time: bool = False
+    delayed_time: timedelta | None = None
+    garbage_size: int = 5000
+    sort_by_time: bool = False
+
+    def check(self) -> None:
+        if not self.use_system_time and not self.time_column:
+            raise GraphDefinitionError(f"{self.where}: time_column is required unless use_system_time=True")
+        if self.delayed_time is not None and (self.use_system_time or self.delayed_time <= timedelta(0)):
+            raise GraphDefinitionError(f"{self.where}: delayed_time must be positive and needs event time "
+                                       "(use_system_time=False)")
+        if self.sort_by_time:
+            raise GraphDefinitionError(f"{self.where}: sort_by_time is not supported; output is in time order per key")
+
+    def prefix(self) -> list[tuple[str, str]]:
+        if self.use_system_time:
+            taken = self.time_column or "time"
+            return [(taken, "timestamp")] + [(k, self.left_schema[k]) for k in self.matching_column]
+        return super().prefix()
+
+    def properties(self) -> dict[str, Any]:
+        props = super().properties()
+        props["useSystemTime"] = self.use_system_time
+        if self.delayed_time is not None:
+            props["delayedTime"] = format_duration(self.delayed_time)
+        return props
+
+    def processor(self, input_schema: Any = None) -> AsofJoinProcessor:
+        return AsofJoinProcessor(self)
+
+
+class AsofJoinProcessor(Processor):
+    def __init__(self, spec: AsofJoinEngine) -> None:
+        self.spec = spec
+        self.sides = Sides(spec)
+        self.left_time_type = spec.left_schema[spec.time_column] if spec.time_column else None
+        self.right_time_type = spec.right_schema[spec.right_time_column or spec.time_column] if spec.time_column else None
+        self.delay = to_micros(spec.delayed_time) if spec.delayed_time else None
+
+    def new_state(self) -> dict[str, Any]:
+        return {"keys": [], "left": None, "right": None, "left_latest": np.empty(0, np.int64),
+                "right_latest": np.empty(0, np.int64), "dropped": 0}
+
+    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        spec, sides = self.spec, self.sides
+        left, right = sides.layout.split(table)
+        keys = KeyTable(state["keys"])
+        if spec.use_system_time:
+            return self._on_arrival(state, keys, left, right, batch_time)
+        lt_name, rt_name = spec.time_column, spec.right_time_column or spec.time_column
+        assert lt_name and rt_name and self.left_time_type and self.right_time_type
+        valid_left, valid_right = left.filter(left[lt_name].is_valid()), right.filter(right[rt_name].is_valid())
+        dropped = state["dropped"] + (left.num_rows - valid_left.num_rows) + (right.num_rows - valid_right.num_rows)
+        ls, rs = sides.slots(keys, valid_left, 0), sides.slots(keys, valid_right, 1)
+        lt = sides.times(valid_left, lt_name, self.left_time_type)
+        rt = sides.times(valid_right, rt_name, self.right_time_type)
+        left_latest = grow(state["left_latest"], len(keys), NO_TIME)
+        right_latest = grow(state["right_latest"], len(keys), NO_TIME)
+        keep_left, keep_right = in_order(ls, lt, left_latest), in_order(rs, rt, right_latest)
+        dropped += int((~keep_left).sum() + (~keep_right).sum())
+        new_left = with_work_columns(valid_left.filter(pa.array(keep_left)), ls[keep_left], lt[keep_left], batch_time)
+        new_right = with_work_columns(valid_right.filter(pa.array(keep_right)), rs[keep_right], rt[keep_right])
+        pending = concat([t for t in (state["left"], new_left) if t is not None])
+        history = concat([t for t in (state["right"], new_right) if t is not None])
+
+        waiting = frame(pending, SLOT, TIME, SEQ, ARRIVAL)
+        due = right_latest[waiting[SLOT].to_numpy()] > waiting[TIME].to_numpy()
+        forced = np.zeros(len(waiting), dtype=bool)
+        if self.delay is not None:
+            newest = left_latest[waiting[SLOT].to_numpy()]
+            forced = ~due & ((newest - waiting[TIME].to_numpy() > self.delay) |
+                             (batch_time - waiting[ARRIVAL].to_numpy() >= max(2 * self.delay / 1e6, 2.0)))
+        joined = waiting[due | forced]
+        rights = frame(history, SLOT, TIME, SEQ).sort_values([TIME, SEQ], kind="stable")
+        match = _asof(joined, rights, direction="backward", exact=True)
+        later = _asof(joined, rights, direction="forward", exact=False)
+        batch_end = int(table[SEQ].to_numpy().max()) if table.num_rows else 0
+        trigger = np.where(due[due | forced], np.maximum(joined[SEQ].to_numpy(), later[SEQ].fillna(-1).to_numpy(np.int64)),
+                           batch_end)
+        order = np.lexsort((joined[SEQ].to_numpy(), trigger))
+        left_rows = pending.take(pa.array(joined["pos"].to_numpy()[order]))
+        right_pos = match["pos"].to_numpy(np.float64)[order]
+        right_rows = history.take(pa.array(np.where(np.isnan(right_pos), 0, right_pos).astype(np.int64),
+                                           mask=np.isnan(right_pos))) if len(order) else None
+        out = sides.output(left_rows, right_rows,
+                           [left_rows[lt_name].combine_chunks(), *sides.keys_of(left_rows, None)], trigger[order])
+
+        still = pending.filter(pa.array(~(due | forced)))
+        new_state = {"keys": keys.keys, "left": still if still.num_rows else None,
+                     "right": self._purge(history, still, left_latest), "left_latest": left_latest,
+                     "right_latest": right_latest, "dropped": dropped}
+        return new_state, out
+
+    def _purge(self, history: pa.Table, waiting: pa.Table, left_latest: np.ndarray) -> pa.Table | None:
+        """Keep, per key, the right rows from the last one at or before the earliest time a left row can still
+        have (a waiting row's, else the key's newest left time): earlier ones can never be a match again."""
+        if history.num_rows == 0:
+            return None
+        rights = frame(history, SLOT, TIME, SEQ)
+        floor = pd.Series(left_latest, dtype=np.int64)
+        if waiting.num_rows:
+            w = frame(waiting, SLOT, TIME).groupby(SLOT)[TIME].min()
+            floor.loc[w.index] = np.minimum(floor.loc[w.index].to_numpy(), w.to_numpy())
+        anchors = pd.DataFrame({SLOT: floor.index.to_numpy(np.int64), TIME: floor.to_numpy(np.int64), SEQ: 0})
+        anchors = anchors[anchors[TIME] > NO_TIME]
+        found = _asof(anchors, rights.sort_values([TIME, SEQ], kind="stable"), direction="backward", exact=True)
+        cut = pd.Series(found[TIME].to_numpy(np.float64), index=anchors[SLOT].to_numpy())
+        threshold = cut.reindex(rights[SLOT].to_numpy()).to_numpy(np.float64)
+        keep = ~(rights[TIME].to_numpy() < threshold)  # NaN threshold: nothing to cut for that key
+        kept = history.filter(pa.array(keep))
+        return kept if kept.num_rows else None
+
+    def _on_arrival(self, state: dict[str, Any], keys: KeyTable, left: pa.Table, right: pa.Table,
+                    batch_time: float) -> tuple[dict[str, Any], pa.Table]:
+        """use_system_time: each left row with the last right row of its key that arrived before it."""
+        sides = self.sides
+        new_right = with_work_columns(right, sides.slots(keys, right, 1))
+        history = concat([t for t in (state["right"], new_right) if t is not None])
+        lefts = frame(with_work_columns(left, sides.slots(keys, left, 0)), SLOT, SEQ)
+        rights = frame(history, SLOT, SEQ)
+        match = pd.merge_asof(lefts.sort_values(SEQ), rights.rename(columns={"pos": "rpos"}), on=SEQ, by=SLOT,
+                              direction="backward", allow_exact_matches=False)
+        right_pos = match["rpos"].to_numpy(np.float64)
+        right_rows = history.take(pa.array(np.where(np.isnan(right_pos), 0, right_pos).astype(np.int64),
+                                           mask=np.isnan(right_pos))) if len(match) else None
+        left_rows = left.take(pa.array(match["pos"].to_numpy()))
+        stamp = to_arrow(np.full(len(match), batch_time * 1e6), "timestamp")
+        out = sides.output(left_rows, right_rows, [stamp, *sides.keys_of(left_rows, None)], match[SEQ].to_numpy())
+        slots = history[SLOT].to_numpy()
+        latest = pd.Series(np.arange(len(slots))).groupby(slots).max().to_numpy()  # one right row per key suffices
+        kept = history.take(pa.array(np.sort(latest))) if len(latest) else None
+        return {**state, "keys": keys.keys, "right": kept}, out
+
+
+def _asof(left: pd.DataFrame, right: pd.DataFrame, *, direction: str, exact: bool) -> pd.DataFrame:
+    """For each row of ``left`` (columns slot, time, seq), the right row of its slot nearest in time in
+    ``direction``: columns ``pos`` (NaN: none), ``time`` and ``seq``, aligned with ``left``."""
+    if len(left) == 0:
+        return pd.DataFrame({"pos": np.empty(0), TIME: np.empty(0), SEQ: np.empty(0)})
+    probe = pd.DataFrame({SLOT: left[SLOT].to_numpy(np.int64), TIME: left[TIME].to_numpy(np.int64),
+                          "row": np.arange(len(left))}).sort_values(TIME, kind="stable")
+    found = right[[SLOT, TIME, SEQ, "pos"]].rename(columns={TIME: "rtime"})
+    found[TIME] = found["rtime"]
+    merged = pd.merge_asof(probe, found.rename(columns={SEQ: "rseq"}), on=TIME, by=SLOT, direction=direction,
+                           allow_exact_matches=exact)
+    merged = merged.sort_values("row")
+    return pd.DataFrame({"pos": merged["pos"].to_numpy(np.float64), TIME: merged["rtime"].to_numpy(np.float64),
+                         SEQ: merged["rseq"].to_numpy(np.float64)})

@@ -1,0 +1,366 @@
+"""The join engines (Orca C.12–C.14, C.16, C.17) against independent row-by-row references.
+
+Joins whose result does not depend on arrival (as-of, equal, left semi with the first right row) must give
+the same rows for any interleaving of the two inputs; the others (lookup, snapshot) join each row with
+what came before it in the join input's commit order, for any grouping into micro-batches. Every property
+also replays a micro-batch cut off before its commit (a kill).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import headwater as hw
+from headwater.dataplane.local import LocalRunner
+from headwater.errors import GraphDefinitionError, SchemaError
+
+T0 = pd.Timestamp("2026-11-25 09:30")
+LEFT = {"time": "timestamp", "sym": "string", "price": "double", "qty": "long"}
+RIGHT = {"time": "timestamp", "sym": "string", "bid": "double"}
+PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    s = hw.connect(tmp_path_factory.mktemp("joins"), start_spark=False)
+    s.use_catalog("demo")
+    yield s
+    s.close()
+
+
+_names = iter(range(10**6))
+
+
+def join_graph(session: hw.Session, method: str, **kw):
+    """trades (left) joined with quotes (right) into ``out``."""
+    n = next(_names)
+    g = session.stream_graph(f"j{n}")
+    left = g.source("trades", schema=LEFT)
+    right = g.source("quotes", schema=RIGHT)
+    getattr(left, method)(right, **kw).sink("out")
+    return g
+
+
+def sides(seed: int, n_left: int = 60, n_right: int = 80) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Times increase per key, with ties, a few rows out of order and a few NULL values."""
+    rng = np.random.default_rng(seed)
+
+    def side(n: int, value: str) -> pd.DataFrame:
+        t = T0 + pd.to_timedelta(np.cumsum(rng.choice([0, 1, 2, 3], n)), unit="s")
+        frame = pd.DataFrame({"time": t, "sym": rng.choice(["a", "b", "c"], n)})
+        frame[value] = rng.integers(0, 100, n).astype(float)
+        late = rng.random(n) < 0.05
+        frame.loc[late, "time"] = frame.loc[late, "time"] - pd.Timedelta(seconds=20)
+        frame.loc[rng.random(n) < 0.05, value] = np.nan
+        return frame
+
+    left = side(n_left, "price")
+    left["qty"] = rng.integers(1, 10, n_left)
+    return left, side(n_right, "bid")
+
+
+def in_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows that do not go back in time within their key (the time engines drop the others)."""
+    latest: dict[str, pd.Timestamp] = {}
+    keep = []
+    for row in frame.itertuples():
+        ok = row.sym not in latest or row.time >= latest[row.sym]
+        keep.append(ok)
+        if ok:
+            latest[row.sym] = row.time
+    return frame[keep]
+
+
+def asof_reference(left: pd.DataFrame, right: pd.DataFrame) -> pd.DataFrame:
+    left, right = in_order(left), in_order(right)
+    out = []
+    for row in left.itertuples():
+        mine = right[right.sym == row.sym]
+        if not (mine.time > row.time).any():
+            continue  # still waiting for its key's right side to move past it
+        before = mine[mine.time <= row.time]
+        bid = before.bid.iloc[-1] if len(before) else np.nan
+        qtime = before.time.iloc[-1] if len(before) else pd.NaT
+        out.append({"time": row.time, "sym": row.sym, "price": row.price, "bid": bid, "qtime": qtime})
+    return pd.DataFrame(out, columns=["time", "sym", "price", "bid", "qtime"])
+
+
+def canonical(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.astype({c: object for c in frame.columns}).sort_values(list(frame.columns), key=lambda s: s.astype(str),
+                                                                         kind="stable").reset_index(drop=True)
+
+
+def assert_same(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    assert list(got.columns) == list(want.columns)
+    pd.testing.assert_frame_equal(canonical(got), canonical(want), check_dtype=False)
+
+
+def split(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
+    bounds = np.linspace(0, len(frame), max(1, parts) + 1).astype(int)
+    return [frame.iloc[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def interleave(runner: LocalRunner, left: pd.DataFrame, right: pd.DataFrame, cuts: list[int], order: list[bool],
+               crash_at: int | None = None) -> None:
+    """Append each side in chunks (each side's order kept, the two sides interleaved as ``order`` says), a
+    micro-batch after each append; the micro-batch after append ``crash_at`` is killed before its commit."""
+    chunks = {True: split(left, cuts[0]), False: split(right, cuts[1])}
+    sequence = [s for s in order if chunks[s]]
+    sequence += [True] * len(chunks[True]) + [False] * len(chunks[False])
+    step = 0
+    for is_left in sequence:
+        if not chunks[is_left]:
+            continue
+        chunk = chunks[is_left].pop(0)
+        if len(chunk):
+            runner.append("trades" if is_left else "quotes", chunk)
+        if crash_at == step:
+            runner.step(crash_after_tasks=1)  # the batch's task ran and saved its state; the commit never happened
+        runner.step()
+        step += 1
+    runner.run_until_idle()
+
+
+def run(g, tmp_path, left, right, cuts=(1, 1), order=(True, False), crash_at=None) -> pd.DataFrame:
+    runner = LocalRunner(g.plan(), tmp_path)
+    interleave(runner, left, right, list(cuts), list(order), crash_at)
+    return runner.read("out")
+
+
+ASOF = {"metrics": ["price", "bid", "right.time as qtime"], "matching_column": "sym", "time_column": "time"}
+
+
+def test_asof_join_matches_the_latest_right_row_at_or_before(session, tmp_path):
+    left, right = sides(1)
+    got = run(join_graph(session, "asof_join_engine", **ASOF), tmp_path, left, right)
+    want = asof_reference(left, right)
+    assert len(want) > 30 and want.bid.isna().sum() >= 1
+    assert_same(got, want)
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10**6), cuts=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+       order=st.lists(st.booleans(), max_size=16), crash=st.one_of(st.none(), st.integers(0, 10)))
+def test_asof_join_is_the_same_for_any_interleaving_and_after_a_kill(session, tmp_path_factory, seed, cuts, order, crash):
+    left, right = sides(seed, 30, 40)
+    got = run(join_graph(session, "asof_join_engine", **ASOF), tmp_path_factory.mktemp("p"), left, right, cuts, order, crash)
+    assert_same(got, asof_reference(left, right))
+
+
+def test_asof_join_with_system_time_joins_on_arrival(session, tmp_path):
+    g = join_graph(session, "asof_join_engine", metrics=["price", "bid"], matching_column="sym", use_system_time=True)
+    q = pd.DataFrame({"time": [T0], "sym": ["a"], "bid": [1.0]})
+    t = pd.DataFrame({"time": [T0, T0], "sym": ["a", "b"], "price": [5.0, 6.0], "qty": [1, 1]})
+    got = run(g, tmp_path, t, q, order=[False, True])  # quotes first, then trades
+    assert got.sym.tolist() == ["a", "b"] and got.bid.tolist()[0] == 1.0 and np.isnan(got.bid.tolist()[1])
+    assert got.time.notna().all()  # the micro-batch's commit time
+
+
+def test_asof_join_delayed_time_forces_a_waiting_row(session, tmp_path):
+    g = join_graph(session, "asof_join_engine", delayed_time="5s", **ASOF)
+    q = pd.DataFrame({"time": [T0], "sym": ["a"], "bid": [1.0]})
+    t = pd.DataFrame({"time": [T0 + pd.Timedelta(seconds=s) for s in (1, 10)], "sym": ["a", "a"], "price": [5.0, 6.0],
+                      "qty": [1, 1]})
+    got = run(g, tmp_path, t, q, order=[False, True])
+    assert got[["price", "bid"]].to_dict("list") == {"price": [5.0], "bid": [1.0]}  # the row at 1 s, 9 s behind
+
+
+def equal_reference(left: pd.DataFrame, right: pd.DataFrame) -> pd.DataFrame:
+    lf = left.dropna(subset=["time"]).drop_duplicates(["sym", "time"])
+    rf = right.dropna(subset=["time"]).drop_duplicates(["sym", "time"])
+    out = lf.merge(rf, on=["sym", "time"])
+    return out[["time", "sym", "price", "bid"]]
+
+
+EQUAL = {"metrics": ["price", "bid"], "matching_column": "sym", "time_column": "time", "garbage_size": 10**6}
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10**6), cuts=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+       order=st.lists(st.booleans(), max_size=16), crash=st.one_of(st.none(), st.integers(0, 10)))
+def test_equal_join_joins_each_key_and_time_once_for_any_interleaving(session, tmp_path_factory, seed, cuts, order, crash):
+    left, right = sides(seed, 40, 40)
+    got = run(join_graph(session, "equal_join_engine", **EQUAL), tmp_path_factory.mktemp("p"), left, right, cuts, order,
+              crash)
+    assert_same(got, equal_reference(left, right))
+
+
+def semi_reference(left: pd.DataFrame, right: pd.DataFrame) -> pd.DataFrame:
+    first = right.drop_duplicates("sym")
+    out = left.merge(first, on="sym", suffixes=("", "_r"))
+    return out[["sym", "price", "bid"]]
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10**6), cuts=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+       order=st.lists(st.booleans(), max_size=16), crash=st.one_of(st.none(), st.integers(0, 10)))
+def test_left_semi_join_uses_each_keys_first_right_row_for_any_interleaving(session, tmp_path_factory, seed, cuts,
+                                                                            order, crash):
+    left, right = sides(seed, 30, 8)
+    g = join_graph(session, "left_semi_join_engine", metrics=["price", "bid"], matching_column="sym")
+    got = run(g, tmp_path_factory.mktemp("p"), left, right, cuts, order, crash)
+    assert_same(got, semi_reference(left, right))
+
+
+def events(seed: int, n: int = 50) -> list[tuple[bool, pd.DataFrame]]:
+    """One interleaving of single-row appends: (is_left, row)."""
+    left, right = sides(seed, n, n)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation([True] * n + [False] * n)
+    li, ri, out = iter(range(n)), iter(range(n)), []
+    for is_left in order:
+        out.append((bool(is_left), left.iloc[[next(li)]] if is_left else right.iloc[[next(ri)]]))
+    return out
+
+
+def lookup_reference(evs: list[tuple[bool, pd.DataFrame]], *, by_time: bool) -> pd.DataFrame:
+    cache: dict[str, tuple[pd.Timestamp, float]] = {}
+    out = []
+    for is_left, frame in evs:
+        row = next(frame.itertuples())
+        if not is_left:
+            if by_time and pd.isna(row.time):
+                continue
+            if not by_time or row.sym not in cache or row.time >= cache[row.sym][0]:
+                cache[row.sym] = (row.time, row.bid)
+        else:
+            out.append({"sym": row.sym, "price": row.price, "bid": cache[row.sym][1] if row.sym in cache else np.nan})
+    return pd.DataFrame(out, columns=["sym", "price", "bid"])
+
+
+def snapshot_reference(evs: list[tuple[bool, pd.DataFrame]], *, inner: bool) -> pd.DataFrame:
+    latest: dict[bool, dict[str, pd.Series]] = {True: {}, False: {}}
+    out = []
+    for is_left, frame in evs:
+        row = frame.iloc[0]
+        other = latest[not is_left].get(row.sym)
+        if other is not None or not inner:
+            lrow, rrow = (row, other) if is_left else (other, row)
+            out.append({"sym": row.sym, "time": lrow["time"] if lrow is not None else pd.NaT,
+                        "right_time": rrow["time"] if rrow is not None else pd.NaT,
+                        "price": lrow["price"] if lrow is not None else np.nan,
+                        "bid": rrow["bid"] if rrow is not None else np.nan})
+        latest[is_left][row.sym] = row
+    return pd.DataFrame(out, columns=["sym", "time", "right_time", "price", "bid"])
+
+
+def replay(g, tmp_path, evs, groups: list[int], crash_at: int | None) -> tuple[pd.DataFrame, list]:
+    """Append the events in order, a micro-batch after each group of appends (the one after group
+    ``crash_at`` killed before its commit first). Returns the output and the events in the order the join
+    saw them: the commit order of its input table, which its feeders write as their micro-batches land."""
+    plan = g.plan()
+    runner = LocalRunner(plan, tmp_path)
+    bounds = list(np.cumsum(groups))
+    for i, (is_left, frame) in enumerate(evs):
+        runner.append("trades" if is_left else "quotes", frame)
+        if i + 1 in bounds:
+            if crash_at is not None and bounds.index(i + 1) == crash_at:
+                runner.step(crash_after_tasks=1)
+            runner.step()
+    runner.run_until_idle()
+    (joined,) = [t.name for t in plan.tables() if t.private]
+    seen = [(row.side == 0, pd.DataFrame({"time": [row.l0], "sym": [row.k0], "price": [row.l1], "qty": [row.l2]})
+             if row.side == 0 else pd.DataFrame({"time": [row.r0], "sym": [row.k0], "bid": [row.r1]}))
+            for row in runner.read(joined).itertuples()]
+    return runner.read("out"), seen
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10**6), groups=st.lists(st.integers(1, 20), min_size=1, max_size=10),
+       by_time=st.booleans(), crash=st.one_of(st.none(), st.integers(0, 9)))
+def test_lookup_join_joins_each_left_row_with_the_right_side_as_it_stands(session, tmp_path_factory, seed, groups,
+                                                                         by_time, crash):
+    evs = events(seed, 30)
+    kw = {"right_time_column": "time"} if by_time else {}
+    g = join_graph(session, "lookup_join_engine", metrics=["price", "bid"], matching_column="sym", **kw)
+    got, seen = replay(g, tmp_path_factory.mktemp("p"), evs, groups, crash)
+    assert len(seen) == len(evs)
+    assert_same(got, lookup_reference(seen, by_time=by_time))
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10**6), groups=st.lists(st.integers(1, 20), min_size=1, max_size=10),
+       inner=st.booleans(), crash=st.one_of(st.none(), st.integers(0, 9)))
+def test_snapshot_join_joins_each_arrival_with_the_other_sides_latest(session, tmp_path_factory, seed, groups, inner,
+                                                                     crash):
+    evs = events(seed, 30)
+    g = join_graph(session, "snapshot_join_engine", metrics=["price", "bid"], matching_column="sym",
+                   time_column="time", is_inner_join=inner)
+    got, seen = replay(g, tmp_path_factory.mktemp("p"), evs, groups, crash)
+    assert len(seen) == len(evs)
+    assert_same(got, snapshot_reference(seen, inner=inner))
+
+
+def test_lookup_join_with_duplicates_is_inner_and_emits_every_right_row(session, tmp_path):
+    g = join_graph(session, "lookup_join_engine", metrics=["price", "bid"], matching_column="sym", keep_duplicates=True)
+    q = pd.DataFrame({"time": [T0] * 3, "sym": ["a", "a", "b"], "bid": [1.0, 2.0, 3.0]})
+    t = pd.DataFrame({"time": [T0] * 2, "sym": ["a", "c"], "price": [5.0, 6.0], "qty": [1, 1]})
+    got = run(g, tmp_path, t, q, order=[False, True])
+    assert got.to_dict("list") == {"sym": ["a", "a"], "price": [5.0, 5.0], "bid": [1.0, 2.0]}
+
+
+def test_a_parallel_join_partitions_both_sides_by_the_matching_column(session, tmp_path):
+    n = next(_names)
+    g = session.stream_graph(f"j{n}")
+    trades, quotes = g.source("trades", schema=LEFT), g.source("quotes", schema=RIGHT)
+    trades.parallelize("sym", 3).asof_join_engine(quotes, **ASOF).sync().sink("out")
+    join = next(sg for sg in g.plan().subgraphs if sg.task_count == 3)
+    assert join.parallelism is not None and join.parallelism.key == "k0"
+    left, right = sides(7)
+    assert_same(run(g, tmp_path, left, right, cuts=(3, 4), order=[True, False, False, True]),
+                asof_reference(left, right))
+
+
+def test_join_metrics_can_compute_across_sides_and_the_plan_round_trips(session, tmp_path):
+    g = join_graph(session, "asof_join_engine", metrics=["price - bid as spread", "qty * price as notional"],
+                   matching_column="sym", time_column="time")
+    again = type(g).from_json(session, g.to_json())
+    assert again.to_json() == g.to_json() and again.explain() == g.explain()
+    t = pd.DataFrame({"time": [T0 + pd.Timedelta(seconds=1)], "sym": ["a"], "price": [5.0], "qty": [2]})
+    q = pd.DataFrame({"time": [T0, T0 + pd.Timedelta(seconds=2)], "sym": ["a", "a"], "bid": [4.5, 9.0]})
+    got = run(g, tmp_path, t, q)
+    assert got[["spread", "notional"]].to_dict("list") == {"spread": [0.5], "notional": [10.0]}
+
+
+def test_join_on_columns_named_differently(session, tmp_path):
+    n = next(_names)
+    g = session.stream_graph(f"j{n}")
+    trades = g.source("trades", schema=LEFT)
+    quotes = g.source("quotes", schema={"ts": "timestamp", "symbol": "string", "bid": "double"})
+    trades.asof_join_engine(quotes, metrics=["bid"], matching_column=[["sym"], ["symbol"]],
+                            time_column=["time", "ts"]).sink("out")
+    t = pd.DataFrame({"time": [T0 + pd.Timedelta(seconds=1)], "sym": ["a"], "price": [5.0], "qty": [2]})
+    q = pd.DataFrame({"ts": [T0, T0 + pd.Timedelta(seconds=2)], "symbol": ["a", "a"], "bid": [4.5, 9.0]})
+    assert run(g, tmp_path, t, q).to_dict("list") == {"time": [T0 + pd.Timedelta(seconds=1)], "sym": ["a"], "bid": [4.5]}
+
+
+@pytest.mark.parametrize(("kw", "error", "message"), [
+    ({"matching_column": "nope"}, GraphDefinitionError, "matching column 'nope' is not an input column"),
+    ({"matching_column": [["sym"], ["bid"]]}, GraphDefinitionError, "is string on the left but 'bid' is double"),
+    ({"time_column": "price"}, GraphDefinitionError, "has type double; expected timestamp"),
+    ({"time_column": None}, GraphDefinitionError, "time_column is required"),
+    ({"metrics": ["nope"]}, SchemaError, "unknown column 'nope'"),
+    ({"metrics": ["sym"]}, GraphDefinitionError, "repeats a time or matching column"),
+    ({"metrics": []}, GraphDefinitionError, "metrics is empty"),
+    ({"delayed_time": "-1s"}, GraphDefinitionError, "delayed_time"),
+])
+def test_bad_join_arguments_fail_at_definition_naming_the_node_and_value(session, kw, error, message):
+    with pytest.raises(error, match=message) as info:
+        join_graph(session, "asof_join_engine", **{**ASOF, **kw})
+    assert "asof_join" in str(info.value)
+
+
+def test_a_parallel_join_by_another_column_and_a_foreign_stream_are_refused(session):
+    g = session.stream_graph("refused")
+    trades, quotes = g.source("trades", schema=LEFT), g.source("quotes", schema=RIGHT)
+    with pytest.raises(GraphDefinitionError, match="must use a matching column"):
+        trades.parallelize("price", 2).asof_join_engine(quotes, **ASOF)
+    other = session.stream_graph("other").source("quotes", schema=RIGHT)
+    with pytest.raises(GraphDefinitionError, match="same stream graph"):
+        trades.asof_join_engine(other, **ASOF)
