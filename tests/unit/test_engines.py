@@ -115,3 +115,28 @@ def with_seq_plain(df: pd.DataFrame) -> pa.Table:
                                                    (7_000, 10_000), (90_000, 120_000), (7_200_000, 3_600_000)])
 def test_alignment_follows_orca_table(step_ms, align_ms):
     assert alignment_micros(step_ms * 1000, round_time=True) == align_ms * 1000
+
+
+def test_a_null_key_is_a_key_of_its_own_in_window_and_join_engines(tmp_path):
+    """A NULL in a key column used to crash the stream task (every retry again): it is one more key."""
+    import headwater as hw
+
+    s = hw.connect(tmp_path, start_spark=False)
+    s.use_catalog("demo")
+    try:
+        g = s.stream_graph("nulls")
+        ticks = g.source("t", schema={"time": "timestamp", "sym": "string", "price": "double"})
+        ticks.time_series_engine(window="2s", step="2s", metrics=["sum(price) as total"], time_column="time",
+                                 key_column="sym").sink("bars")
+        ticks.asof_join_engine(ticks, metrics=["price", "right.price as before"], matching_column="sym",
+                               time_column="time").sink("joined")
+        t0 = pd.Timestamp("2026-01-01")
+        rows = pd.DataFrame({"time": [t0 + pd.Timedelta(seconds=i) for i in range(6)], "sym": ["a", None] * 3,
+                             "price": np.arange(6.0)})
+        out = g.run_local({"t": rows})
+        bars = out["bars"].sort_values(["time", "sym"], na_position="last")
+        assert bars[["sym", "total"]].to_dict("list") == {"sym": ["a", None, "a", None], "total": [0.0, 1.0, 2.0, 3.0]}
+        joined = out["joined"].sort_values("time")
+        assert joined.sym.tolist() == ["a", None, "a", None] and (joined.price == joined.before).all()
+    finally:
+        s.close()

@@ -155,7 +155,7 @@ class KeyTable:
             column = columns[0]
             if isinstance(column, pa.ChunkedArray):
                 column = column.combine_chunks()
-            encoded = column.dictionary_encode()
+            encoded = column.dictionary_encode(null_encoding="encode")  # NULL is a key of its own
             uniques = np.asarray(encoded.dictionary.to_pandas(), dtype=object)
             indices = encoded.indices.to_numpy(zero_copy_only=False)
             return self.slots([uniques])[indices]

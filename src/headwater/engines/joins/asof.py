@@ -122,42 +122,41 @@ class AsofJoinProcessor(Processor):
             forced = ~due & ((newest - waiting[TIME].to_numpy() > self.delay) |
                              (batch_time - waiting[ARRIVAL].to_numpy() >= max(2 * self.delay / 1e6, 2.0)))
         joined = waiting[due | forced]
-        rights = frame(history, SLOT, TIME, SEQ).sort_values([TIME, SEQ], kind="stable")
-        match = _asof(joined, rights, direction="backward", exact=True)
-        later = _asof(joined, rights, direction="forward", exact=False)
+        rights = _Rights(history)
+        match = rights.nearest(joined[SLOT].to_numpy(), joined[TIME].to_numpy(), direction="backward", exact=True)
+        later = rights.nearest(joined[SLOT].to_numpy(), joined[TIME].to_numpy(), direction="forward", exact=False)
         batch_end = int(table[SEQ].to_numpy().max()) if table.num_rows else 0
-        trigger = np.where(due[due | forced], np.maximum(joined[SEQ].to_numpy(), later[SEQ].fillna(-1).to_numpy(np.int64)),
-                           batch_end)
+        later_seq = np.where(later < 0, -1, rights.seq[np.maximum(later, 0)])
+        trigger = np.where(due[due | forced], np.maximum(joined[SEQ].to_numpy(), later_seq), batch_end)
         order = np.lexsort((joined[SEQ].to_numpy(), trigger))
         left_rows = pending.take(pa.array(joined["pos"].to_numpy()[order]))
-        right_pos = match["pos"].to_numpy(np.float64)[order]
-        right_rows = history.take(pa.array(np.where(np.isnan(right_pos), 0, right_pos).astype(np.int64),
-                                           mask=np.isnan(right_pos))) if len(order) else None
+        found = match[order]
+        right_rows = history.take(pa.array(rights.pos[np.maximum(found, 0)], mask=found < 0)) if len(order) else None
         out = sides.output(left_rows, right_rows,
                            [left_rows[lt_name].combine_chunks(), *sides.keys_of(left_rows, None)], trigger[order])
 
         still = pending.filter(pa.array(~(due | forced)))
         new_state = {"keys": keys.keys, "left": still if still.num_rows else None,
-                     "right": self._purge(history, still, left_latest), "left_latest": left_latest,
+                     "right": self._purge(history, rights, still, left_latest), "left_latest": left_latest,
                      "right_latest": right_latest, "dropped": dropped}
         return new_state, out
 
-    def _purge(self, history: pa.Table, waiting: pa.Table, left_latest: np.ndarray) -> pa.Table | None:
+    @staticmethod
+    def _purge(history: pa.Table, rights: _Rights, waiting: pa.Table, left_latest: np.ndarray) -> pa.Table | None:
         """Keep, per key, the right rows from the last one at or before the earliest time a left row can still
         have (a waiting row's, else the key's newest left time): earlier ones can never be a match again."""
         if history.num_rows == 0:
             return None
-        rights = frame(history, SLOT, TIME, SEQ)
-        floor = pd.Series(left_latest, dtype=np.int64)
+        floor = left_latest.copy()
         if waiting.num_rows:
             w = frame(waiting, SLOT, TIME).groupby(SLOT)[TIME].min()
-            floor.loc[w.index] = np.minimum(floor.loc[w.index].to_numpy(), w.to_numpy())
-        anchors = pd.DataFrame({SLOT: floor.index.to_numpy(np.int64), TIME: floor.to_numpy(np.int64), SEQ: 0})
-        anchors = anchors[anchors[TIME] > NO_TIME]
-        found = _asof(anchors, rights.sort_values([TIME, SEQ], kind="stable"), direction="backward", exact=True)
-        cut = pd.Series(found[TIME].to_numpy(np.float64), index=anchors[SLOT].to_numpy())
-        threshold = cut.reindex(rights[SLOT].to_numpy()).to_numpy(np.float64)
-        keep = ~(rights[TIME].to_numpy() < threshold)  # NaN threshold: nothing to cut for that key
+            floor[w.index.to_numpy()] = np.minimum(floor[w.index.to_numpy()], w.to_numpy())
+        slots = np.flatnonzero(floor > NO_TIME)
+        cut = np.full(len(floor), NO_TIME, dtype=np.int64)  # per key: drop right rows before this time
+        found = rights.nearest(slots, floor[slots], direction="backward", exact=True)
+        cut[slots[found >= 0]] = rights.time[found[found >= 0]]
+        times = history[TIME].to_numpy()
+        keep = times >= cut[history[SLOT].to_numpy()]
         kept = history.filter(pa.array(keep))
         return kept if kept.num_rows else None
 
@@ -183,17 +182,23 @@ class AsofJoinProcessor(Processor):
         return {**state, "keys": keys.keys, "right": kept}, out
 
 
-def _asof(left: pd.DataFrame, right: pd.DataFrame, *, direction: str, exact: bool) -> pd.DataFrame:
-    """For each row of ``left`` (columns slot, time, seq), the right row of its slot nearest in time in
-    ``direction``: columns ``pos`` (NaN: none), ``time`` and ``seq``, aligned with ``left``."""
-    if len(left) == 0:
-        return pd.DataFrame({"pos": np.empty(0), TIME: np.empty(0), SEQ: np.empty(0)})
-    probe = pd.DataFrame({SLOT: left[SLOT].to_numpy(np.int64), TIME: left[TIME].to_numpy(np.int64),
-                          "row": np.arange(len(left))}).sort_values(TIME, kind="stable")
-    found = right[[SLOT, TIME, SEQ, "pos"]].rename(columns={TIME: "rtime"})
-    found[TIME] = found["rtime"]
-    merged = pd.merge_asof(probe, found.rename(columns={SEQ: "rseq"}), on=TIME, by=SLOT, direction=direction,
-                           allow_exact_matches=exact)
-    merged = merged.sort_values("row")
-    return pd.DataFrame({"pos": merged["pos"].to_numpy(np.float64), TIME: merged["rtime"].to_numpy(np.float64),
-                         SEQ: merged["rseq"].to_numpy(np.float64)})
+class _Rights:
+    """The right rows sorted by (time, arrival), for nearest-in-time look-ups per key."""
+
+    def __init__(self, history: pa.Table) -> None:
+        slot, time, seq = (history[c].to_numpy() for c in (SLOT, TIME, SEQ))
+        self.pos = np.lexsort((seq, time))  # ties in time: the later arrival last
+        self.slot, self.time, self.seq = slot[self.pos], time[self.pos], seq[self.pos]
+        self._frame = pd.DataFrame({SLOT: self.slot, TIME: self.time, "at": np.arange(len(self.pos), dtype=np.int64)})
+
+    def nearest(self, slots: np.ndarray, times: np.ndarray, *, direction: str, exact: bool) -> np.ndarray:
+        """For each probe (slot, time): the index (into the sorted arrays) of its slot's last row at or before
+        it (``backward``), or first after it (``forward``); -1 where there is none."""
+        if len(slots) == 0:
+            return np.empty(0, dtype=np.int64)
+        order = np.argsort(times, kind="stable")
+        probe = pd.DataFrame({SLOT: np.asarray(slots, np.int64)[order], TIME: np.asarray(times, np.int64)[order]})
+        merged = pd.merge_asof(probe, self._frame, on=TIME, by=SLOT, direction=direction, allow_exact_matches=exact)
+        found = np.empty(len(order), dtype=np.int64)
+        found[order] = merged["at"].fillna(-1).to_numpy(np.int64)
+        return found
