@@ -20,6 +20,7 @@ import pandas as pd
 from headwater.api.joins import JoinMethods
 from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
 from headwater.durations import parse_duration
+from headwater.engines.anomaly import AnomalyDetectionEngine
 from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
@@ -394,6 +395,35 @@ class DStream(JoinMethods):
                 use_system_time=use_system_time, context_by_column=context_by_column)
 
         return self._engine(CrossSectionalEngine.kind, make)
+
+    def anomaly_detection_engine(
+        self,
+        *,
+        metrics: Sequence[Expr | str],
+        time_column: str,
+        key_column: str | Sequence[str] | None = None,
+        window: str | timedelta | None = None,
+        step: str | timedelta | None = None,
+        garbage_size: int = 2000,
+        round_time: bool = True,
+        anomaly_description: Sequence[str] = (),
+    ) -> DStream:
+        """One row per true condition: per row (``qty < 4``), per window (``sum(qty) > 5``) or per row against
+        its key's last window (``avg(qty) > qty``) (Orca's anomalyDetectionEngine); see
+        ``headwater.engines.anomaly``."""
+
+        def make(name: str) -> AnomalyDetectionEngine:
+            where = f"anomaly_detection_engine {clip(name)}"
+            return AnomalyDetectionEngine(
+                name=name, input_schema=self.node.schema,
+                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                time_column=time_column, key_column=_as_tuple(key_column),
+                window=None if window is None else parse_duration(window, where=f"{where} window"),
+                step=None if step is None else parse_duration(step, where=f"{where} step"),
+                garbage_size=garbage_size, round_time=round_time,
+                anomaly_description=_as_tuple(anomaly_description))
+
+        return self._engine(AnomalyDetectionEngine.kind, make)
 
     def reactive_state_engine(
         self,

@@ -37,11 +37,11 @@ def _check_inside_aggregates(expr: Expr, *, where: str) -> None:
             _check_inside_aggregates(a, where=where)
 
 
-def _replace_aggregates(expr: Expr, index: dict[str, int]) -> Expr:
+def replace_aggregates(expr: Expr, index: dict[str, int]) -> Expr:
     if isinstance(expr, Call):
         if expr.key() in index:
             return Col(f"__agg{index[expr.key()]}")
-        return Call(expr.func, tuple(_replace_aggregates(a, index) for a in expr.args), expr.params)
+        return Call(expr.func, tuple(replace_aggregates(a, index) for a in expr.args), expr.params)
     return expr
 
 
@@ -109,7 +109,7 @@ class WindowMetrics:
                 if agg.key() not in index:
                     index[agg.key()] = len(self.aggs)
                     self.aggs.append(agg)
-            self.post.append((name, _replace_aggregates(expr, index)))
+            self.post.append((name, replace_aggregates(expr, index)))
         self.out_types = list(out_types)
         self.needed = sorted({c for a in self.aggs for c in a.args[0].columns()})
 

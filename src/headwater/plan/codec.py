@@ -31,6 +31,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from headwater.engines.anomaly import AnomalyDetectionEngine
 from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.joins import (
     AsofJoinEngine,
@@ -59,7 +60,7 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Col, Lit, Call, Item, Alias, MultiExpr,
     TimeSeriesEngine, SessionWindowEngine, CrossSectionalEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
     DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
-    AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
+    AnomalyDetectionEngine, AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
 )}
 
 _MAX_DEPTH = 200  # deeper documents are refused before Python's recursion limit is
