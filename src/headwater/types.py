@@ -32,6 +32,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "timestamp": pa.timestamp("us"),
     "date": pa.date32(),
+    "bool[]": pa.list_(pa.bool_()),  # Orca's BOOL array vector (the rule engine's policy='all' result)
 }
 
 ALIASES: dict[str, str] = {
@@ -70,6 +71,8 @@ def type_from_arrow(dtype: pa.DataType, *, where: str = "data") -> str:
         return "timestamp"
     if pa.types.is_large_string(dtype) or pa.types.is_string(dtype) or pa.types.is_dictionary(dtype):
         return "string"
+    if pa.types.is_list(dtype) and pa.types.is_boolean(dtype.value_type):  # any name of the list's field
+        return "bool[]"
     for name, arrow in ARROW_TYPES.items():
         if dtype == arrow:
             return name

@@ -9,6 +9,7 @@ import pytest
 
 from headwater.runtime.protocol import (
     MESSAGES,
+    ControlEngine,
     Health,
     IsRunning,
     Progress,
@@ -31,6 +32,7 @@ SAMPLES = [
     IsRunning("demo.stream_graph.g"),
     WaitCaughtUp("demo.stream_graph.g", 12.5),
     Warmup("demo.stream_graph.g", "engine_1", arrow_bytes(pa.table({"x": [1, 2]}))),
+    ControlEngine("demo.stream_graph.g", "rule_t", '{"op": "delete_rule", "key": 3}'),
     TaskStatus("demo.stream_graph.g", "{\"version\": 3}"),
     Progress("demo.stream_graph.g"),
     Health(),

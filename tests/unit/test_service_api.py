@@ -111,6 +111,10 @@ def test_hostile_bodies_are_refused_with_a_reason(served):
         r = client.post("/v1/graphs/submit", json={"document": doc, "checkpoint_config": config}, headers=headers)
         assert r.status_code == 400 and r.json()["error"] == "ConfigurationError", r.text
     assert s.stream_graph_meta().empty  # nothing submitted
+    for body in ({"engine": "demo.stream_engine.nope", "op": {"op": "delete_rule", "key": 1}},
+                 {"engine": "../../etc", "op": {}}, {"engine": 5, "op": "x"}):
+        r = client.post("/v1/engines/control", json=body, headers=headers)
+        assert 400 <= r.status_code < 500 and r.json()["error"] in ("CatalogError", "RequestError", "GraphDefinitionError")
     s.close()
 
 

@@ -28,6 +28,7 @@ from headwater.engines.reactive_state import (
     ReactiveStateEngine,
 )
 from headwater.engines.reactive_stateless import ReactiveStatelessEngine, formulas_from
+from headwater.engines.rule import RuleEngine
 from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, SchemaError, clip
@@ -424,6 +425,34 @@ class DStream(JoinMethods):
                 anomaly_description=_as_tuple(anomaly_description))
 
         return self._engine(AnomalyDetectionEngine.kind, make)
+
+    def rule_engine(
+        self,
+        *,
+        rule_sets: Mapping[Any, Sequence[Expr | str]],
+        output_columns: str | Sequence[str],
+        policy: str = "shortcut",
+        rule_set_column: str | None = None,
+        callback: Callable[..., Any] | None = None,
+    ) -> DStream:
+        """Check each row against the rule set its ``rule_set_column`` value selects (key ``None``: the default)
+        (Orca's ruleEngine). Output: ``output_columns`` and ``result``: the first failing rule's index
+        (``policy="shortcut"``, NULL if all pass) or every rule's outcome (``"all"``, a ``bool[]``). Rules
+        change at run time with ``session.update_rule``; see ``headwater.engines.rule``."""
+        if callback is not None:
+            raise GraphDefinitionError(
+                "rule_engine: callback is not supported (a callback inside a task would run again when a "
+                "micro-batch is replayed); read the engine's output table instead, e.g. with a sink and SQL")
+        if not isinstance(rule_sets, Mapping):
+            raise GraphDefinitionError(f"rule_engine: rule_sets must be a dict of key to rules, got {clip(rule_sets)}")
+
+        def make(name: str) -> RuleEngine:
+            return RuleEngine(name=name, input_schema=self.node.schema,
+                              rule_sets=tuple((k, tuple(v) if isinstance(v, list | tuple) else (v,))
+                                              for k, v in rule_sets.items()),
+                              output_columns=_as_tuple(output_columns), policy=policy, rule_set_column=rule_set_column)
+
+        return self._engine(RuleEngine.kind, make)
 
     def reactive_state_engine(
         self,

@@ -7,7 +7,7 @@ import re
 import shutil
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +326,18 @@ class Session:
         """
         fqn = resolve(name, "stream_engine", current_catalog=self._catalog)
         return self._master.warmup(fqn, to_arrow_table(data, where=f"warm-up of {fqn}"))
+
+    def update_rule(self, engine: str, key: Any, rules: Sequence[str]) -> None:
+        """Add or replace the rule set ``key`` of a running rule engine (Orca's updateRule; ``key=None``: the
+        default set). The change is kept in the engine's state: it survives stops, crashes and restarts."""
+        fqn = resolve(engine, "stream_engine", current_catalog=self._catalog)
+        self._master.control_engine(fqn, {"op": "update_rule", "key": key, "rules": list(rules)})
+
+    def delete_rule(self, engine: str, key: Any) -> None:
+        """Remove the rule set ``key`` of a running rule engine (Orca's deleteRule); its rows fall back to the
+        default set."""
+        fqn = resolve(engine, "stream_engine", current_catalog=self._catalog)
+        self._master.control_engine(fqn, {"op": "delete_rule", "key": key})
 
     def progress(self, name: str) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch and rows written so far in this session."""

@@ -294,6 +294,23 @@ class SubgraphTask:
             store.save(task, version, state)
         return data.num_rows
 
+    def control(self, engine: str, op: Mapping[str, Any], version: int) -> int:
+        """Apply a user's change to ``engine`` (e.g. a rule update) to every task's state, as of input ``version``.
+
+        Like :meth:`warm`, run it only while the subgraph is stopped: each task's state is loaded from the
+        snapshot the next micro-batch would load, changed, and saved as the snapshot at ``version``.
+        Returns the number of tasks changed.
+        """
+        node = next((n for n in self.chain if n.name == engine), None)
+        if not isinstance(node, EngineNode) or node.spec is None:
+            raise ExecutionError(f"subgraph {self.subgraph} has no engine named {engine!r}")
+        processor = node.spec.processor()
+        store = SnapshotStore(os.path.join(self.state_root, engine), keep=self.keep_snapshots)
+        for task in range(self.n_tasks):
+            loaded = store.load(task, version + 1)
+            store.save(task, version, processor.control(processor.new_state() if loaded is None else loaded, op))
+        return self.n_tasks
+
     def commit(self, files: Sequence[OutputFile], txn: tuple[str, int]) -> int:
         """Commit one micro-batch's files: one Delta transaction per output table, tagged ``txn``.
 

@@ -10,7 +10,7 @@ state; streaming == batch is therefore testable without Spark.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -36,6 +36,7 @@ class EngineKind(StrEnum):
     DUAL_OWNERSHIP_REACTIVE_STATE = "DUAL_OWNERSHIP_REACTIVE_STATE_ENGINE"
     REACTIVE_STATELESS = "REACTIVE_STATELESS_ENGINE"
     ANOMALY_DETECTION = "ANOMALY_DETECTION_ENGINE"
+    RULE = "RULE_ENGINE"
     ASOF_JOIN = "ASOF_JOIN_ENGINE"
     EQUAL_JOIN = "EQUAL_JOIN_ENGINE"
     LOOKUP_JOIN = "LOOKUP_JOIN_ENGINE"
@@ -63,6 +64,11 @@ class Processor(abc.ABC):
         on every replay of the batch. An engine that acts on processing time (key purge) uses it, never
         the wall clock, so a replayed batch leaves exactly the same state.
         """
+
+    def control(self, state: Any, op: Mapping[str, Any]) -> Any:
+        """Apply a change the user asked for while the graph runs (e.g. the rule engine's ``update_rule``) to
+        one task's state; the change is kept in the state snapshots. Engines without such changes refuse."""
+        raise GraphDefinitionError(f"this engine accepts no changes while it runs (asked: {clip(op.get('op'))})")
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from headwater.engines.reactive_state import (
     ReactiveStateEngine,
 )
 from headwater.engines.reactive_stateless import Formula, ReactiveStatelessEngine
+from headwater.engines.rule import RuleEngine
 from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, clip
@@ -60,7 +61,7 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Col, Lit, Call, Item, Alias, MultiExpr,
     TimeSeriesEngine, SessionWindowEngine, CrossSectionalEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
     DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
-    AnomalyDetectionEngine, AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
+    AnomalyDetectionEngine, RuleEngine, AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
 )}
 
 _MAX_DEPTH = 200  # deeper documents are refused before Python's recursion limit is

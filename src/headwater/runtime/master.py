@@ -44,6 +44,7 @@ from headwater.runtime.compactor import Compactor
 from headwater.runtime.events import EventLog, EventType, recorded
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
 from headwater.runtime.protocol import (
+    ControlEngine,
     IsRunning,
     Progress,
     RunSql,
@@ -549,6 +550,21 @@ class Master:
 
     def warmup(self, engine: FQN, data: pa.Table) -> int:
         """Warm an engine of a running graph (found by its name in the engine's catalog)."""
+        rec, node = self._running_engine(engine)
+        spec: Any = node.spec
+        data = _conform_warmup(engine, spec.input_schema, data)
+        return int(self.worker.request(Warmup(rec.fqn, node.name, arrow_bytes(data))))
+
+    def control_engine(self, engine: FQN, op: dict[str, Any]) -> int:
+        """Apply a change to a running engine's state (the rule engine's ``update_rule``/``delete_rule``), checked
+        by the engine's spec first; it is kept in the engine's state snapshots. Returns the tasks changed."""
+        rec, node = self._running_engine(engine)
+        check = getattr(node.spec, "check_control", None)
+        if check is None:
+            raise GraphDefinitionError(f"stream engine {engine} ({node.type}) accepts no changes while it runs")
+        return int(self.worker.request(ControlEngine(rec.fqn, node.name, json.dumps(check(op)))))
+
+    def _running_engine(self, engine: FQN) -> tuple[GraphRecord, EngineNode]:
         if self._recovery is not None:
             self._recovery.join()
         for rec in self.store.list_graphs():
@@ -556,9 +572,8 @@ class Master:
                 continue
             logical: LogicalGraph = _definition(rec)
             for node in logical.nodes.values():
-                if getattr(node, "fqn", None) == str(engine):
-                    data = _conform_warmup(engine, node.spec.input_schema, data)  # type: ignore[attr-defined]
-                    return int(self.worker.request(Warmup(rec.fqn, node.name, arrow_bytes(data))))
+                if isinstance(node, EngineNode) and node.fqn == str(engine):
+                    return rec, node
         raise CatalogError(f"stream engine {engine} is not part of a running graph")
 
     @recorded(EventType.DROP)

@@ -69,6 +69,15 @@ class Warmup:
 
 
 @dataclass(frozen=True)
+class ControlEngine:
+    """Apply a user's change (JSON, e.g. a rule update) to an engine's state; reply: tasks changed."""
+
+    fqn: str
+    engine: str
+    op: str
+
+
+@dataclass(frozen=True)
 class TaskStatus:
     """Reply: one dict per stream task (id, node, status, reason)."""
 
@@ -104,10 +113,10 @@ class Shutdown:
     """Stop every query this worker runs."""
 
 
-MESSAGES = {cls.__name__: cls for cls in (StartGraph, StopGraph, IsRunning, WaitCaughtUp, Warmup, TaskStatus,
-                                          Progress, Health, RunSql, Shutdown)}
-Message = (StartGraph | StopGraph | IsRunning | WaitCaughtUp | Warmup | TaskStatus | Progress | Health | RunSql
-           | Shutdown)
+MESSAGES = {cls.__name__: cls for cls in (StartGraph, StopGraph, IsRunning, WaitCaughtUp, Warmup, ControlEngine,
+                                          TaskStatus, Progress, Health, RunSql, Shutdown)}
+Message = (StartGraph | StopGraph | IsRunning | WaitCaughtUp | Warmup | ControlEngine | TaskStatus | Progress | Health
+           | RunSql | Shutdown)
 
 
 def encode(message: Message) -> dict[str, Any]:

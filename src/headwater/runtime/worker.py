@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -15,11 +17,12 @@ from typing import Any
 import pyarrow as pa
 
 from headwater.dataplane.snapshots import KEEP_SNAPSHOTS
-from headwater.dataplane.task import subgraph_task
+from headwater.dataplane.task import SubgraphTask, subgraph_task
 from headwater.errors import CaughtUpTimeout, ExecutionError, GraphDefinitionError, shorten
 from headwater.plan.document import from_json
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.protocol import (
+    ControlEngine,
     Health,
     IsRunning,
     Message,
@@ -128,11 +131,21 @@ class Worker:
                     query.awaitTermination(0.1)  # waits on the query, returns early if it stops
 
     def warmup(self, fqn: str, engine: str, data: pa.Table) -> int:
-        """Feed ``data`` through ``engine``'s state without output (Orca's warmupOrcaStreamEngine).
+        """Feed ``data`` through ``engine``'s state without output (Orca's warmupOrcaStreamEngine); returns the
+        number of rows used. See :meth:`_edit_state`."""
+        def warm(task: SubgraphTask, spec: Any, version: int) -> int:
+            return task.warm(engine, data.select(list(spec.input_schema.names)).cast(spec.input_schema.to_arrow()),
+                             version)
 
-        The engine's subgraph is paused, each task's state is advanced from the snapshot the next
-        micro-batch would load, and the subgraph resumes; returns the number of rows used.
-        """
+        return self._edit_state(fqn, engine, warm)
+
+    def control_engine(self, fqn: str, engine: str, op: dict[str, Any]) -> int:
+        """Apply a user's change (a rule update) to ``engine``'s state; returns the tasks changed."""
+        return self._edit_state(fqn, engine, lambda task, _spec, version: task.control(engine, op, version))
+
+    def _edit_state(self, fqn: str, engine: str, edit: Callable[[SubgraphTask, Any, int], int]) -> int:
+        """Pause the engine's subgraph, ``edit`` each task's state as of the input version committed so far
+        (the snapshot the next micro-batch loads), and resume it."""
         from headwater.spark.fused import committed_input_version
 
         g = self._graphs.get(fqn)
@@ -143,13 +156,11 @@ class Worker:
         spec: Any = getattr(node, "spec", None)
         if sg is None or spec is None:
             raise ExecutionError(f"stream graph {fqn} has no engine named {engine!r}")
-        data = data.select(list(spec.input_schema.names)).cast(spec.input_schema.to_arrow())
         fqn_, physical, table_paths, checkpoints, run_id, epoch, keep = g.start_args
         self.stop_graph(fqn)
         try:
             task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0", keep_snapshots=keep)
-            version = committed_input_version(checkpoints / sg.key(physical) / "spark")
-            return task.warm(engine, data, version)
+            return edit(task, spec, committed_input_version(checkpoints / sg.key(physical) / "spark"))
         finally:
             self.start_graph(fqn_, physical, table_paths, checkpoints, run_id, epoch, keep)
 
@@ -252,6 +263,8 @@ class Worker:
                 self.wait_until_caught_up(message.fqn, message.timeout)
             case Warmup():
                 return self.warmup(message.fqn, message.engine, arrow_table(message.data))
+            case ControlEngine():
+                return self.control_engine(message.fqn, message.engine, json.loads(message.op))
             case TaskStatus():
                 return self.task_status(message.fqn, _physical(message.plan))
             case Progress():

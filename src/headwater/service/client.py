@@ -247,6 +247,9 @@ class RemoteMaster:
         return int(self._call("/v1/engines/warmup", content=arrow_bytes(data), params={"engine": str(engine)},
                               timeout=600.0)["rows"])
 
+    def control_engine(self, engine: FQN, op: dict[str, Any]) -> int:
+        return int(self._call("/v1/engines/control", {"engine": str(engine), "op": op})["tasks"])
+
     # -- SQL ------------------------------------------------------------------------------------------
     def sql(self, query: object, *, current_catalog: str | None) -> tuple[Path, pa.Schema]:
         """Stream the result into a local Parquet file, a batch at a time; return its directory and schema."""

@@ -121,6 +121,11 @@ class SetCheckpointConfig(BaseModel):
     config: dict[str, Any]
 
 
+class EngineChange(BaseModel):
+    engine: str
+    op: dict[str, Any]
+
+
 class DropGraph(BaseModel):
     fqn: str
     include_tables: bool = False
@@ -338,6 +343,11 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         name = fqn(engine, "stream_engine")
         data = await read_arrow(request, f"warm-up of {name}", max_body_bytes)
         return {"rows": await _in_thread(lambda: locked(lambda: master.warmup(name, data)))}
+
+    @app.post("/v1/engines/control")
+    def control_engine(body: EngineChange, _: str = Depends(user)) -> dict[str, int]:
+        name = fqn(body.engine, "stream_engine")
+        return {"tasks": locked(lambda: master.control_engine(name, body.op))}
 
     # -- SQL ------------------------------------------------------------------------------------------
     @app.post("/v1/sql")

@@ -39,6 +39,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     DateType,
@@ -94,6 +95,7 @@ SPARK_TYPES: dict[str, DataType] = {
     "string": StringType(),
     "timestamp": TimestampNTZType(),
     "date": DateType(),
+    "bool[]": ArrayType(BooleanType()),
 }
 
 _DEFAULT_MIN_ROWS_PER_PARTITION = 100_000
