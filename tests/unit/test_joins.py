@@ -364,3 +364,68 @@ def test_a_parallel_join_by_another_column_and_a_foreign_stream_are_refused(sess
     other = session.stream_graph("other").source("quotes", schema=RIGHT)
     with pytest.raises(GraphDefinitionError, match="same stream graph"):
         trades.asof_join_engine(other, **ASOF)
+
+
+def window_reference(left: pd.DataFrame, right: pd.DataFrame, low: pd.Timedelta | None,
+                     high: pd.Timedelta | None) -> pd.DataFrame:
+    """Per left row: its key's right rows in [t + low, t + high] (None, None: since the key's previous left row,
+    [t_prev, t)), once the key's right side has a row past the window."""
+    left, right = in_order(left.dropna(subset=["time"])), in_order(right.dropna(subset=["time"]))
+    out, previous = [], {}
+    for row in left.itertuples():
+        mine = right[right.sym == row.sym]
+        if low is None:
+            start, end = previous.get(row.sym, pd.Timestamp.min), row.time
+            inside = mine[(mine.time >= start) & (mine.time < end)]
+            due = (mine.time >= row.time).any()
+            previous[row.sym] = row.time
+        else:
+            inside = mine[(mine.time >= row.time + low) & (mine.time <= row.time + high)]
+            due = (mine.time > row.time + high).any()
+        if due:
+            bids = inside.bid.astype(float)
+            out.append({"time": row.time, "sym": row.sym, "price": row.price, "total": bids.sum(min_count=1),
+                        "n": bids.count(), "top": bids.max(), "edge": bids.mean() - row.price})
+    return pd.DataFrame(out, columns=["time", "sym", "price", "total", "n", "top", "edge"])
+
+
+WINDOW = {"metrics": ["price", "sum(bid) as total", "count(bid) as n", "max(right.bid) as top",
+                      "avg(bid) - price as edge"], "matching_column": "sym", "time_column": "time",
+          "max_delayed_time": None}
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10**6), cuts=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+       order=st.lists(st.booleans(), max_size=16), crash=st.one_of(st.none(), st.integers(0, 10)),
+       special=st.booleans())
+def test_window_join_is_the_same_for_any_interleaving_and_after_a_kill(session, tmp_path_factory, seed, cuts, order,
+                                                                       crash, special):
+    left, right = sides(seed, 30, 50)
+    window = (0, 0) if special else ("-3s", "1s")
+    g = join_graph(session, "window_join_engine", window=window, **WINDOW)
+    got = run(g, tmp_path_factory.mktemp("p"), left, right, cuts, order, crash)
+    want = window_reference(left, right, *((None, None) if special else (pd.Timedelta(seconds=-3), pd.Timedelta(seconds=1))))
+    assert len(want) > 5
+    assert_same(got, want)
+
+
+def test_window_join_max_delayed_time_computes_a_quiet_keys_window(session, tmp_path):
+    g = join_graph(session, "window_join_engine", window="-1s:0s", metrics=["price", "count(bid) as n"],
+                   matching_column="sym", time_column="time", max_delayed_time="5s")
+    t = pd.DataFrame({"time": [T0 + pd.Timedelta(seconds=1)] * 2, "sym": ["a", "b"], "price": [1.0, 2.0], "qty": [1, 1]})
+    q = pd.DataFrame({"time": [T0, T0 + pd.Timedelta(seconds=30)], "sym": ["a", "b"], "bid": [1.0, 2.0]})
+    got = run(g, tmp_path, t, q)  # key a never gets a right row past 1 s; key b's right side is 29 s past
+    assert got.sort_values("sym")[["sym", "n"]].to_dict("list") == {"sym": ["a", "b"], "n": [1, 0]}
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"window": "1s:-1s"}, "starts after it ends"),
+    ({"window": "5s"}, "window must be 'a:b'"),
+    ({"metrics": ["sum(price) as s"]}, "aggregates left column 'price'"),
+    ({"metrics": ["bid"]}, "right column 'bid' outside an aggregate"),
+    ({"metrics": ["mavg(bid, 3) as m"]}, "cannot be used here"),
+    ({"closed": "both"}, "closed must be"),
+])
+def test_bad_window_join_arguments_fail_at_definition(session, kw, message):
+    with pytest.raises((GraphDefinitionError, SchemaError), match=message):
+        join_graph(session, "window_join_engine", **{**WINDOW, "window": "-1s:0s", **kw})

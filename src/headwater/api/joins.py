@@ -21,6 +21,7 @@ from headwater.engines.joins import (
     LeftSemiJoinEngine,
     LookupJoinEngine,
     SnapshotJoinEngine,
+    WindowJoinEngine,
 )
 from headwater.engines.joins.base import LEFT, RIGHT, _pair, time_pair
 from headwater.errors import GraphDefinitionError, clip
@@ -136,3 +137,35 @@ class JoinMethods:
                                       keep_right_duplicates=keep_right_duplicates, is_inner_join=is_inner_join)
 
         return self._join(right, SnapshotJoinEngine.kind, make, matching_column, metrics, time_column)
+
+    def window_join_engine(self, right: DStream, *, window: Any, metrics: Metrics, matching_column: Any,
+                           time_column: Any, max_delayed_time: str | timedelta | None = timedelta(seconds=3),
+                           closed: str = "left") -> DStream:
+        """Each left row with aggregates of its key's right rows in ``[t + a, t + b]`` for ``window=(a, b)``
+        (``"-5s:0s"`` or ``("-5s", "0s")``; ``(0, 0)``: since the key's previous left row) (Orca's
+        windowJoinEngine); see :mod:`headwater.engines.joins.window`."""
+        def make(name: str, common: dict[str, Any]) -> JoinEngine:
+            where = f"window_join_engine {clip(name)}"
+            delay = None if max_delayed_time is None else \
+                parse_duration(max_delayed_time, where=f"{where} max_delayed_time", allow_zero=True)
+            return WindowJoinEngine(**common, window=_window(window, where), max_delayed_time=delay, closed=closed)
+
+        return self._join(right, WindowJoinEngine.kind, make, matching_column, metrics, time_column)
+
+
+def _window(value: Any, where: str) -> tuple[timedelta, timedelta]:
+    """``"a:b"`` or ``(a, b)``: two signed durations (``"-5s"``, ``"0s"``, ``timedelta``) or 0."""
+    parts = value.split(":") if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else []
+    if len(parts) != 2:
+        raise GraphDefinitionError(f"{where}: window must be 'a:b' or (a, b), e.g. '-5s:0s' or (0, 0); got {clip(value)}")
+
+    def one(part: Any) -> timedelta:
+        if (isinstance(part, int) and not isinstance(part, bool) and part == 0) or part in ("0", " 0"):
+            return timedelta(0)
+        if isinstance(part, timedelta):
+            return part
+        text = str(part).strip()
+        sign = -1 if text.startswith("-") else 1
+        return sign * parse_duration(text.lstrip("-+"), where=f"{where} window", allow_zero=True)
+
+    return one(parts[0]), one(parts[1])

@@ -46,7 +46,12 @@ from headwater.engines.base import (
     Processor,
 )
 from headwater.engines.columns import to_arrow, to_numpy
-from headwater.engines.window_metrics import WindowMetrics, resolve_window_engine, window_output_schema
+from headwater.engines.window_metrics import (
+    WindowMetrics,
+    reduce_groups,
+    resolve_window_engine,
+    window_output_schema,
+)
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
 from headwater.types import Schema
@@ -88,30 +93,6 @@ class SessionWindowEngine(EngineSpec):
 
     def processor(self, input_schema: Schema | None = None) -> SessionWindowProcessor:
         return SessionWindowProcessor(self)
-
-
-# how each aggregate reduces a session's values (NaN = NULL), as the time-series engine's kernel does
-def _reduce(grouped: Any, func: str) -> pd.Series:
-    match func:
-        case "first":
-            return grouped.first(skipna=False)
-        case "last":
-            return grouped.last(skipna=False)
-        case "sum":
-            return grouped.sum(min_count=1)
-        case "count":
-            return grouped.count()
-        case "avg":
-            return grouped.mean()
-        case "std":
-            return grouped.std(ddof=1)
-        case "var":
-            return grouped.var(ddof=1)
-        case "max":
-            return grouped.max()
-        case "min":
-            return grouped.min()
-    raise GraphDefinitionError(f"session_window_engine: aggregate {func!r} is not supported")
 
 
 class SessionWindowProcessor(Processor):
@@ -172,7 +153,7 @@ class SessionWindowProcessor(Processor):
         slot = grouped["slot"].first()
         # each closed session is closed by the first row of the key's next session
         trigger = rows[starts].set_index("session")["seq"].reindex(first_time.index + 1).to_numpy(np.int64)
-        values = [_reduce(grouped[f"a{i}"], a.func).to_numpy(np.float64) for i, a in enumerate(self.metrics.aggs)]
+        values = [reduce_groups(grouped[f"a{i}"], a.func).to_numpy(np.float64) for i, a in enumerate(self.metrics.aggs)]
         out_times = (first_time if spec.use_session_start_time else last_time + self.gap).to_numpy(np.int64)
         order = np.argsort(trigger, kind="stable")
         m = len(order)

@@ -39,6 +39,7 @@ from headwater.engines.joins import (
     LeftSemiJoinEngine,
     LookupJoinEngine,
     SnapshotJoinEngine,
+    WindowJoinEngine,
 )
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
@@ -62,6 +63,7 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     TimeSeriesEngine, SessionWindowEngine, CrossSectionalEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
     DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
     AnomalyDetectionEngine, RuleEngine, AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
+    WindowJoinEngine,
 )}
 
 _MAX_DEPTH = 200  # deeper documents are refused before Python's recursion limit is

@@ -6,6 +6,7 @@ from headwater.engines.joins.equal import EqualJoinEngine
 from headwater.engines.joins.lookup import LookupJoinEngine
 from headwater.engines.joins.semi import LeftSemiJoinEngine
 from headwater.engines.joins.snapshot import SnapshotJoinEngine
+from headwater.engines.joins.window import WindowJoinEngine
 
 __all__ = ["AsofJoinEngine", "EqualJoinEngine", "JoinEngine", "LeftSemiJoinEngine", "LookupJoinEngine",
-           "SnapshotJoinEngine"]
+           "SnapshotJoinEngine", "WindowJoinEngine"]

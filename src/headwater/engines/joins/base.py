@@ -17,7 +17,7 @@ left table).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -116,6 +116,7 @@ class JoinEngine(EngineSpec):
     """Fields and checks common to the join engines; subclasses add theirs and a processor."""
 
     prefix_time: ClassVar[bool] = True  # output starts with the left time column
+    metric_kinds: ClassVar[frozenset[str]] = frozenset({"scalar"})  # the window join adds aggregates
     name: str
     left_schema: Schema
     right_schema: Schema
@@ -163,7 +164,7 @@ class JoinEngine(EngineSpec):
             if name in taken:
                 raise GraphDefinitionError(f"{where} metric {clip(name)}: the name repeats a time or matching column "
                                            "of the output; rename it with 'as'")
-            infer_type(expr, scope, where=f"{where} metric {clip(name)}", kinds=frozenset({"scalar"}))
+            infer_type(expr, scope, where=f"{where} metric {clip(name)}", kinds=self.metric_kinds)
         object.__setattr__(self, "_outputs", tuple((n, resolve_expr(e, scope)) for n, e in outputs))
         self.check()
 
@@ -191,6 +192,23 @@ class JoinEngine(EngineSpec):
         cols += [(f"right.{n}", t) for n, t in self.right_schema.columns]
         return Schema(tuple(cols))
 
+    def sources(self) -> dict[str, tuple[int, str]]:
+        """Each name of :meth:`scope` -> (side, column of that side)."""
+        lower_left = {n.lower(): n for n in self.left_schema.names}
+        lower_right = {n.lower(): n for n in self.right_schema.names}
+        out: dict[str, tuple[int, str]] = {}
+        for name in self.scope().names:
+            low = name.lower()
+            if low.startswith("right."):
+                out[name] = (RIGHT, lower_right[low[6:]])
+            elif low.startswith("left."):
+                out[name] = (LEFT, lower_left[low[5:]])
+            elif low in lower_left:
+                out[name] = (LEFT, lower_left[low])
+            else:
+                out[name] = (RIGHT, lower_right[low])
+        return out
+
     def prefix(self) -> list[tuple[str, str]]:
         """Output columns before the metrics: the left time column (when the engine has one), the keys."""
         cols = [(self.time_column, self.left_schema[self.time_column])] if self.prefix_time and self.time_column else []
@@ -198,7 +216,7 @@ class JoinEngine(EngineSpec):
 
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
         scope = self.scope()
-        metric_types = [(n, infer_type(e, scope, where=self.where, kinds=frozenset({"scalar"}))) for n, e in self._outputs]
+        metric_types = [(n, infer_type(e, scope, where=self.where, kinds=self.metric_kinds)) for n, e in self._outputs]
         return Schema(tuple(self.prefix() + metric_types))
 
     def properties(self) -> dict[str, Any]:
@@ -218,19 +236,7 @@ class Sides:
         self.out_schema = spec.output_schema()
         self.arrow_schema = self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
         scope = spec.scope()
-        lower_left = {n.lower(): n for n in spec.left_schema.names}
-        lower_right = {n.lower(): n for n in spec.right_schema.names}
-        self.source: dict[str, tuple[int, str]] = {}  # scope name -> (side, column)
-        for name in scope.names:
-            low = name.lower()
-            if low.startswith("right."):
-                self.source[name] = (RIGHT, lower_right[low[6:]])
-            elif low.startswith("left."):
-                self.source[name] = (LEFT, lower_left[low[5:]])
-            elif low in lower_left:
-                self.source[name] = (LEFT, lower_left[low])
-            else:
-                self.source[name] = (RIGHT, lower_right[low])
+        self.source = spec.sources()  # scope name -> (side, column)
         self.scope = scope
 
     def empty(self) -> pa.Table:
@@ -250,9 +256,11 @@ class Sides:
         return values * DAY_US if type_name == "date" else values
 
     def output(self, left: pa.Table | None, right: pa.Table | None, prefix: Sequence[pa.Array],
-               seq: np.ndarray) -> pa.Table:
+               seq: np.ndarray, *, metrics: Sequence[tuple[str, Expr]] | None = None,
+               extra: Mapping[str, np.ndarray] | None = None) -> pa.Table:
         """Output rows: ``prefix`` columns, then each metric over the aligned ``left`` and ``right`` rows (either
-        may be None: that side's columns are all NULL), then ``_hw_seq``."""
+        may be None: that side's columns are all NULL), then ``_hw_seq``. ``metrics`` replaces the spec's
+        (e.g. with aggregates read from ``extra`` columns)."""
         n = len(seq)
         if n == 0:
             return self.empty()
@@ -269,12 +277,13 @@ class Sides:
 
         arrays: list[pa.Array] = list(prefix)
         types = self.out_schema.to_arrow()
-        for name, expr in self.spec._outputs:
+        for name, expr in (self.spec._outputs if metrics is None else metrics):
             typ = types.field(name).type
-            if isinstance(expr, Col):
+            if isinstance(expr, Col) and expr.name in self.source:
                 arrays.append(column(expr.name).cast(typ))
                 continue
-            values = {c: to_numpy(column(c), self.scope[c]) for c in expr.columns()}
+            values = {c: extra[c] if extra is not None and c in extra else to_numpy(column(c), self.scope[c])
+                      for c in expr.columns()}
             arrays.append(to_arrow(evaluate_rowwise(expr, values, n), self.out_schema[name]))
         arrays.append(pa.array(seq, pa.int64()))
         return pa.table(arrays, schema=self.arrow_schema)

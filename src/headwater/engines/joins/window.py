@@ -1,0 +1,251 @@
+"""The window join engine: each left row with aggregates of its key's right rows in a window around it (Orca C.15).
+
+For a left row at time t, the window is ``[t + a, t + b]`` (both ends included) for ``window=(a, b)``.
+Metrics mix aggregates of right columns (``sum(right.qty)``, ``avg(bid)``) with row expressions of the
+left row (``price``, ``avg(bid) - price as edge``); exactly one output row per left row.
+
+A left row's window is computed when the first right row of its key later than its upper end arrives
+(each side arrives in time order per key, so the window is then complete: the output is the same for
+any interleaving of the inputs). ``max_delayed_time`` (Orca's default 3 s) also computes a waiting
+window once any key's right side is that much past its upper end, so a quiet key does not wait forever;
+such a window holds what had arrived. ``max_delayed_time=None`` turns that off.
+
+The special window ``(0, 0)``: the right rows from the key's previous left row up to this one, ``[t_prev,
+t)`` (``closed="right"``: ``(t_prev, t]``; the key's first left row: everything before it), computed when
+a right row at or past ``t`` arrives (``closed="right"``: past ``t``).
+
+Rows older than an earlier row of their key on the same side are dropped. Aggregates and their NULL
+rules are the time-series engine's; an empty window gives NULL (``count``: 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from headwater.durations import format_duration, to_micros
+from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
+from headwater.engines.columns import evaluate_rowwise, to_numpy
+from headwater.engines.joins.base import (
+    LEFT,
+    NO_TIME,
+    RIGHT,
+    SLOT,
+    TIME,
+    JoinEngine,
+    Sides,
+    concat,
+    grow,
+    in_order,
+    with_work_columns,
+)
+from headwater.engines.window_metrics import aggregates_of, reduce_groups, replace_aggregates
+from headwater.errors import GraphDefinitionError, clip
+from headwater.expr import Call
+
+LOW, HIGH = "_hw_low", "_hw_high"  # a waiting left row's window, inclusive, in µs
+SUPPORTED = frozenset({"first", "last", "sum", "count", "avg", "std", "var", "max", "min"})
+
+
+@dataclass(frozen=True)
+class WindowJoinEngine(JoinEngine):
+    kind: ClassVar[EngineKind] = EngineKind.WINDOW_JOIN
+    metric_kinds: ClassVar[frozenset[str]] = frozenset({"scalar", "aggregate"})
+    window: tuple[timedelta, timedelta] = (timedelta(0), timedelta(0))
+    max_delayed_time: timedelta | None = timedelta(seconds=3)
+    closed: str = "left"
+
+    @property
+    def special(self) -> bool:
+        """Orca's window 0:0: from the key's previous left row to this one."""
+        return self.window == (timedelta(0), timedelta(0))
+
+    def check(self) -> None:
+        where = self.where
+        if not self.time_column:
+            raise GraphDefinitionError(f"{where}: time_column is required")
+        if self.window[0] > self.window[1]:
+            raise GraphDefinitionError(f"{where}: window {format_duration_signed(self.window[0])}:"
+                                       f"{format_duration_signed(self.window[1])} starts after it ends")
+        if self.closed not in ("left", "right"):
+            raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
+        if self.max_delayed_time is not None and self.max_delayed_time < timedelta(0):
+            raise GraphDefinitionError(f"{where}: max_delayed_time must not be negative")
+        sources = self.sources()
+        for name, expr in self._outputs:
+            w = f"{where} metric {clip(name)}"
+            for agg in aggregates_of(expr):
+                if agg.func not in SUPPORTED:
+                    raise GraphDefinitionError(f"{w}: aggregate {agg.func}() is not supported in a window join "
+                                               f"(supported: {', '.join(sorted(SUPPORTED))})")
+                left_cols = [c for c in agg.args[0].columns() if sources[c][0] == LEFT]
+                if left_cols:
+                    raise GraphDefinitionError(f"{w}: {agg} aggregates left column {clip(left_cols[0])}; aggregates "
+                                               "run over the right rows of the window (name them right.x)")
+            outside = replace_aggregates(expr, {a.key(): i for i, a in enumerate(aggregates_of(expr))}).columns()
+            right_cols = [c for c in outside if not c.startswith("__agg") and sources[c][0] == RIGHT]
+            if right_cols:
+                raise GraphDefinitionError(f"{w}: right column {clip(right_cols[0])} outside an aggregate; a window "
+                                           f"holds many right rows, e.g. 'last({right_cols[0]})'")
+
+    def properties(self) -> dict[str, Any]:
+        props = {**super().properties(), "window": f"{format_duration_signed(self.window[0])}:"
+                                                   f"{format_duration_signed(self.window[1])}", "closed": self.closed}
+        props["maxDelayedTime"] = None if self.max_delayed_time is None else format_duration(self.max_delayed_time)
+        return props
+
+    def processor(self, input_schema: Any = None) -> WindowJoinProcessor:
+        return WindowJoinProcessor(self)
+
+
+def format_duration_signed(delta: timedelta) -> str:
+    return f"-{format_duration(-delta)}" if delta < timedelta(0) else format_duration(delta) if delta else "0"
+
+
+class WindowJoinProcessor(Processor):
+    def __init__(self, spec: WindowJoinEngine) -> None:
+        self.spec = spec
+        self.sides = Sides(spec)
+        assert spec.time_column
+        self.time_names = (spec.time_column, spec.right_time_column or spec.time_column)
+        self.time_types = (spec.left_schema[self.time_names[0]], spec.right_schema[self.time_names[1]])
+        self.offsets = (to_micros(spec.window[0]), to_micros(spec.window[1]))
+        self.delay = None if spec.max_delayed_time is None else to_micros(spec.max_delayed_time)
+        aggs: dict[str, Call] = {}
+        for _, expr in spec._outputs:
+            for agg in aggregates_of(expr):
+                aggs.setdefault(agg.key(), agg)
+        self.aggs = list(aggs.values())
+        index = {k: i for i, k in enumerate(aggs)}
+        self.metrics = [(name, replace_aggregates(expr, index)) for name, expr in spec._outputs]
+
+    def new_state(self) -> dict[str, Any]:
+        return {"keys": [], "left": None, "right": None, "left_latest": np.empty(0, np.int64),
+                "right_latest": np.empty(0, np.int64)}
+
+    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        sides = self.sides
+        keys = KeyTable(state["keys"])
+        (lt_name, rt_name), (lt_type, rt_type) = self.time_names, self.time_types
+        left, right = sides.layout.split(table)
+        left, right = left.filter(left[lt_name].is_valid()), right.filter(right[rt_name].is_valid())
+        ls, rs = sides.slots(keys, left, LEFT), sides.slots(keys, right, RIGHT)
+        lt, rt = sides.times(left, lt_name, lt_type), sides.times(right, rt_name, rt_type)
+        left_latest = grow(state["left_latest"], len(keys), NO_TIME)
+        right_latest = grow(state["right_latest"], len(keys), NO_TIME)
+        previous = left_latest.copy()  # the key's last left time before this batch (the (0, 0) window's start)
+        keep_left, keep_right = in_order(ls, lt, left_latest), in_order(rs, rt, right_latest)
+        new_left = self._with_windows(left.filter(pa.array(keep_left)), ls[keep_left], lt[keep_left], previous)
+        new_right = with_work_columns(right.filter(pa.array(keep_right)), rs[keep_right], rt[keep_right])
+        pending = concat([t for t in (state["left"], new_left) if t is not None])
+        history = concat([t for t in (state["right"], new_right) if t is not None])
+
+        slots, high = pending[SLOT].to_numpy(), pending[HIGH].to_numpy()
+        due = right_latest[slots] > high
+        forced = np.zeros(len(due), dtype=bool)
+        if self.delay is not None and len(right_latest):
+            forced = ~due & (high + self.delay < right_latest.max())
+        ready = np.flatnonzero(due | forced)
+        rights = _Sorted(history)
+        start, end = rights.ranges(slots[ready], pending[LOW].to_numpy()[ready], high[ready])
+        after = rights.first_after(slots[ready], high[ready])
+        batch_end = int(table[SEQ].to_numpy().max()) if table.num_rows else 0
+        left_seq = pending[SEQ].to_numpy()[ready]
+        trigger = np.where(due[ready], np.maximum(left_seq, np.where(after < 0, -1, rights.seq[np.maximum(after, 0)])),
+                           batch_end)
+        order = np.lexsort((left_seq, trigger))
+        left_rows = pending.take(pa.array(ready[order]))
+        aggregates = self._aggregate(history, rights, start[order], end[order])
+        out = sides.output(left_rows, None, [left_rows[lt_name].combine_chunks(), *sides.keys_of(left_rows, None)],
+                           trigger[order], metrics=self.metrics, extra=aggregates)
+        waiting = np.ones(pending.num_rows, dtype=bool)
+        waiting[ready] = False
+        still = pending.filter(pa.array(waiting))
+        kept = self._purge(history, still, left_latest)
+        return {"keys": keys.keys, "left": still if still.num_rows else None, "right": kept,
+                "left_latest": left_latest, "right_latest": right_latest}, out
+
+    def _with_windows(self, rows: pa.Table, slots: np.ndarray, times: np.ndarray, previous: np.ndarray) -> pa.Table:
+        """New left rows with their window ``[low, high]`` (µs, inclusive)."""
+        if self.spec.special:
+            df = pd.DataFrame({"slot": slots, "t": times})
+            before = df.groupby("slot", sort=False)["t"].shift(1).to_numpy(np.float64)
+            prev = np.where(np.isnan(before), previous[slots].astype(np.float64), before)
+            first = prev <= NO_TIME
+            prev_us = np.where(first, NO_TIME + 1, np.nan_to_num(prev)).astype(np.int64)
+            if self.spec.closed == "left":
+                low, high = prev_us, times - 1
+            else:
+                low, high = np.where(first, prev_us, prev_us + 1), times
+        else:
+            low, high = times + self.offsets[0], times + self.offsets[1]
+        rows = with_work_columns(rows, slots, times)
+        return rows.append_column(LOW, pa.array(low, pa.int64())).append_column(HIGH, pa.array(high, pa.int64()))
+
+    def _aggregate(self, history: pa.Table, rights: _Sorted, start: np.ndarray, end: np.ndarray) -> dict[str, np.ndarray]:
+        """Each aggregate over the right rows ``rights.order[start:end]`` of each output row, as ``__agg<i>``."""
+        m = len(start)
+        lengths = np.maximum(end - start, 0)
+        owner = np.repeat(np.arange(m), lengths)
+        offsets = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        rows = rights.order[np.repeat(start, lengths) + offsets]
+        sources = self.spec.sources()
+        out: dict[str, np.ndarray] = {}
+        for i, agg in enumerate(self.aggs):
+            columns = {c: to_numpy(history[sources[c][1]].take(pa.array(rows)), self.sides.scope[c])
+                       for c in agg.args[0].columns()}
+            values = np.asarray(evaluate_rowwise(agg.args[0], columns, len(rows)), dtype=np.float64)
+            reduced = reduce_groups(pd.Series(values).groupby(owner), agg.func).reindex(np.arange(m))
+            out[f"__agg{i}"] = reduced.fillna(0).to_numpy(np.float64) if agg.func == "count" else \
+                reduced.to_numpy(np.float64)
+        return out
+
+    def _purge(self, history: pa.Table, waiting: pa.Table, left_latest: np.ndarray) -> pa.Table | None:
+        """Keep the right rows a waiting or future left row's window can still reach."""
+        if history.num_rows == 0:
+            return None
+        reach = left_latest + (0 if self.spec.special else self.offsets[0])  # a future left row's lowest bound
+        if self.spec.special:
+            reach = np.where(left_latest > NO_TIME, left_latest, NO_TIME)
+        reach = np.where(left_latest > NO_TIME, reach, NO_TIME)  # a key without left rows keeps everything
+        if waiting.num_rows:
+            low = pd.Series(waiting[LOW].to_numpy()).groupby(waiting[SLOT].to_numpy()).min()
+            reach[low.index.to_numpy()] = np.minimum(reach[low.index.to_numpy()], low.to_numpy())
+        keep = history[TIME].to_numpy() >= reach[history[SLOT].to_numpy()]
+        kept = history.filter(pa.array(keep))
+        return kept if kept.num_rows else None
+
+
+class _Sorted:
+    """Right rows ordered by (key, time, arrival), with range look-ups per key."""
+
+    def __init__(self, history: pa.Table) -> None:
+        slot, time, seq = (history[c].to_numpy() for c in (SLOT, TIME, SEQ))
+        self.order = np.lexsort((seq, time, slot))
+        self.slot, self.time, self.seq = slot[self.order], time[self.order], seq[self.order]
+        self._times = np.unique(self.time)
+        self._combined = self.slot * (len(self._times) + 1) + np.searchsorted(self._times, self.time)
+
+    def _position(self, slots: np.ndarray, times: np.ndarray, side: Literal["left", "right"]) -> np.ndarray:
+        """Where (slot, time) falls among the sorted rows, within the slot's segment: before the rows at
+        ``time`` (``side="left"``) or after them (``"right"``). One binary search over a combined key (slot,
+        rank of the time among the rows' distinct times), which cannot overflow; no loop over rows."""
+        width = len(self._times) + 1
+        probe = np.asarray(slots, np.int64) * width + np.searchsorted(self._times, times, side=side)
+        return np.searchsorted(self._combined, probe, side="left").astype(np.int64)
+
+    def ranges(self, slots: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._position(slots, low, "left"), self._position(slots, high, "right")
+
+    def first_after(self, slots: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """Index (into the sorted rows) of each slot's first row later than ``high``; -1 if none."""
+        pos = self._position(slots, high, "right")
+        inside = (pos < len(self.slot)) & (self.slot[np.minimum(pos, len(self.slot) - 1)] == slots) if len(self.slot) \
+            else np.zeros(len(slots), dtype=bool)
+        return np.where(inside, pos, -1)
+
