@@ -48,6 +48,8 @@ def run_batches(
         times=np.concatenate([p.times for p in parts]),
         values=[np.concatenate([p.values[i] for p in parts]) for i in range(len(agg.aggregates))],
         trigger_rows=np.concatenate([p.trigger_rows for p in parts]),
+        empty=np.concatenate([p.empty for p in parts]),
+        final=np.concatenate([p.final for p in parts]),
     )
     return state, merged
 
@@ -63,6 +65,8 @@ def assert_outputs_equal(a: WindowOutput, b: WindowOutput) -> None:
     np.testing.assert_array_equal(a.slots, b.slots)
     np.testing.assert_array_equal(a.times, b.times)
     np.testing.assert_array_equal(a.trigger_rows, b.trigger_rows)
+    np.testing.assert_array_equal(a.empty, b.empty)
+    np.testing.assert_array_equal(a.final, b.final)
     assert len(a.values) == len(b.values)
     for x, y in zip(a.values, b.values, strict=True):
         np.testing.assert_array_equal(x, y)  # NaN == NaN here; batching must not change a single bit
@@ -382,53 +386,96 @@ def test_run_argument_errors() -> None:
 
 
 def naive_windows(
-    spec: WindowSpec, aggs: Sequence[str], slots: np.ndarray, times: np.ndarray, values: np.ndarray
+    spec: WindowSpec,
+    aggs: Sequence[str],
+    slots: np.ndarray,
+    times: np.ndarray,
+    values: np.ndarray,
+    splits: Sequence[int] = (),
 ) -> WindowOutput:
-    """Keep every accepted row; at each trigger recompute the closing windows from scratch."""
+    """Keep every accepted row; at each trigger recompute the closing windows from scratch.
+
+    ``splits`` (batch boundaries) matter only with ``update=0``, which emits open windows at each batch's end.
+    """
     w, step, d = spec.window, spec.step, spec.accepted_delay
     left = spec.closed == "left"
     align = spec.align or step
+    lo, hi = spec.sub_window or (0, w)
+    ends = {b - 1 for b in splits if 0 < b < len(times)} | {len(times) - 1}
 
     def inside(t: int, s: int) -> bool:
         return s <= t < s + w if left else s < t <= s + w
 
+    def in_sub(t: int, s: int) -> bool:
+        return s + lo <= t < s + hi if left else s + lo < t <= s + hi
+
     def closes(t: int, s: int) -> bool:
-        return t >= s + w + d if left else t > s + w + d
+        return t >= s + hi + d if left else t > s + hi + d
 
     keys: dict[int, dict] = {}
-    out: list[tuple[int, int, int, list[float]]] = []
+    out: list[tuple[int, int, int, list[float], bool, bool]] = []
+
+    def label(key: dict) -> int:
+        return key["start"] if spec.use_window_start_time else key["start"] + w
+
+    def window_rows(key: dict) -> list[float]:
+        return [v for (tt, v) in key["rows"] if inside(tt, key["start"]) and in_sub(tt, key["start"])]
+
+    def close(k: int, key: dict, i: int) -> None:
+        vals = window_rows(key)
+        if vals:
+            res = [naive_aggregate(a, np.array(vals)) for a in aggs]
+        elif spec.fill == "none":
+            res = None
+        elif spec.fill == "null":
+            res = [math.nan] * len(aggs)
+        elif spec.fill == "ffill":
+            res = list(key["last"])
+        else:
+            res = [float(spec.fill)] * len(aggs)
+        if res is not None:
+            key["last"] = res
+            out.append((k, label(key), i, res, not vals, True))
+        key["pending"] = False
+        key["start"] += step
+
     for i, (k, t) in enumerate(zip(slots.tolist(), times.tolist(), strict=True)):
+        if spec.force_trigger is not None:
+            for k2, other in keys.items():
+                while k2 != k and t - spec.force_trigger >= other["start"] + hi:
+                    close(k2, other, i)
         if k not in keys:
             x = t if left else t - 1
             start = (x // align) * align + step - w
             while not inside(t, start):
                 start += step
-            keys[k] = {"start": start, "rows": [], "last": [math.nan] * len(aggs)}
+            keys[k] = {"start": start, "rows": [], "last": [math.nan] * len(aggs), "pending": False, "mark": 0}
         key = keys[k]
         while closes(t, key["start"]):
-            vals = [v for (tt, v) in key["rows"] if inside(tt, key["start"])]
-            if vals:
-                res = [naive_aggregate(a, np.array(vals)) for a in aggs]
-            elif spec.fill == "none":
-                res = None
-            elif spec.fill == "null":
-                res = [math.nan] * len(aggs)
-            elif spec.fill == "ffill":
-                res = list(key["last"])
-            else:
-                res = [float(spec.fill)] * len(aggs)
-            if res is not None:
-                key["last"] = res
-                label = key["start"] if spec.use_window_start_time else key["start"] + w
-                out.append((k, label, i, res))
-            key["start"] += step
+            close(k, key, i)
+        offset = (t if left else t - 1) - key["start"]
+        if spec.update and key["pending"] and offset >= 0 and offset // spec.update > key["mark"]:
+            out.append((k, label(key), i, [naive_aggregate(a, np.array(window_rows(key))) for a in aggs],
+                        False, False))
+            key["pending"] = False
         if (t >= key["start"]) if left else (t > key["start"]):
             key["rows"].append((t, values[i]))
+            if in_sub(t, key["start"] + (offset // step) * step):
+                key["pending"] = True
+                key["mark"] = offset // (spec.update or 1)
+        if spec.update == 0 and i in ends:
+            for k2, other in keys.items():
+                if other["pending"]:
+                    out.append((k2, label(other), i,
+                                [naive_aggregate(a, np.array(window_rows(other))) for a in aggs], False, False))
+                    other["pending"] = False
     return WindowOutput(
         slots=np.array([o[0] for o in out], dtype=np.int64),
         times=np.array([o[1] for o in out], dtype=np.int64),
         values=[np.array([o[3][j] for o in out], dtype=np.float64) for j in range(len(aggs))],
         trigger_rows=np.array([o[2] for o in out], dtype=np.int64),
+        empty=np.array([o[4] for o in out], dtype=np.bool_),
+        final=np.array([o[5] for o in out], dtype=np.bool_),
     )
 
 
@@ -464,14 +511,26 @@ def naive_aggregate(name: str, vals: np.ndarray) -> float:
 @st.composite
 def window_cases(draw: st.DrawFn) -> tuple[WindowSpec, np.ndarray, np.ndarray, np.ndarray, list[int]]:
     step = draw(st.integers(1, 5))
+    window = step * draw(st.integers(1, 3))
+    mode = draw(st.sampled_from(["plain", "plain", "force", "update", "sub"]))
+    triggers: dict = {"accepted_delay": draw(st.sampled_from([0, 0, 1, 3, 7]))}
+    if mode == "force":
+        triggers = {"force_trigger": draw(st.integers(0, 8))}
+    elif mode == "update":
+        step = window = draw(st.integers(1, 6))
+        triggers = {"update": draw(st.sampled_from([0, *[u for u in range(1, step + 1) if step % u == 0]]))}
+    elif mode == "sub":
+        step = window = draw(st.integers(2, 8))
+        lo = draw(st.integers(0, window - 1))
+        triggers["sub_window"] = (lo, draw(st.integers(lo + 1, window)))
     spec = WindowSpec(
-        window=step * draw(st.integers(1, 3)),
+        window=window,
         step=step,
         closed=draw(st.sampled_from(["left", "right"])),
-        accepted_delay=draw(st.sampled_from([0, 0, 1, 3, 7])),
         use_window_start_time=draw(st.booleans()),
         fill=draw(st.sampled_from(["none", "none", "null", "ffill", -2.5])),
         align=draw(st.sampled_from([None, None, 1, 2, 3, 8])),
+        **triggers,
     )
     n_keys = draw(st.integers(1, 4))
     late = draw(st.booleans())  # out-of-order rows per key, exercising accepted_delay and drops
@@ -515,11 +574,19 @@ def test_batched_equals_one_shot_and_naive_model(
     args = [values] * len(aggs)
     _, one_shot = run_batches(agg, slots, times, args)
     _, batched = run_batches(agg, slots, times, args, splits)
-    assert_outputs_equal(batched, one_shot)
+    if spec.update == 0:  # emits each batch's open windows: the split is part of the input
+        assert_matches_naive(batched, naive_windows(spec, aggs, slots, times, values, splits), aggs)
+    else:
+        assert_outputs_equal(batched, one_shot)
     assert_emission_order(one_shot)
-    naive = naive_windows(spec, aggs, slots, times, values)
-    np.testing.assert_array_equal(one_shot.slots, naive.slots)
-    np.testing.assert_array_equal(one_shot.times, naive.times)
-    np.testing.assert_array_equal(one_shot.trigger_rows, naive.trigger_rows)
-    for name, got, want in zip(aggs, one_shot.values, naive.values, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=name)
+    assert_matches_naive(one_shot, naive_windows(spec, aggs, slots, times, values), aggs)
+
+
+def assert_matches_naive(got: WindowOutput, naive: WindowOutput, aggs: Sequence[str]) -> None:
+    np.testing.assert_array_equal(got.slots, naive.slots)
+    np.testing.assert_array_equal(got.times, naive.times)
+    np.testing.assert_array_equal(got.trigger_rows, naive.trigger_rows)
+    np.testing.assert_array_equal(got.empty, naive.empty)
+    np.testing.assert_array_equal(got.final, naive.final)
+    for name, g, want in zip(aggs, got.values, naive.values, strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-9, atol=1e-9, err_msg=name)

@@ -56,6 +56,15 @@ if TYPE_CHECKING:
     from headwater.api.session import Session
 
 
+def _duration_pair(value: str | tuple[str | timedelta, str | timedelta], *, where: str) -> tuple[timedelta, timedelta]:
+    """``"0s:10s"`` or ``("0s", "10s")`` (Orca's ``0s:10s``)."""
+    parts = value.split(":") if isinstance(value, str) else list(value)
+    if len(parts) != 2:
+        raise GraphDefinitionError(f"{where}: expected a pair like '0s:10s' or ('0s', '10s'), got {clip(value)}")
+    lo, hi = (parse_duration(p.strip() if isinstance(p, str) else p, where=where, allow_zero=True) for p in parts)
+    return lo, hi
+
+
 def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -314,12 +323,31 @@ class DStream(JoinMethods):
         accepted_delay: str | timedelta = timedelta(0),
         closed: str = "left",
         use_window_start_time: bool = False,
-        fill: str | float = "none",
+        fill: str | float | Sequence[str | float] = "none",
+        round_time: bool = True,
+        update_time: str | timedelta | None = None,
+        force_trigger_time: str | timedelta | None = None,
+        sub_window: str | tuple[str | timedelta, str | timedelta] | None = None,
     ) -> DStream:
         """Aggregate tumbling/sliding event-time windows per key (Orca's timeSeriesEngine).
 
         A key's window is emitted when a later row of that key closes it; output time is
-        the window end (``use_window_start_time=True`` for the start).
+        the window end (``use_window_start_time=True`` for the start). ``force_trigger_time``
+        also closes it when a row of another key is that much later; ``update_time`` emits
+        the open window as it fills (emit on update; ``0``: at the end of every micro-batch);
+        ``sub_window=("0s", "10s")`` aggregates only that part of each window. ``fill`` is one
+        rule or one per metric. See ``docs/engines.md``.
+
+        >>> import headwater as hw, tempfile
+        >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> session.use_catalog("doc")
+        >>> g = session.stream_graph("doc_bars")
+        >>> bars = g.source("ticks", schema={"time": "timestamp", "sym": "string", "px": "double"}).time_series_engine(
+        ...     window="1m", step="1m", time_column="time", key_column="sym", metrics=["last(px) as close"],
+        ...     update_time="10s")
+        >>> bars.output_schema().names
+        ('time', 'sym', 'close')
+        >>> session.close()
         """
 
         def make(name: str) -> TimeSeriesEngine:
@@ -335,7 +363,13 @@ class DStream(JoinMethods):
                 accepted_delay=parse_duration(accepted_delay, where=f"{where} accepted_delay", allow_zero=True),
                 closed=closed,
                 use_window_start_time=use_window_start_time,
-                fill=fill,
+                fill=fill if isinstance(fill, str | int | float) else tuple(fill),
+                round_time=round_time,
+                update_time=None if update_time is None else parse_duration(
+                    update_time, where=f"{where} update_time", allow_zero=True),
+                force_trigger_time=None if force_trigger_time is None else parse_duration(
+                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
+                sub_window=None if sub_window is None else _duration_pair(sub_window, where=f"{where} sub_window"),
             )
 
         return self._engine(TimeSeriesEngine.kind, make)

@@ -30,6 +30,7 @@ from headwater.engines.columns import to_arrow, to_numpy
 from headwater.engines.window_metrics import WindowMetrics, resolve_window_engine, window_output_schema
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
+from headwater.kernels.windows import WindowSpec
 from headwater.types import Schema
 
 FILL_MODES = ("none", "null", "ffill")
@@ -40,6 +41,10 @@ _ALIGN_MS = [(2, 2), (5, 5), (10, 10), (20, 20), (25, 25), (50, 50), (100, 100),
              (15000, 15000), (20000, 20000), (30000, 30000)]
 _ALIGN_MS_ROUND = [(60000, 60000), (120000, 120000), (300000, 300000), (600000, 600000), (900000, 900000),
                    (1200000, 1200000), (1800000, 1800000)]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def alignment_micros(step_us: int, *, round_time: bool) -> int:
@@ -73,8 +78,11 @@ class TimeSeriesEngine(EngineSpec):
     accepted_delay: timedelta = timedelta(0)
     closed: str = "left"
     use_window_start_time: bool = False
-    fill: str | float = "none"
+    fill: str | float | tuple[str | float, ...] = "none"
     round_time: bool = True
+    update_time: timedelta | None = None
+    force_trigger_time: timedelta | None = None
+    sub_window: tuple[timedelta, timedelta] | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,11 +94,66 @@ class TimeSeriesEngine(EngineSpec):
             )
         if self.closed not in ("left", "right"):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
-        if isinstance(self.fill, str) and self.fill not in FILL_MODES:
-            raise GraphDefinitionError(
-                f"{where}: fill must be one of {', '.join(FILL_MODES)} or a number, got {clip(self.fill)}"
-            )
         resolve_window_engine(self, where=where)
+        self._check_fill(where)
+        self._check_durations(where)
+        try:  # the kernel's rules for combining triggers, in the user's words
+            self.window_spec()
+        except GraphDefinitionError as e:
+            raise GraphDefinitionError(f"{where}: {self._trigger_error(str(e))}") from None
+
+    def _check_fill(self, where: str) -> None:
+        fills = self.fill if isinstance(self.fill, tuple) else (self.fill,)
+        ok = all((isinstance(f, str) and f in FILL_MODES) or _is_number(f) for f in fills)
+        if isinstance(self.fill, tuple):
+            ok = ok and "none" not in fills
+            if len(fills) != len(self._outputs):
+                raise GraphDefinitionError(
+                    f"{where}: fill has {len(fills)} values for {len(self._outputs)} metrics; give one per metric"
+                )
+        if not ok:
+            raise GraphDefinitionError(
+                f"{where}: fill must be one of {', '.join(FILL_MODES)} or a number, or a list of 'null', 'ffill' "
+                f"or numbers (one per metric), got {clip(self.fill)}"
+            )
+
+    def _check_durations(self, where: str) -> None:
+        if self.update_time is not None and self.update_time and to_micros(self.step) % to_micros(self.update_time):
+            raise GraphDefinitionError(f"{where}: update_time {format_duration(self.update_time)} must divide step "
+                                       f"{format_duration(self.step)}; e.g. step='60s', update_time='10s'")
+        if self.sub_window is not None:
+            lo, hi = self.sub_window
+            if not timedelta(0) <= lo < hi <= self.window:
+                raise GraphDefinitionError(
+                    f"{where}: sub_window {format_duration(lo)}:{format_duration(hi)} must lie inside the window "
+                    f"{format_duration(self.window)} with start < end; e.g. sub_window=('0s', '10s')"
+                )
+
+    @staticmethod
+    def _trigger_error(message: str) -> str:
+        names = {"force_trigger": "force_trigger_time", "update": "update_time", "accepted_delay": "accepted_delay",
+                 "sub_window": "sub_window", "window spec: ": ""}
+        for old, new in names.items():
+            message = message.replace(old, new)
+        return message
+
+    def window_spec(self) -> WindowSpec:
+        """The kernel's window specification (microseconds): filled windows carry the previous values
+        (``ffill``); :class:`WindowMetrics` applies each metric's fill rule."""
+        step = to_micros(self.step)
+        return WindowSpec(
+            window=to_micros(self.window),
+            step=step,
+            closed=self.closed,
+            accepted_delay=to_micros(self.accepted_delay),
+            use_window_start_time=self.use_window_start_time,
+            fill="none" if self.fill == "none" else "ffill",
+            align=alignment_micros(step, round_time=self.round_time),
+            force_trigger=None if self.force_trigger_time is None else to_micros(self.force_trigger_time),
+            update=None if self.update_time is None else to_micros(self.update_time),
+            sub_window=None if self.sub_window is None else (to_micros(self.sub_window[0]),
+                                                              to_micros(self.sub_window[1])),
+        )
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -109,7 +172,13 @@ class TimeSeriesEngine(EngineSpec):
             "acceptedDelay": format_duration(self.accepted_delay) if self.accepted_delay else "0s",
             "closed": self.closed,
             "useWindowStartTime": self.use_window_start_time,
-            "fill": self.fill,
+            "fill": list(self.fill) if isinstance(self.fill, tuple) else self.fill,
+            # options added later appear only when set, so graphs stored before them still resume
+            **({"roundTime": False} if not self.round_time else {}),
+            **({"updateTime": format_duration(self.update_time)} if self.update_time is not None else {}),
+            **({"forceTriggerTime": format_duration(self.force_trigger_time)}
+               if self.force_trigger_time is not None else {}),
+            **({"subWindow": ":".join(map(format_duration, self.sub_window))} if self.sub_window else {}),
         }
 
     def processor(self, input_schema: Schema | None = None) -> TimeSeriesProcessor:
@@ -118,24 +187,15 @@ class TimeSeriesEngine(EngineSpec):
 
 class TimeSeriesProcessor(Processor):
     def __init__(self, spec: TimeSeriesEngine) -> None:
-        from headwater.kernels.windows import WindowAggregator, WindowSpec
+        from headwater.kernels.windows import WindowAggregator
 
         self.spec = spec
         self.out_schema = spec.output_schema()
+        fills = spec.fill if isinstance(spec.fill, tuple) else (spec.fill,) * len(spec._outputs)
         self.metrics = WindowMetrics(spec._outputs, spec.input_schema,
-                                     [t for _, t in self.out_schema.columns[1 + len(spec.key_column):]])
-        step = to_micros(spec.step)
-        fill: str | float = spec.fill if isinstance(spec.fill, str) else float(spec.fill)
-        window_spec = WindowSpec(
-            window=to_micros(spec.window),
-            step=step,
-            closed=spec.closed,
-            accepted_delay=to_micros(spec.accepted_delay),
-            use_window_start_time=spec.use_window_start_time,
-            fill=fill,
-            align=alignment_micros(step, round_time=spec.round_time),
-        )
-        self.aggregator = WindowAggregator(window_spec, [a.func for a in self.metrics.aggs])
+                                     [t for _, t in self.out_schema.columns[1 + len(spec.key_column):]],
+                                     fills=fills)
+        self.aggregator = WindowAggregator(spec.window_spec(), [a.func for a in self.metrics.aggs])
 
     def new_state(self) -> dict[str, Any]:
         return {"keys": [], "windows": self.aggregator.init_state()}
@@ -172,7 +232,7 @@ class TimeSeriesProcessor(Processor):
         arrays: list[pa.Array] = [to_arrow(out_times.astype(np.float64), time_type)]
         for i, k in enumerate(spec.key_column):
             arrays.append(pa.array(keys.values(out.slots, i, len(spec.key_column)), type=schema.to_arrow().field(k).type))
-        arrays.extend(self.metrics.results(out.values, m))
+        arrays.extend(self.metrics.results(out.values, m, empty=out.empty))
         seq = table[SEQ].to_numpy()
         arrays.append(pa.array(seq[np.asarray(out.trigger_rows, dtype=np.int64)], type=pa.int64()))
         return new_state, pa.table(arrays, schema=self._arrow_schema())

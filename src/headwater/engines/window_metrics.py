@@ -99,8 +99,10 @@ def window_output_schema(spec: Any, *, where: str) -> Schema:
 class WindowMetrics:
     """The aggregates a window keeps (``aggs``) and how each metric is computed from their results."""
 
-    def __init__(self, outputs: Sequence[tuple[str, Expr]], schema: Schema, out_types: Sequence[str]) -> None:
+    def __init__(self, outputs: Sequence[tuple[str, Expr]], schema: Schema, out_types: Sequence[str],
+                 *, fills: Sequence[str | float] = ()) -> None:
         self.schema = schema
+        self.fills = list(fills) or ["none"] * len(outputs)  # per metric: none, null, ffill or a value
         self.aggs: list[Call] = []
         index: dict[str, int] = {}
         self.post: list[tuple[str, Expr]] = []
@@ -120,16 +122,22 @@ class WindowMetrics:
         columns = {c: to_numpy(table[c], self.schema[c]) for c in self.needed}
         return [np.asarray(evaluate_rowwise(a.args[0], columns, n), dtype=np.float64) for a in self.aggs]
 
-    def results(self, values: Sequence[np.ndarray], m: int) -> list[pa.Array]:
-        """The metric columns of ``m`` emitted windows from their aggregates' ``values``."""
+    def results(self, values: Sequence[np.ndarray], m: int, *, empty: np.ndarray | None = None) -> list[pa.Array]:
+        """The metric columns of ``m`` emitted windows from their aggregates' ``values``.
+
+        ``empty`` marks filled windows, whose ``values`` are the previous window's (``ffill``): a metric
+        filled with ``null`` or a value gets that instead (Orca fills the metric's result, not its inputs).
+        """
         agg_columns: Mapping[str, np.ndarray] = {f"__agg{i}": np.asarray(v, dtype=np.float64)
                                                  for i, v in enumerate(values)}
         arrays = []
-        for (_, expr), typ in zip(self.post, self.out_types, strict=True):
+        for (_, expr), typ, fill in zip(self.post, self.out_types, self.fills, strict=True):
             if isinstance(expr, Lit):
                 out = np.full(m, np.nan if expr.value is None else float(expr.value))
             else:
                 out = evaluate_rowwise(expr, agg_columns, m)
+            if empty is not None and fill not in ("none", "ffill") and empty.any():
+                out = np.where(empty, np.nan if fill == "null" else float(fill), np.asarray(out, dtype=np.float64))
             arrays.append(to_arrow(out, typ))
         return arrays
 

@@ -104,6 +104,9 @@ class WindowSpec:
     use_window_start_time: bool = False
     fill: str | float = "none"
     align: int | None = None
+    force_trigger: int | None = None
+    update: int | None = None
+    sub_window: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("window", "step"):
@@ -129,6 +132,7 @@ class WindowSpec:
             raise GraphDefinitionError(
                 f"window spec: align must be a positive integer or None (= step), got {self.align!r}"
             )
+        self._check_triggers()
         if isinstance(self.fill, str):
             if self.fill not in FILL_MODES:
                 raise GraphDefinitionError(
@@ -140,6 +144,40 @@ class WindowSpec:
                 f"window spec: fill must be one of {', '.join(map(repr, FILL_MODES))} or a number, "
                 f"got {self.fill!r} of type {type(self.fill).__name__}"
             )
+
+    def _check_triggers(self) -> None:
+        for name in ("force_trigger", "update"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise GraphDefinitionError(f"window spec: {name} must be a non-negative integer or None, got {value!r}")
+        if self.force_trigger is not None and (self.update is not None or self.accepted_delay):
+            raise GraphDefinitionError("window spec: force_trigger excludes update and accepted_delay (Orca's rule)")
+        if self.update is not None:
+            if self.accepted_delay:
+                raise GraphDefinitionError("window spec: update excludes accepted_delay (Orca's rule)")
+            if self.window != self.step:
+                raise GraphDefinitionError(
+                    f"window spec: update needs tumbling windows (window == step), got window {self.window}, "
+                    f"step {self.step}"
+                )
+            if self.update and self.step % self.update:
+                raise GraphDefinitionError(f"window spec: update {self.update} must divide step {self.step}")
+        if self.sub_window is not None:
+            lo, hi = self.sub_window
+            if not (_is_int(lo) and _is_int(hi) and 0 <= lo < hi <= self.window):
+                raise GraphDefinitionError(
+                    f"window spec: sub_window must be (lo, hi) with 0 <= lo < hi <= window {self.window}, "
+                    f"got {self.sub_window!r}"
+                )
+            if self.window != self.step or self.update:
+                raise GraphDefinitionError(
+                    "window spec: sub_window needs tumbling windows (window == step) and no update > 0"
+                )
+
+    @property
+    def close_offset(self) -> int:
+        """Where a window closes, from its start: its end, or the end of its sub-window."""
+        return self.window if self.sub_window is None else self.sub_window[1]
 
     @property
     def panes(self) -> int:
@@ -169,6 +207,9 @@ class WindowOutput:
     times: np.ndarray
     values: list[np.ndarray] = field(default_factory=list)
     trigger_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    # a filled window (no rows of its own); ``final`` is False for an update of a window still open
+    empty: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
+    final: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -229,6 +270,8 @@ class WindowAggregator:
             "acc_f": np.zeros((n_keys, a, 2, r), dtype=np.float64),
             "acc_i": np.zeros((n_keys, a, r), dtype=np.int64),
             "last_out": np.full((n_keys, a), np.nan, dtype=np.float64),
+            "pending": np.zeros(n_keys, dtype=np.int8),  # rows added since the window was last emitted
+            "mark": np.zeros(n_keys, dtype=np.int64),  # update period of the last row added
         }
 
     def run(
@@ -277,6 +320,9 @@ class WindowAggregator:
         o_time = np.empty(cap, dtype=np.int64)
         o_trig = np.empty(cap, dtype=np.int64)
         o_vals = np.empty((cap, n_aggs), dtype=np.float64)
+        o_flags = np.empty((cap, 2), dtype=np.bool_)
+        close_off, force, update = spec.close_offset, spec.force_trigger, spec.update
+        sub_lo = 0 if spec.sub_window is None else spec.sub_window[0]
         row, n_out = 0, 0
         while True:
             row, n_out = _run_kernel(
@@ -295,6 +341,11 @@ class WindowAggregator:
                 np.float64(self._fill_value),
                 bool(spec.use_window_start_time),
                 np.int64(1 if spec.closed == "right" else 0),
+                np.int64(close_off),
+                np.int64(sub_lo),
+                np.int64(-1 if force is None else force),
+                np.int64(-1 if update is None else update),
+                np.int64(self._force_due(new) if force is not None else 0),
                 new["init"],
                 new["wstart"],
                 new["seq"],
@@ -303,10 +354,13 @@ class WindowAggregator:
                 new["acc_f"],
                 new["acc_i"],
                 new["last_out"],
+                new["pending"],
+                new["mark"],
                 o_slot,
                 o_time,
                 o_trig,
                 o_vals,
+                o_flags,
             )
             if row == n:
                 break
@@ -314,22 +368,55 @@ class WindowAggregator:
             cap *= 2
             o_slot, o_time, o_trig = (np.resize(a, cap) for a in (o_slot, o_time, o_trig))
             o_vals = np.concatenate([o_vals, np.empty_like(o_vals)])
+            o_flags = np.concatenate([o_flags, np.empty_like(o_flags)])
         out = WindowOutput(
             slots=o_slot[:n_out].copy(),
             times=o_time[:n_out].copy(),
             values=[o_vals[:n_out, i].copy() for i in range(n_aggs)],
             trigger_rows=o_trig[:n_out].copy(),
+            empty=o_flags[:n_out, 0].copy(),
+            final=o_flags[:n_out, 1].copy(),
         )
+        if update == 0 and n:
+            out = _concat_outputs(out, self._flush_pending(new, trigger_row=n - 1))
         return new, out
+
+    def _force_due(self, state: dict[str, np.ndarray]) -> int:
+        """The earliest end (close point) of a window a forced trigger could emit: a lower bound."""
+        fill = self._fill_mode != _FILL_NONE
+        live = state["init"] == 1 if fill else state["pane_rows"].sum(axis=1) > 0
+        if not live.any():
+            return int(np.iinfo(np.int64).max)
+        return int(state["wstart"][live].min()) + self.spec.close_offset
+
+    def _flush_pending(self, state: dict[str, np.ndarray], *, trigger_row: int) -> WindowOutput:
+        """``update == 0``: every key with rows not yet emitted emits its open window, at the batch's end."""
+        keys = np.flatnonzero(state["pending"])
+        vals = np.empty((len(keys), len(self.aggregates)), dtype=np.float64)
+        for o, s in enumerate(keys):
+            _merge_window(s, self.spec.panes, self._codes, state["pane_rows"], state["pane_seq"],
+                          state["acc_f"], state["acc_i"], vals, o)
+        state["pending"][keys] = 0
+        wstart = state["wstart"][keys]
+        return WindowOutput(
+            slots=keys.astype(np.int64),
+            times=wstart if self.spec.use_window_start_time else wstart + self.spec.window,
+            values=[vals[:, i].copy() for i in range(len(self.aggregates))],
+            trigger_rows=np.full(len(keys), trigger_row, dtype=np.int64),
+            empty=np.zeros(len(keys), dtype=np.bool_),
+            final=np.zeros(len(keys), dtype=np.bool_),
+        )
 
     def _grown_copy(self, state: dict[str, np.ndarray], n_keys: int) -> dict[str, np.ndarray]:
         template = self._empty_state(0)
+        have = len(state["init"]) if "init" in state else 0
+        state = {**{name: np.zeros((have, *a.shape[1:]), a.dtype) for name, a in template.items()
+                    if name in _ADDED_LATER}, **state}
         missing = set(template) - set(state)
         if missing:
             raise ValueError(
                 f"{self!r}.run: state lacks {sorted(missing)}; pass the dict returned by init_state() or run()"
             )
-        have = len(state["init"])
         if n_keys < have:
             raise ValueError(f"{self!r}.run: n_keys={n_keys} is smaller than the {have} keys in the state")
         for name, empty in template.items():
@@ -340,6 +427,21 @@ class WindowAggregator:
                 )
         extra = self._empty_state(n_keys - have)
         return {name: np.concatenate([state[name], extra[name]]) for name in template}
+
+
+# state written by an older version lacks these; their zero value is right for it
+_ADDED_LATER = frozenset({"pending", "mark"})
+
+
+def _concat_outputs(a: WindowOutput, b: WindowOutput) -> WindowOutput:
+    return WindowOutput(
+        slots=np.concatenate([a.slots, b.slots]),
+        times=np.concatenate([a.times, b.times]),
+        values=[np.concatenate([x, y]) for x, y in zip(a.values, b.values, strict=True)],
+        trigger_rows=np.concatenate([a.trigger_rows, b.trigger_rows]),
+        empty=np.concatenate([a.empty, b.empty]),
+        final=np.concatenate([a.final, b.final]),
+    )
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")
@@ -505,6 +607,58 @@ def _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, out, o):  # ty
         out[o, a] = res
 
 
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _close(  # type: ignore[no-untyped-def]
+    s, n_close, i, no, codes, step, m, fill_mode, fill_value, label_off,
+    wstart, pane_rows, pane_seq, acc_f, acc_i, last_out, pending, o_slot, o_time, o_trig, o_vals, o_flags,
+):
+    """Emit the next ``n_close`` windows of key ``s`` (trigger row ``i``); return the outputs written and
+    whether every window went out (False: the output buffers are full; the state holds what was emitted)."""
+    n_aggs = codes.shape[0]
+    n_panes = pane_rows.shape[1]
+    done = 0
+    while done < n_close:
+        rows = 0
+        for j in range(m):
+            rows += pane_rows[s, j]
+        if rows == 0 and fill_mode == _FILL_NONE:
+            # jump over the whole run of empty windows at once (a key may go quiet for days)
+            adv = n_close - done
+            for j in range(m, n_panes):
+                if pane_rows[s, j] > 0:
+                    adv = min(adv, j - m + 1)
+                    break
+            _retire_panes(s, adv, pane_rows, pane_seq, acc_f, acc_i)
+            wstart[s] += adv * step
+            done += adv
+            continue
+        if no == o_slot.shape[0]:
+            return no, False
+        if rows > 0:
+            _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, o_vals, no)
+        else:
+            for a in range(n_aggs):
+                if fill_mode == _FILL_NULL:
+                    o_vals[no, a] = np.nan
+                elif fill_mode == _FILL_FFILL:
+                    o_vals[no, a] = last_out[s, a]
+                else:
+                    o_vals[no, a] = fill_value
+        for a in range(n_aggs):
+            last_out[s, a] = o_vals[no, a]
+        o_slot[no] = s
+        o_time[no] = wstart[s] + label_off
+        o_trig[no] = i
+        o_flags[no, 0] = rows == 0
+        o_flags[no, 1] = True
+        no += 1
+        pending[s] = 0
+        _retire_panes(s, 1, pane_rows, pane_seq, acc_f, acc_i)
+        wstart[s] += step
+        done += 1
+    return no, True
+
+
 @numba.njit(cache=True, error_model="numpy")
 def _run_kernel(  # type: ignore[no-untyped-def]
     row,
@@ -522,6 +676,11 @@ def _run_kernel(  # type: ignore[no-untyped-def]
     fill_value,
     use_start,
     shift,
+    close_off,
+    sub_lo,
+    force,
+    update,
+    due,
     init,
     wstart,
     seq,
@@ -530,23 +689,45 @@ def _run_kernel(  # type: ignore[no-untyped-def]
     acc_f,
     acc_i,
     last_out,
+    pending,
+    mark,
     o_slot,
     o_time,
     o_trig,
     o_vals,
+    o_flags,
 ):
     """Process rows from ``row`` on; return where it stopped (a full output buffer) and the outputs written.
 
     Stopping between two windows of one row is safe: resuming recomputes the row's pending
-    windows from the state, which already reflects the emitted ones.
+    windows from the state, which already reflects the emitted ones. ``force``/``update`` < 0 are off;
+    ``due`` is a lower bound of the close points a forced trigger could reach.
     """
     n = slots.shape[0]
-    n_aggs = codes.shape[0]
+    n_keys = init.shape[0]
     n_panes = pane_rows.shape[1]
-    cap = o_slot.shape[0]
+    label_off = 0 if use_start else window
     no = n_out
     for i in range(row, n):
         s = slots[i]
+        if force >= 0 and times[i] - force >= due:
+            # a row of any key forces the other keys' windows that closed ``force`` before it
+            limit = times[i] - force
+            due = np.iinfo(np.int64).max
+            for k in range(n_keys):
+                if init[k] == 0:
+                    continue
+                if k != s and limit >= wstart[k] + close_off:
+                    no, ok = _close(k, (limit - close_off - wstart[k]) // step + 1, i, no, codes, step, m,
+                                    fill_mode, fill_value, label_off, wstart, pane_rows, pane_seq, acc_f, acc_i,
+                                    last_out, pending, o_slot, o_time, o_trig, o_vals, o_flags)
+                    if not ok:
+                        return i, no
+                live = fill_mode != _FILL_NONE
+                for j in range(n_panes):
+                    live = live or pane_rows[k, j] > 0
+                if live:
+                    due = min(due, wstart[k] + close_off)
         # (start, end] over t is [start, end) over t - 1, with the same labels
         t = times[i] - shift
         if init[s] == 0:
@@ -554,51 +735,41 @@ def _run_kernel(  # type: ignore[no-untyped-def]
             first_pane = (t - left0) // step
             wstart[s] = left0 + (first_pane - m + 1) * step
             init[s] = 1
-        if t >= wstart[s] + window + delay:
-            n_close = (t - delay - window - wstart[s]) // step + 1
-            done = 0
-            while done < n_close:
-                rows = 0
-                for j in range(m):
-                    rows += pane_rows[s, j]
-                if rows == 0 and fill_mode == _FILL_NONE:
-                    # jump over the whole run of empty windows at once (a key may go quiet for days)
-                    adv = n_close - done
-                    for j in range(m, n_panes):
-                        if pane_rows[s, j] > 0:
-                            adv = min(adv, j - m + 1)
-                            break
-                    _retire_panes(s, adv, pane_rows, pane_seq, acc_f, acc_i)
-                    wstart[s] += adv * step
-                    done += adv
-                    continue
-                if no == cap:
-                    return i, no
-                if rows > 0:
-                    _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, o_vals, no)
-                else:
-                    for a in range(n_aggs):
-                        if fill_mode == _FILL_NULL:
-                            o_vals[no, a] = np.nan
-                        elif fill_mode == _FILL_FFILL:
-                            o_vals[no, a] = last_out[s, a]
-                        else:
-                            o_vals[no, a] = fill_value
-                for a in range(n_aggs):
-                    last_out[s, a] = o_vals[no, a]
-                o_slot[no] = s
-                o_time[no] = wstart[s] if use_start else wstart[s] + window
-                o_trig[no] = i
-                no += 1
-                _retire_panes(s, 1, pane_rows, pane_seq, acc_f, acc_i)
-                wstart[s] += step
-                done += 1
+            if force >= 0:
+                due = min(due, wstart[s] + close_off)
+        if t >= wstart[s] + close_off + delay:
+            n_close = (t - delay - close_off - wstart[s]) // step + 1
+            no, ok = _close(s, n_close, i, no, codes, step, m, fill_mode, fill_value, label_off, wstart,
+                            pane_rows, pane_seq, acc_f, acc_i, last_out, pending, o_slot, o_time, o_trig,
+                            o_vals, o_flags)
+            if not ok:
+                return i, no
+        j = (t - wstart[s]) // step
+        if update > 0 and pending[s] == 1 and j >= 0 and (t - wstart[s]) // update > mark[s]:
+            # emit on update: the open window over the rows before this one, as it enters a new period
+            if no == o_slot.shape[0]:
+                return i, no
+            _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, o_vals, no)
+            o_slot[no] = s
+            o_time[no] = wstart[s] + label_off
+            o_trig[no] = i
+            o_flags[no, 0] = False
+            o_flags[no, 1] = False
+            no += 1
+            pending[s] = 0
         q = seq[s]
         seq[s] = q + 1
-        j = (t - wstart[s]) // step
         if j < 0:
             continue  # every window holding this row was already emitted
         if j >= n_panes:  # cannot happen (the row would have closed that window); guards the raw writes
             raise RuntimeError("window aggregator: pane index out of range")
+        offset = t - wstart[s] - j * step
+        if offset < sub_lo or offset >= close_off:
+            continue  # outside the sub-window
         _add_row(s, j, q, x, i, codes, pane_rows, pane_seq, acc_f, acc_i)
+        pending[s] = 1
+        if update > 0:
+            mark[s] = (t - wstart[s]) // update
+        if force >= 0:
+            due = min(due, wstart[s] + close_off)
     return n, no

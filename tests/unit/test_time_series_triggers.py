@@ -1,0 +1,182 @@
+"""time_series_engine's triggers (Orca C.1): force_trigger_time, update_time, sub_window, per-metric fill.
+
+An independent per-row reference (tumbling windows of 10 s, as C.1 describes them), equal for any split of
+the input into appends and after a kill at a random micro-batch; clear errors for bad arguments.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import headwater as hw
+from headwater.dataplane.local import LocalRunner
+from headwater.errors import GraphDefinitionError
+
+T0 = pd.Timestamp("2026-11-25 09:30:00")
+W = pd.Timedelta(seconds=10)
+SCHEMA = {"time": "timestamp", "sym": "string", "v": "double"}
+METRICS = ["sum(v) as total", "count(v) as n", "avg(v) + 1 as mean1"]
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    s = hw.connect(tmp_path_factory.mktemp("triggers"), start_spark=False)
+    s.use_catalog("demo")
+    yield s
+    s.close()
+
+
+def graph(session: hw.Session, **kw):
+    g = session.stream_graph(f"trig{next(_names)}")
+    (g.source("t", schema=SCHEMA)
+       .time_series_engine(**{"window": "10s", "step": "10s", "metrics": METRICS, "time_column": "time",
+                              "key_column": "sym", **kw})
+       .sink("out"))
+    return g
+
+
+def _aggregate(values: list[float]) -> tuple[float, float, float]:
+    v = pd.Series(values, dtype=float)
+    return v.sum(min_count=1), float(v.count()), v.mean() + 1
+
+
+def reference(rows: pd.DataFrame, *, force: pd.Timedelta | None = None, update: pd.Timedelta | None = None,
+              sub: tuple[pd.Timedelta, pd.Timedelta] | None = None, fill: tuple = ("none",) * 3) -> list[tuple]:
+    """Row by row as C.1 describes it: a key's window [s, s + 10 s) closes at the key's first row at or past
+    its end (or its sub-window's end), or at a row of another key ``force`` past that; ``update`` emits the
+    open window over the rows before a row entering a new period; ``fill`` fills each metric of an empty
+    window; rows in closed windows are dropped."""
+    lo, hi = sub or (pd.Timedelta(0), W)
+    keys: dict[str, dict] = {}
+    out: list[tuple] = []
+
+    def emit(sym: str, key: dict) -> None:
+        vals = key["rows"]
+        if vals:
+            res = _aggregate(vals)
+            key["last"] = res
+        elif fill[0] == "none":
+            res = None
+        else:
+            res = tuple(key["last"][j] if f == "ffill" else (math.nan if f == "null" else float(f))
+                        for j, f in enumerate(fill))
+        if res is not None:
+            out.append((key["start"] + W, sym, *res))
+        key["rows"], key["pending"] = [], False
+        key["start"] += W
+
+    for row in rows.itertuples(index=False):
+        t, sym = row.time, row.sym
+        if force is not None:
+            for other_sym, other in keys.items():
+                while other_sym != sym and t - force >= other["start"] + hi:
+                    emit(other_sym, other)
+        key = keys.setdefault(sym, {"start": t.floor(W), "rows": [], "last": (math.nan,) * 3, "pending": False})
+        while t >= key["start"] + hi:
+            emit(sym, key)
+        if t < key["start"]:
+            continue  # its window was emitted
+        period = (t - key["start"]) // update if update else 0
+        if update and key["pending"] and period > key["period"]:
+            out.append((key["start"] + W, sym, *_aggregate(key["rows"])))
+            key["pending"] = False
+        if key["start"] + lo <= t < key["start"] + hi:
+            key["rows"].append(row.v)
+            key["pending"], key["period"] = True, period
+    return out
+
+
+def make_rows(seed: int, n: int = 150) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    time = T0 + pd.to_timedelta(np.cumsum(rng.choice([0, 1, 2, 3, 7, 25], n, p=[.1, .3, .3, .15, .1, .05])),
+                                unit="s")
+    frame = pd.DataFrame({"time": time, "sym": rng.choice(["a", "b", "c"], n, p=[.6, .3, .1]),
+                          "v": rng.integers(0, 20, n).astype(float)})
+    frame.loc[rng.random(n) < 0.05, "v"] = np.nan
+    late = rng.random(n) < 0.05  # out of order for its key: dropped when its window has gone
+    frame.loc[late, "time"] = frame.loc[late, "time"] - pd.Timedelta(seconds=12)
+    return frame
+
+
+def as_tuples(out: pd.DataFrame) -> list[tuple]:
+    return list(zip(out.time, out.sym, out.total, out.n, out.mean1, strict=True))
+
+
+def assert_same(got: list[tuple], want: list[tuple]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g[:2] == w[:2]
+        np.testing.assert_allclose(np.array(g[2:], dtype=float), np.array(w[2:], dtype=float), rtol=1e-12)
+
+
+CASES = {
+    "force": ({"force_trigger_time": "5s"}, {"force": pd.Timedelta(seconds=5)}),
+    "force_fill": ({"force_trigger_time": "0s", "fill": ["ffill", 0, "null"]},
+                   {"force": pd.Timedelta(0), "fill": ("ffill", 0, "null")}),
+    "update": ({"update_time": "5s"}, {"update": pd.Timedelta(seconds=5)}),
+    "sub_window": ({"sub_window": "2s:6s"}, {"sub": (pd.Timedelta(seconds=2), pd.Timedelta(seconds=6))}),
+    "fill": ({"fill": [-1, "null", "ffill"]}, {"fill": (-1, "null", "ffill")}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_trigger_equals_the_reference(session, case):
+    kw, ref = CASES[case]
+    rows = make_rows(3)
+    out = graph(session, **kw).run_local({"t": rows})["out"]
+    want = reference(rows, **ref)
+    assert len(want) > 20
+    assert_same(as_tuples(out), want)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), case=st.sampled_from(sorted(CASES)),
+       cuts=st.lists(st.integers(1, 149), max_size=6, unique=True), crash=st.one_of(st.none(), st.integers(0, 6)))
+def test_any_split_into_appends_and_a_kill_give_the_reference(session, tmp_path_factory, seed, case, cuts, crash):
+    kw, ref = CASES[case]
+    rows = make_rows(seed)
+    runner = LocalRunner(graph(session, **kw).plan(), tmp_path_factory.mktemp("p"))
+    for i, (a, b) in enumerate(itertools.pairwise([0, *sorted(cuts), len(rows)])):
+        runner.append("t", rows.iloc[a:b])
+        if crash == i:
+            runner.step(crash_after_tasks=1)  # ran, saved its state, never committed: replayed next
+        runner.step()
+    assert_same(as_tuples(runner.read("out")), reference(rows, **ref))
+
+
+def test_update_time_zero_emits_each_micro_batch_open_windows(session, tmp_path_factory):
+    rows = pd.DataFrame({"time": T0 + pd.to_timedelta([1, 2, 4, 11], unit="s"), "sym": list("aaba"),
+                         "v": [1.0, 2.0, 4.0, 8.0]})
+    runner = LocalRunner(graph(session, update_time="0s").plan(), tmp_path_factory.mktemp("u0"))
+    for a, b in [(0, 2), (2, 4)]:
+        runner.append("t", rows.iloc[a:b])
+        runner.step()
+    got = [(t - T0).seconds for t in runner.read("out").time], runner.read("out").total.tolist()
+    # batch 1: a's open window (3); batch 2: a's final window (3), then the open windows of a (8) and b (4)
+    assert got == ([10, 10, 20, 10], [3.0, 3.0, 8.0, 4.0])
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"update_time": "3s"}, "update_time 3s must divide step 10s"),
+    ({"update_time": "5s", "window": "20s"}, "tumbling windows"),
+    ({"force_trigger_time": "1s", "accepted_delay": "2s"}, "force_trigger_time excludes update_time and accepted_delay"),
+    ({"force_trigger_time": "1s", "update_time": "5s"}, "force_trigger_time excludes"),
+    ({"sub_window": "5s:12s"}, "sub_window 5s:12s must lie inside the window 10s"),
+    ({"sub_window": "5s"}, "expected a pair like '0s:10s'"),
+    ({"sub_window": ("1s", "2s"), "window": "20s"}, "sub_window needs tumbling windows"),
+    ({"fill": ["null", "ffill"]}, "fill has 2 values for 3 metrics"),
+    ({"fill": ["none", "null", 0]}, "fill must be one of"),
+    ({"fill": "zero"}, "fill must be one of"),
+])
+def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
+    with pytest.raises(GraphDefinitionError, match=message) as info:
+        graph(session, **kw)
+    assert "time_series_engine" in str(info.value)
