@@ -52,6 +52,8 @@ def test_stop_then_start_loses_and_duplicates_nothing(spark, tmp_path):
         assert engines[["task_id", "type"]].values.tolist() == [["0.0", "REACTIVE_STATE_ENGINE"],
                                                                 ["0.1", "REACTIVE_STATE_ENGINE"]]
         assert ["cs", "double"] in engines.loc[0, "schema"]
+        stat = session.stream_engine_stat("g")  # from each task's newest state: the keys it holds
+        assert stat["keys"].sum() == frame["key"].nunique() and stat["late_rows"].isna().all()
         info = session.stream_graph_info("g")
         assert info["status"] == "running" and info["document"]["fqn"] == "demo.stream_graph.g"
         # every micro-batch is a checkpoint job; its stream tasks are the sub-jobs

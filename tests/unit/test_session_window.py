@@ -109,3 +109,19 @@ def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw,
     with pytest.raises(hw.GraphDefinitionError, match=message) as err:
         src.session_window_engine(**args)
     assert "session_window_engine 'session_window_bad_in'" in str(err.value) or "session_gap" in str(err.value)
+
+
+def test_out_of_order_rows_are_counted_in_the_engine_stats(session, tmp_path):
+    from headwater.dataplane.local import LocalRunner
+    from headwater.runtime.engine_stats import engine_rows
+
+    rows = make_rows(5)
+    runner = LocalRunner(graph(session, "counted").plan(), tmp_path)
+    for a, b in itertools.pairwise([0, 100, 101, 250, len(rows)]):
+        runner.append("counted_in", rows.iloc[a:b])
+        runner.step()
+    valid = rows.dropna(subset=["t"])
+    late = (valid.t < valid.groupby("k").t.cummax().groupby(valid.k).shift(1)).sum()
+    [stat] = engine_rows(runner.physical, tmp_path / "checkpoints")
+    assert stat["late_rows"] == late > 0
+    assert stat["keys"] == valid.k.nunique()

@@ -152,6 +152,38 @@ def test_any_split_into_appends_and_a_kill_give_the_reference(session, tmp_path_
     assert_same(as_tuples(runner.read("out")), reference(rows, **ref))
 
 
+def late_count(rows: pd.DataFrame) -> int:
+    """Rows of a key older than the start of the key's open window (10 s windows, no delay): dropped."""
+    starts: dict[str, pd.Timestamp] = {}
+    late = 0
+    for row in rows.itertuples(index=False):
+        start = starts.setdefault(row.sym, row.time.floor(W))
+        while row.time >= start + W:
+            start += W
+        starts[row.sym] = start
+        late += row.time < start
+    return late
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 149), max_size=5, unique=True),
+       crash=st.one_of(st.none(), st.integers(0, 5)))
+def test_late_rows_are_counted_once_in_the_engine_stats(session, tmp_path_factory, seed, cuts, crash):
+    from headwater.runtime.engine_stats import engine_rows
+
+    rows = make_rows(seed)
+    root = tmp_path_factory.mktemp("late")
+    runner = LocalRunner(graph(session).plan(), root)
+    for i, (a, b) in enumerate(itertools.pairwise([0, *sorted(cuts), len(rows)])):
+        runner.append("t", rows.iloc[a:b])
+        if crash == i:
+            runner.step(crash_after_tasks=1)  # the replay must not count its late rows twice
+        runner.step()
+    [stat] = engine_rows(runner.physical, root / "checkpoints")
+    assert stat["late_rows"] == late_count(rows) > 0
+    assert stat["keys"] == rows.sym.nunique()
+
+
 def test_update_time_zero_emits_each_micro_batch_open_windows(session, tmp_path_factory):
     rows = pd.DataFrame({"time": T0 + pd.to_timedelta([1, 2, 4, 11], unit="s"), "sym": list("aaba"),
                          "v": [1.0, 2.0, 4.0, 8.0]})

@@ -392,6 +392,15 @@ class Session:
         return pd.DataFrame(self._master.engine_meta(self._graph_fqn(name)),
                             columns=["task_id", "name", "type", "schema", "fqn"])
 
+    def stream_engine_stat(self, name: str) -> pd.DataFrame:
+        """One row per engine of graph ``name`` and stream task (Orca's ``getStreamEngineStat``): task_id, name,
+        type, keys (groups in its state), late_rows (rows dropped as late or out of order, counted once even
+        when a micro-batch is replayed); NULL where the engine keeps no such counter. From each task's newest
+        state snapshot."""
+        frame = pd.DataFrame(self._master.engine_meta(self._graph_fqn(name)),
+                             columns=["task_id", "name", "type", "keys", "late_rows"])
+        return frame.astype({"keys": "Int64", "late_rows": "Int64"})
+
     def checkpoint_config(self, name: str) -> dict[str, Any]:
         """Graph ``name``'s checkpoint configuration (Orca's ``getOrcaCheckpointConfig``), with ``checkpoint_mod``."""
         return dict(self._master.checkpoint_config(self._graph_fqn(name)))

@@ -66,6 +66,16 @@ class Processor(abc.ABC):
         the wall clock, so a replayed batch leaves exactly the same state.
         """
 
+    def stats(self, state: Any) -> dict[str, int]:
+        """Counters of one task's state for ``stream_engine_stat``: ``keys`` (groups kept) and ``late_rows``
+        (rows dropped as late or out of order) where the engine has them."""
+        if not isinstance(state, dict):
+            return {}
+        out = {"keys": len(state["keys"])} if isinstance(state.get("keys"), list) else {}
+        if isinstance(state.get("late_rows"), int):
+            out["late_rows"] = state["late_rows"]
+        return out
+
     def control(self, state: Any, op: Mapping[str, Any]) -> Any:
         """Apply a change the user asked for while the graph runs (e.g. the rule engine's ``update_rule``) to
         one task's state; the change is kept in the state snapshots. Engines without such changes refuse."""

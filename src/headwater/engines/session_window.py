@@ -134,14 +134,15 @@ class SessionWindowProcessor(Processor):
         rows = rows.sort_values(["slot", "seq"], kind="stable", ignore_index=True)  # per key, arrival order
         by_key = rows.groupby("slot", sort=False)["time"]
         earlier = by_key.cummax().groupby(rows["slot"]).shift(1)
-        rows = rows[~(rows["time"] < earlier)].reset_index(drop=True)  # older than an earlier row of its key
+        late = (rows["time"] < earlier).to_numpy()  # older than an earlier row of its key: dropped and counted
+        rows = rows[~late].reset_index(drop=True)
         previous = rows.groupby("slot", sort=False)["time"].shift(1)
         starts = previous.isna() | (rows["time"] - previous >= self.gap)
         rows["session"] = starts.cumsum()
         last_session = rows.groupby("slot", sort=False)["session"].transform("max")
         is_open = rows["session"] == last_session
         new_open = rows[is_open].sort_values("seq", kind="stable")
-        new_state = {"keys": keys.keys, "open": {
+        new_state = {"keys": keys.keys, "late_rows": int(state.get("late_rows", 0)) + int(late.sum()), "open": {
             "slot": new_open["slot"].to_numpy(np.int64), "time": new_open["time"].to_numpy(np.int64),
             "seq": new_open["seq"].to_numpy(np.int64),
             "args": [new_open[f"a{i}"].to_numpy(np.float64) for i in range(len(self.metrics.aggs))]}}

@@ -200,6 +200,9 @@ class TimeSeriesProcessor(Processor):
     def new_state(self) -> dict[str, Any]:
         return {"keys": [], "windows": self.aggregator.init_state()}
 
+    def stats(self, state: dict[str, Any]) -> dict[str, int]:
+        return {"keys": len(state["keys"]), "late_rows": int(state["windows"].get("late", np.zeros(0)).sum())}
+
     def _arrow_schema(self) -> pa.Schema:
         return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
 

@@ -272,6 +272,7 @@ class WindowAggregator:
             "last_out": np.full((n_keys, a), np.nan, dtype=np.float64),
             "pending": np.zeros(n_keys, dtype=np.int8),  # rows added since the window was last emitted
             "mark": np.zeros(n_keys, dtype=np.int64),  # update period of the last row added
+            "late": np.zeros(n_keys, dtype=np.int64),  # rows dropped: every window holding them was emitted
         }
 
     def run(
@@ -356,6 +357,7 @@ class WindowAggregator:
                 new["last_out"],
                 new["pending"],
                 new["mark"],
+                new["late"],
                 o_slot,
                 o_time,
                 o_trig,
@@ -430,7 +432,7 @@ class WindowAggregator:
 
 
 # state written by an older version lacks these; their zero value is right for it
-_ADDED_LATER = frozenset({"pending", "mark"})
+_ADDED_LATER = frozenset({"pending", "mark", "late"})
 
 
 def _concat_outputs(a: WindowOutput, b: WindowOutput) -> WindowOutput:
@@ -691,6 +693,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
     last_out,
     pending,
     mark,
+    late,
     o_slot,
     o_time,
     o_trig,
@@ -760,7 +763,8 @@ def _run_kernel(  # type: ignore[no-untyped-def]
         q = seq[s]
         seq[s] = q + 1
         if j < 0:
-            continue  # every window holding this row was already emitted
+            late[s] += 1  # every window holding this row was already emitted
+            continue
         if j >= n_panes:  # cannot happen (the row would have closed that window); guards the raw writes
             raise RuntimeError("window aggregator: pane index out of range")
         offset = t - wstart[s] - j * step

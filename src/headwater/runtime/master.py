@@ -41,6 +41,7 @@ from headwater.plan.physical import PhysicalGraph, plan
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.checkpoint_jobs import job_rows, subjob_rows
 from headwater.runtime.compactor import Compactor
+from headwater.runtime.engine_stats import engine_rows
 from headwater.runtime.events import EventLog, EventType, recorded
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
 from headwater.runtime.protocol import (
@@ -611,17 +612,10 @@ class Master:
                 "document": json.loads(rec.graph_json)}
 
     def engine_meta(self, fqn: FQN) -> list[dict[str, Any]]:
-        """One row per engine and stream task: task_id, name, type, schema (output columns), fqn."""
-        physical = from_json(self._active(fqn).graph_json)[1]
-        rows: list[dict[str, Any]] = []
-        if physical is None:  # stored by a version that kept no physical plan in the document
-            return rows
-        for sg in physical.subgraphs:
-            for node in (physical.nodes[n] for n in sg.chain):
-                if isinstance(node, EngineNode):
-                    rows.extend({"task_id": t, "name": node.name, "type": str(node.type), "fqn": node.fqn,
-                                 "schema": [list(c) for c in node.schema.columns]} for t in sg.task_ids())
-        return rows
+        """One row per engine and stream task: task_id, name, type, schema (output columns), fqn, and the
+        counters of its newest state (keys, late_rows; None where the engine has none)."""
+        graphs = self._checkpointed_graphs(fqn)
+        return [row for _, physical, checkpoints in graphs for row in engine_rows(physical, checkpoints)]
 
     # -- checkpoints (Orca A.7) ------------------------------------------------------------------------
     def checkpoint_settings(self, fqn: str) -> CheckpointConfig:

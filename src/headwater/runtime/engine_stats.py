@@ -1,0 +1,36 @@
+"""``stream_engine_meta`` and ``stream_engine_stat`` (Orca's ``getStreamEngineStat``): each engine of a graph
+per stream task, with the counters its newest state snapshot holds (keys, late rows dropped...).
+
+The counters live in the engines' state, so they are exactly-once like the rest of it: a replayed micro-batch
+counts its late rows once. They read the newest snapshot a task saved, which may belong to a micro-batch
+still being committed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from headwater.dataplane.snapshots import SnapshotStore
+from headwater.plan.logical import EngineNode
+from headwater.plan.physical import PhysicalGraph
+
+
+def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, Any]]:
+    """One row per engine and stream task: task_id, name, type, schema, fqn, and its counters."""
+    rows: list[dict[str, Any]] = []
+    for sg in physical.subgraphs:
+        state_root = checkpoints / sg.key(physical) / "state"
+        for node in (physical.nodes[n] for n in sg.chain):
+            if not isinstance(node, EngineNode):
+                continue
+            processor = node.spec.processor() if node.spec is not None else None
+            store = SnapshotStore(str(state_root / node.name))
+            for index, task_id in enumerate(sg.task_ids()):
+                state = store.load(index, sys.maxsize) if processor is not None else None
+                stats = processor.stats(state) if processor is not None and state is not None else {}
+                rows.append({"task_id": task_id, "name": node.name, "type": str(node.type), "fqn": node.fqn,
+                             "schema": [list(c) for c in node.schema.columns],
+                             "keys": stats.get("keys"), "late_rows": stats.get("late_rows")})
+    return rows
