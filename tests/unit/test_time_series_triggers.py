@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -207,8 +208,33 @@ def test_update_time_zero_emits_each_micro_batch_open_windows(session, tmp_path_
     ({"fill": ["null", "ffill"]}, "fill has 2 values for 3 metrics"),
     ({"fill": ["none", "null", 0]}, "fill must be one of"),
     ({"fill": "zero"}, "fill must be one of"),
+    ({"key_purge_freq": "60s"}, "key_purge_freq needs key_column and force_trigger_time"),
+    ({"key_purge_freq": "60s", "force_trigger_time": "0s", "fill": "null"}, "fill='none'"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     with pytest.raises(GraphDefinitionError, match=message) as info:
         graph(session, **kw)
     assert "time_series_engine" in str(info.value)
+
+
+def test_key_purge_drops_quiet_keys_once_per_period_of_commit_time(session):
+    from headwater.engines.base import SEQ
+
+    node = graph(session, force_trigger_time="0s", key_purge_freq="60s").plan()
+    [spec] = [n.spec for n in node.nodes.values() if getattr(n, "spec", None) is not None]
+    processor = spec.processor()
+
+    def batch(state, times, syms, batch_time):
+        table = pa.table({"time": pa.array([T0 + pd.Timedelta(seconds=t) for t in times], pa.timestamp("us")),
+                          "sym": syms, "v": [1.0] * len(times), SEQ: pa.array(range(len(times)), pa.int64())})
+        return processor.process(state, table, batch_time=batch_time)
+
+    state, _ = batch(processor.new_state(), [1, 2], ["a", "b"], 1000.0)  # the purge clock starts
+    state, out = batch(state, [15], ["b"], 1030.0)  # b's row forces a's window; too soon to purge
+    assert out.column("sym").to_pylist() == ["a", "b"] and len(state["keys"]) == 2
+    state, out = batch(state, [16], ["b"], 1061.0)  # a period later: a (no open rows) goes, b stays
+    assert processor.stats(state)["keys"] == 1
+    state, out = batch(state, [21, 31], ["a", "b"], 1070.0)  # a comes back as a new key
+    # a's row forces b's window [10 s, 20 s); b's row forces the new a's [20 s, 30 s)
+    assert out.column("sym").to_pylist() == ["b", "a"] and out.column("total").to_pylist() == [2.0, 1.0]
+    assert processor.stats(state) == {"keys": 2, "late_rows": 0}

@@ -328,6 +328,7 @@ class DStream(JoinMethods):
         update_time: str | timedelta | None = None,
         force_trigger_time: str | timedelta | None = None,
         sub_window: str | tuple[str | timedelta, str | timedelta] | None = None,
+        key_purge_freq: str | timedelta | None = None,
     ) -> DStream:
         """Aggregate tumbling/sliding event-time windows per key (Orca's timeSeriesEngine).
 
@@ -370,6 +371,8 @@ class DStream(JoinMethods):
                 force_trigger_time=None if force_trigger_time is None else parse_duration(
                     force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
                 sub_window=None if sub_window is None else _duration_pair(sub_window, where=f"{where} sub_window"),
+                key_purge_freq=None if key_purge_freq is None else parse_duration(
+                    key_purge_freq, where=f"{where} key_purge_freq"),
             )
 
         return self._engine(TimeSeriesEngine.kind, make)

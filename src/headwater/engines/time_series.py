@@ -83,6 +83,7 @@ class TimeSeriesEngine(EngineSpec):
     update_time: timedelta | None = None
     force_trigger_time: timedelta | None = None
     sub_window: tuple[timedelta, timedelta] | None = None
+    key_purge_freq: timedelta | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +98,7 @@ class TimeSeriesEngine(EngineSpec):
         resolve_window_engine(self, where=where)
         self._check_fill(where)
         self._check_durations(where)
+        self._check_purge(where)
         try:  # the kernel's rules for combining triggers, in the user's words
             self.window_spec()
         except GraphDefinitionError as e:
@@ -115,6 +117,15 @@ class TimeSeriesEngine(EngineSpec):
             raise GraphDefinitionError(
                 f"{where}: fill must be one of {', '.join(FILL_MODES)} or a number, or a list of 'null', 'ffill' "
                 f"or numbers (one per metric), got {clip(self.fill)}"
+            )
+
+    def _check_purge(self, where: str) -> None:
+        if self.key_purge_freq is None:
+            return
+        if self.force_trigger_time is None or self.fill != "none" or not self.key_column:
+            raise GraphDefinitionError(
+                f"{where}: key_purge_freq needs key_column and force_trigger_time, and fill='none' (Orca's rule: "
+                "only keys whose windows a forced trigger emitted can be dropped)"
             )
 
     def _check_durations(self, where: str) -> None:
@@ -179,6 +190,7 @@ class TimeSeriesEngine(EngineSpec):
             **({"forceTriggerTime": format_duration(self.force_trigger_time)}
                if self.force_trigger_time is not None else {}),
             **({"subWindow": ":".join(map(format_duration, self.sub_window))} if self.sub_window else {}),
+            **({"keyPurgeFreq": format_duration(self.key_purge_freq)} if self.key_purge_freq is not None else {}),
         }
 
     def processor(self, input_schema: Schema | None = None) -> TimeSeriesProcessor:
@@ -201,7 +213,24 @@ class TimeSeriesProcessor(Processor):
         return {"keys": [], "windows": self.aggregator.init_state()}
 
     def stats(self, state: dict[str, Any]) -> dict[str, int]:
-        return {"keys": len(state["keys"]), "late_rows": int(state["windows"].get("late", np.zeros(0)).sum())}
+        late = int(state["windows"].get("late", np.zeros(0)).sum()) + state.get("late_purged", 0)
+        return {"keys": len(state["keys"]), "late_rows": late}
+
+    def _purge(self, state: dict[str, Any], batch_time: float) -> dict[str, Any]:
+        """Orca's key purge: at most once per ``key_purge_freq`` of input commit time (not the wall clock, so a
+        replay purges alike), drop the keys whose open window holds no row."""
+        assert self.spec.key_purge_freq is not None
+        last = state.get("last_purge")
+        if last is None:  # the clock starts with the first micro-batch
+            return {**state, "last_purge": batch_time}
+        if batch_time - last < self.spec.key_purge_freq.total_seconds():
+            return state
+        windows = state["windows"]
+        keep = windows["pane_rows"].sum(axis=1) > 0
+        purged_late = int(windows["late"][~keep].sum())
+        return {"keys": [k for k, kept in zip(state["keys"], keep, strict=True) if kept],
+                "windows": self.aggregator.keep_keys(windows, keep), "last_purge": batch_time,
+                "late_purged": state.get("late_purged", 0) + purged_late}
 
     def _arrow_schema(self) -> pa.Schema:
         return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
@@ -225,7 +254,9 @@ class TimeSeriesProcessor(Processor):
             times = times * 86_400_000_000
         args = self.metrics.arguments(table)
         windows_state, out = self.aggregator.run(state["windows"], slots, max(len(keys), 1), times, args)
-        new_state = {"keys": keys.keys, "windows": windows_state}
+        new_state = {**state, "keys": keys.keys, "windows": windows_state}
+        if spec.key_purge_freq is not None:  # after the output is made: the purged keys' names are still known
+            new_state = self._purge(new_state, batch_time)
         m = len(out.slots)
         if m == 0:
             return new_state, self.empty_output()

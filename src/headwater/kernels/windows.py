@@ -383,6 +383,10 @@ class WindowAggregator:
             out = _concat_outputs(out, self._flush_pending(new, trigger_row=n - 1))
         return new, out
 
+    def keep_keys(self, state: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+        """The state of the keys where ``keep`` is True, renumbered in order (key purge)."""
+        return {name: array[keep] for name, array in self._grown_copy(state, len(state["init"])).items()}
+
     def _force_due(self, state: dict[str, np.ndarray]) -> int:
         """The earliest end (close point) of a window a forced trigger could emit: a lower bound."""
         fill = self._fill_mode != _FILL_NONE
