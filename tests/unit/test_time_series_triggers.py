@@ -238,3 +238,37 @@ def test_key_purge_drops_quiet_keys_once_per_period_of_commit_time(session):
     # a's row forces b's window [10 s, 20 s); b's row forces the new a's [20 s, 30 s)
     assert out.column("sym").to_pylist() == ["b", "a"] and out.column("total").to_pylist() == [2.0, 1.0]
     assert processor.stats(state) == {"keys": 2, "late_rows": 0}
+
+
+def test_system_time_windows_follow_the_commit_time_of_micro_batches(session):
+    from headwater.engines.base import SEQ
+
+    g = session.stream_graph(f"trig{next(_names)}")
+    (g.source("t", schema=SCHEMA)
+       .time_series_engine(window="10s", step="10s", metrics=METRICS, key_column="sym", use_system_time=True)
+       .sink("out"))
+    [spec] = [n.spec for n in g.plan().nodes.values() if getattr(n, "spec", None) is not None]
+    assert spec.output_schema().columns[0] == ("time", "timestamp")
+    processor = spec.processor()
+
+    def batch(state, syms, batch_time):
+        table = pa.table({"time": pa.array([T0] * len(syms), pa.timestamp("us")), "sym": syms,
+                          "v": [1.0] * len(syms), SEQ: pa.array(range(len(syms)), pa.int64())})
+        return processor.process(state, table, batch_time=batch_time)
+
+    state, out = batch(processor.new_state(), ["a", "b", "a"], 1_000.5)  # window [1000 s, 1010 s)
+    state, out2 = batch(state, ["b"], 1_004.0)  # same window
+    state, out3 = batch(state, ["c"], 1_011.0)  # a later batch closes every key's window, quiet or not
+    assert out.num_rows == out2.num_rows == 0
+    assert out3.column("sym").to_pylist() == ["a", "b"] and out3.column("total").to_pylist() == [2.0, 2.0]
+    assert out3.column("time").cast(pa.int64()).to_pylist() == [1_010_000_000] * 2  # the window's end, in µs
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"use_system_time": True}, "leave time_column out"),
+    ({"use_system_time": True, "time_column": None, "force_trigger_time": "1s"}, "use_system_time excludes"),
+    ({"time_column": None}, "time_column is required"),
+])
+def test_system_time_arguments(session, kw, message):
+    with pytest.raises(GraphDefinitionError, match=message):
+        graph(session, **kw)

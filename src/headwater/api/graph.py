@@ -318,7 +318,7 @@ class DStream(JoinMethods):
         window: str | timedelta,
         step: str | timedelta,
         metrics: Sequence[Expr | str],
-        time_column: str,
+        time_column: str | None = None,
         key_column: str | Sequence[str] | None = None,
         accepted_delay: str | timedelta = timedelta(0),
         closed: str = "left",
@@ -329,6 +329,7 @@ class DStream(JoinMethods):
         force_trigger_time: str | timedelta | None = None,
         sub_window: str | tuple[str | timedelta, str | timedelta] | None = None,
         key_purge_freq: str | timedelta | None = None,
+        use_system_time: bool = False,
     ) -> DStream:
         """Aggregate tumbling/sliding event-time windows per key (Orca's timeSeriesEngine).
 
@@ -337,7 +338,8 @@ class DStream(JoinMethods):
         also closes it when a row of another key is that much later; ``update_time`` emits
         the open window as it fills (emit on update; ``0``: at the end of every micro-batch);
         ``sub_window=("0s", "10s")`` aggregates only that part of each window. ``fill`` is one
-        rule or one per metric. See ``docs/engines.md``.
+        rule or one per metric. ``use_system_time=True`` (no ``time_column``) cuts windows by the
+        micro-batches' input commit time instead; the output time column is ``time``. See ``docs/engines.md``.
 
         >>> import headwater as hw, tempfile
         >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
@@ -373,6 +375,7 @@ class DStream(JoinMethods):
                 sub_window=None if sub_window is None else _duration_pair(sub_window, where=f"{where} sub_window"),
                 key_purge_freq=None if key_purge_freq is None else parse_duration(
                     key_purge_freq, where=f"{where} key_purge_freq"),
+                use_system_time=use_system_time,
             )
 
         return self._engine(TimeSeriesEngine.kind, make)

@@ -73,7 +73,7 @@ class TimeSeriesEngine(EngineSpec):
     window: timedelta
     step: timedelta
     metrics: tuple[Expr, ...]
-    time_column: str
+    time_column: str | None = None
     key_column: tuple[str, ...] = ()
     accepted_delay: timedelta = timedelta(0)
     closed: str = "left"
@@ -84,6 +84,7 @@ class TimeSeriesEngine(EngineSpec):
     force_trigger_time: timedelta | None = None
     sub_window: tuple[timedelta, timedelta] | None = None
     key_purge_freq: timedelta | None = None
+    use_system_time: bool = False
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -95,6 +96,10 @@ class TimeSeriesEngine(EngineSpec):
             )
         if self.closed not in ("left", "right"):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
+        if self.use_system_time and (self.force_trigger_time is not None or self.update_time is not None
+                                     or self.sub_window is not None):
+            raise GraphDefinitionError(f"{where}: use_system_time excludes force_trigger_time, update_time and "
+                                       "sub_window (Orca's rule; a micro-batch closes every window that ended)")
         resolve_window_engine(self, where=where)
         self._check_fill(where)
         self._check_durations(where)
@@ -160,7 +165,9 @@ class TimeSeriesEngine(EngineSpec):
             use_window_start_time=self.use_window_start_time,
             fill="none" if self.fill == "none" else "ffill",
             align=alignment_micros(step, round_time=self.round_time),
-            force_trigger=None if self.force_trigger_time is None else to_micros(self.force_trigger_time),
+            # on system time every row of a micro-batch has its commit time: a batch closes every key's windows
+            force_trigger=0 if self.use_system_time else (
+                None if self.force_trigger_time is None else to_micros(self.force_trigger_time)),
             update=None if self.update_time is None else to_micros(self.update_time),
             sub_window=None if self.sub_window is None else (to_micros(self.sub_window[0]),
                                                               to_micros(self.sub_window[1])),
@@ -191,6 +198,7 @@ class TimeSeriesEngine(EngineSpec):
                if self.force_trigger_time is not None else {}),
             **({"subWindow": ":".join(map(format_duration, self.sub_window))} if self.sub_window else {}),
             **({"keyPurgeFreq": format_duration(self.key_purge_freq)} if self.key_purge_freq is not None else {}),
+            **({"useSystemTime": True} if self.use_system_time else {}),
         }
 
     def processor(self, input_schema: Schema | None = None) -> TimeSeriesProcessor:
@@ -240,7 +248,8 @@ class TimeSeriesProcessor(Processor):
 
     def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
         spec = self.spec
-        table = table.filter(table[spec.time_column].is_valid())
+        if spec.time_column is not None:
+            table = table.filter(table[spec.time_column].is_valid())
         n = table.num_rows
         if n == 0:
             return state, self.empty_output()
@@ -248,8 +257,11 @@ class TimeSeriesProcessor(Processor):
         keys = KeyTable(state["keys"])
         key_columns = [table[k] for k in spec.key_column]
         slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(n, dtype=np.int64)
-        time_type = schema[spec.time_column]
-        times = to_numpy(table[spec.time_column], time_type).astype(np.int64)
+        time_type = self.out_schema.columns[0][1]
+        if spec.time_column is None:  # system time: the input's commit time, in milliseconds as Orca's
+            times = np.full(n, int(batch_time * 1000) * 1000, dtype=np.int64)
+        else:
+            times = to_numpy(table[spec.time_column], time_type).astype(np.int64)
         if time_type == "date":
             times = times * 86_400_000_000
         args = self.metrics.arguments(table)

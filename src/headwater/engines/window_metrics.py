@@ -67,24 +67,41 @@ def metric_types(outputs: Sequence[tuple[str, Expr]], schema: Schema, *, where: 
     return [(n, infer_type(e, schema, where=where, kinds=WINDOW_KINDS)) for n, e in outputs]
 
 
+SYSTEM_TIME = "time"  # the output time column of a window engine on system time (it has no time column)
+
+
 def resolve_window_engine(spec: Any, *, where: str) -> None:
     """Check a window engine's time column, key columns and metrics against its input schema; store them
     resolved on ``spec`` (a frozen dataclass with ``input_schema``, ``time_column``, ``key_column``,
-    ``metrics`` and ``_outputs``), or raise :class:`GraphDefinitionError` naming the node and the value."""
+    ``metrics``, ``_outputs`` and optionally ``use_system_time``), or raise :class:`GraphDefinitionError`
+    naming the node and the value."""
     schema: Schema = spec.input_schema
-    time_col = schema.lookup(spec.time_column)
-    if time_col is None:
-        raise GraphDefinitionError(f"{where}: time_column {clip(spec.time_column)} is not an input column "
-                                   f"(input columns: {', '.join(schema.names)})")
-    if schema[time_col] not in TEMPORAL:
-        raise GraphDefinitionError(f"{where}: time_column {clip(time_col)} has type {schema[time_col]}; "
-                                   "expected timestamp or date")
+    if getattr(spec, "use_system_time", False):
+        if spec.time_column is not None:
+            raise GraphDefinitionError(f"{where}: use_system_time=True cuts windows by the micro-batches' commit "
+                                       f"time; leave time_column out (got {clip(spec.time_column)})")
+        time_col = SYSTEM_TIME
+    else:
+        if spec.time_column is None:
+            raise GraphDefinitionError(f"{where}: time_column is required (or use_system_time=True)")
+        found = schema.lookup(spec.time_column)
+        if found is None:
+            raise GraphDefinitionError(f"{where}: time_column {clip(spec.time_column)} is not an input column "
+                                       f"(input columns: {', '.join(schema.names)})")
+        if schema[found] not in TEMPORAL:
+            raise GraphDefinitionError(f"{where}: time_column {clip(found)} has type {schema[found]}; "
+                                       "expected timestamp or date")
+        time_col = found
     keys = resolve_columns(spec.key_column, schema, what="key_column", where=where)
     if not spec.metrics:
         raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['sum(volume) as volume']")
     outputs = metric_outputs(spec.metrics, where=where)
     check_window_metrics(outputs, schema, where=where, taken={time_col, *keys})
-    object.__setattr__(spec, "time_column", time_col)
+    if time_col == SYSTEM_TIME and SYSTEM_TIME in keys:
+        raise GraphDefinitionError(f"{where}: key column {SYSTEM_TIME!r} clashes with the output time column; "
+                                   "rename it with a map")
+    if time_col != SYSTEM_TIME or spec.time_column is not None:
+        object.__setattr__(spec, "time_column", time_col)
     object.__setattr__(spec, "key_column", keys)
     object.__setattr__(spec, "_outputs", tuple(outputs))
 
@@ -92,7 +109,8 @@ def resolve_window_engine(spec: Any, *, where: str) -> None:
 def window_output_schema(spec: Any, *, where: str) -> Schema:
     """A window engine's output: its time column, its key columns, then one column per metric."""
     schema: Schema = spec.input_schema
-    cols = [(spec.time_column, schema[spec.time_column])] + [(k, schema[k]) for k in spec.key_column]
+    time = (SYSTEM_TIME, "timestamp") if spec.time_column is None else (spec.time_column, schema[spec.time_column])
+    cols = [time] + [(k, schema[k]) for k in spec.key_column]
     return Schema(tuple(cols + metric_types(spec._outputs, schema, where=where)))
 
 
