@@ -272,3 +272,43 @@ def test_system_time_windows_follow_the_commit_time_of_micro_batches(session):
 def test_system_time_arguments(session, kw, message):
     with pytest.raises(GraphDefinitionError, match=message):
         graph(session, **kw)
+
+
+def test_several_windows_one_step_as_orca_vector_window_size(session):
+    g = session.stream_graph(f"trig{next(_names)}")
+    (g.source("t", schema=SCHEMA)
+       .time_series_engine(window=["10s", "20s"], step="10s", time_column="time", key_column="sym",
+                           metrics=[["sum(v) as total"], ["sum(v) as total20", "count(v) as n20"]])
+       .sink("out"))
+    rows = make_rows(11).sort_values("time", kind="stable", ignore_index=True)  # in order: nothing is late
+    got = g.run_local({"t": rows})["out"]
+    assert got.columns.tolist() == ["time", "sym", "total", "total20", "n20"]
+
+    def windows(size: pd.Timedelta) -> pd.DataFrame:
+        """Per key, each window [end - size, end) on the 10 s grid holding rows, closed by a later row of the key."""
+        out = []
+        for sym, mine in rows.groupby("sym"):
+            for end in sorted({t.floor(W) + W + k * W for t in mine.time for k in range(size // W)}):
+                inside = mine[(mine.time >= end - size) & (mine.time < end)]
+                if len(inside) and (mine.time >= end).any():
+                    out.append({"time": end, "sym": sym, "sum": inside.v.sum(min_count=1), "n": inside.v.count()})
+        return pd.DataFrame(out)
+
+    ten, twenty = windows(W), windows(2 * W)
+    want = ten.merge(twenty, on=["time", "sym"], how="outer", suffixes=("10", "20"))
+    got = got.sort_values(["sym", "time"], ignore_index=True)
+    want = want.sort_values(["sym", "time"], ignore_index=True)
+    assert len(want) > 20 and len(ten) < len(want)  # some rows exist for the 20 s window alone
+    assert list(zip(got.time, got.sym, strict=True)) == list(zip(want.time, want.sym, strict=True))
+    np.testing.assert_allclose(got.total.to_numpy(float), want.sum10.to_numpy(float))
+    np.testing.assert_allclose(got.total20.to_numpy(float), want.sum20.to_numpy(float))
+    np.testing.assert_allclose(got.n20.to_numpy(float), want.n20.to_numpy(float))
+
+
+def test_several_windows_need_one_metric_list_each(session):
+    with pytest.raises(GraphDefinitionError, match="with 2 windows, metrics must be a list of 2 lists"):
+        graph(session, window=["10s", "20s"], metrics=["sum(v) as total"])
+    with pytest.raises(GraphDefinitionError, match="exclude use_window_start_time"):
+        graph(session, window=["10s", "20s"], metrics=[["sum(v) as a"], ["sum(v) as b"]], use_window_start_time=True)
+    with pytest.raises(GraphDefinitionError, match="window 15s must be a multiple of step 10s"):
+        graph(session, window=["10s", "15s"], metrics=[["sum(v) as a"], ["sum(v) as b"]])

@@ -56,6 +56,23 @@ if TYPE_CHECKING:
     from headwater.api.session import Session
 
 
+def _window_metrics(window: Any, metrics: Any, *, where: str) -> tuple[Any, tuple[Expr, ...], tuple[int, ...]]:
+    """One window and its metrics, or (Orca's vector windowSize) a list of windows and a list of metric lists,
+    flattened with the window index of each metric."""
+    if not isinstance(window, list | tuple):
+        return (parse_duration(window, where=f"{where} window"),
+                tuple(to_metric(m, where=where) for m in _as_list(metrics, where)), ())
+    windows = tuple(parse_duration(w, where=f"{where} window") for w in window)
+    groups = list(metrics) if not isinstance(metrics, str) else [metrics]
+    if len(groups) != len(windows) or any(isinstance(g, str | Expr) for g in groups):
+        raise GraphDefinitionError(
+            f"{where}: with {len(windows)} windows, metrics must be a list of {len(windows)} lists, one per window; "
+            "e.g. window=['1m', '5m'], metrics=[['sum(v) as v1'], ['sum(v) as v5']]"
+        )
+    flat = [(to_metric(m, where=where), i) for i, group in enumerate(groups) for m in _as_list(group, where)]
+    return windows, tuple(m for m, _ in flat), tuple(i for _, i in flat)
+
+
 def _duration_pair(value: str | tuple[str | timedelta, str | timedelta], *, where: str) -> tuple[timedelta, timedelta]:
     """``"0s:10s"`` or ``("0s", "10s")`` (Orca's ``0s:10s``)."""
     parts = value.split(":") if isinstance(value, str) else list(value)
@@ -315,9 +332,9 @@ class DStream(JoinMethods):
     def time_series_engine(
         self,
         *,
-        window: str | timedelta,
+        window: str | timedelta | Sequence[str | timedelta],
         step: str | timedelta,
-        metrics: Sequence[Expr | str],
+        metrics: Sequence[Expr | str] | Sequence[Sequence[Expr | str]],
         time_column: str | None = None,
         key_column: str | Sequence[str] | None = None,
         accepted_delay: str | timedelta = timedelta(0),
@@ -355,12 +372,14 @@ class DStream(JoinMethods):
 
         def make(name: str) -> TimeSeriesEngine:
             where = f"time_series_engine {clip(name)}"
+            windows, flat, metric_windows = _window_metrics(window, metrics, where=where)
             return TimeSeriesEngine(
                 name=name,
                 input_schema=self.node.schema,
-                window=parse_duration(window, where=f"{where} window"),
+                window=windows,
                 step=parse_duration(step, where=f"{where} step"),
-                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                metrics=flat,
+                metric_windows=metric_windows,
                 time_column=time_column,
                 key_column=_as_tuple(key_column),
                 accepted_delay=parse_duration(accepted_delay, where=f"{where} accepted_delay", allow_zero=True),

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from headwater.durations import format_duration, to_micros
@@ -70,7 +71,7 @@ class TimeSeriesEngine(EngineSpec):
     kind: ClassVar[EngineKind] = EngineKind.TIME_SERIES
     name: str
     input_schema: Schema
-    window: timedelta
+    window: timedelta | tuple[timedelta, ...]  # several: Orca's vector windowSize, one step
     step: timedelta
     metrics: tuple[Expr, ...]
     time_column: str | None = None
@@ -85,15 +86,17 @@ class TimeSeriesEngine(EngineSpec):
     sub_window: tuple[timedelta, timedelta] | None = None
     key_purge_freq: timedelta | None = None
     use_system_time: bool = False
+    metric_windows: tuple[int, ...] = ()  # with several windows: the window of each metric, by position
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"time_series_engine {clip(self.name)}"
-        if to_micros(self.window) % to_micros(self.step):
-            raise GraphDefinitionError(
-                f"{where}: window {format_duration(self.window)} must be a multiple of step "
-                f"{format_duration(self.step)}; e.g. window='60s', step='30s'"
-            )
+        for window in self.windows:
+            if to_micros(window) % to_micros(self.step):
+                raise GraphDefinitionError(
+                    f"{where}: window {format_duration(window)} must be a multiple of step "
+                    f"{format_duration(self.step)}; e.g. window='60s', step='30s'"
+                )
         if self.closed not in ("left", "right"):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
         if self.use_system_time and (self.force_trigger_time is not None or self.update_time is not None
@@ -101,6 +104,7 @@ class TimeSeriesEngine(EngineSpec):
             raise GraphDefinitionError(f"{where}: use_system_time excludes force_trigger_time, update_time and "
                                        "sub_window (Orca's rule; a micro-batch closes every window that ended)")
         resolve_window_engine(self, where=where)
+        self._check_windows(where)
         self._check_fill(where)
         self._check_durations(where)
         self._check_purge(where)
@@ -124,6 +128,33 @@ class TimeSeriesEngine(EngineSpec):
                 f"or numbers (one per metric), got {clip(self.fill)}"
             )
 
+    @property
+    def windows(self) -> tuple[timedelta, ...]:
+        return self.window if isinstance(self.window, tuple) else (self.window,)
+
+    def _check_windows(self, where: str) -> None:
+        if not isinstance(self.window, tuple):
+            if self.metric_windows:
+                raise GraphDefinitionError(f"{where}: metric_windows needs several windows")
+            return
+        if not self.window:
+            raise GraphDefinitionError(f"{where}: window is an empty list; give one or more durations")
+        if sorted(set(self.metric_windows)) != list(range(len(self.window))) or \
+                len(self.metric_windows) != len(self._outputs):
+            raise GraphDefinitionError(
+                f"{where}: with {len(self.window)} windows, metrics must be a list of {len(self.window)} lists, "
+                "one (non-empty) per window; e.g. window=['1m', '5m'], metrics=[['sum(v) as v1'], ['sum(v) as v5']]"
+            )
+        if self.use_window_start_time or self.update_time is not None or self.sub_window is not None or \
+                self.key_purge_freq is not None:
+            raise GraphDefinitionError(f"{where}: several windows exclude use_window_start_time (Orca's rule), "
+                                       "update_time, sub_window and key_purge_freq")
+
+    def metric_groups(self) -> list[tuple[timedelta, list[int]]]:
+        """Each window with the positions of its metrics."""
+        of = self.metric_windows or (0,) * len(self._outputs)
+        return [(w, [p for p, i in enumerate(of) if i == index]) for index, w in enumerate(self.windows)]
+
     def _check_purge(self, where: str) -> None:
         if self.key_purge_freq is None:
             return
@@ -139,10 +170,10 @@ class TimeSeriesEngine(EngineSpec):
                                        f"{format_duration(self.step)}; e.g. step='60s', update_time='10s'")
         if self.sub_window is not None:
             lo, hi = self.sub_window
-            if not timedelta(0) <= lo < hi <= self.window:
+            if not timedelta(0) <= lo < hi <= self.windows[0]:
                 raise GraphDefinitionError(
                     f"{where}: sub_window {format_duration(lo)}:{format_duration(hi)} must lie inside the window "
-                    f"{format_duration(self.window)} with start < end; e.g. sub_window=('0s', '10s')"
+                    f"{format_duration(self.windows[0])} with start < end; e.g. sub_window=('0s', '10s')"
                 )
 
     @staticmethod
@@ -153,12 +184,12 @@ class TimeSeriesEngine(EngineSpec):
             message = message.replace(old, new)
         return message
 
-    def window_spec(self) -> WindowSpec:
-        """The kernel's window specification (microseconds): filled windows carry the previous values
-        (``ffill``); :class:`WindowMetrics` applies each metric's fill rule."""
+    def window_spec(self, window: timedelta | None = None) -> WindowSpec:
+        """The kernel's window specification (microseconds) of ``window`` (default: the first): filled windows
+        carry the previous values (``ffill``); :class:`WindowMetrics` applies each metric's fill rule."""
         step = to_micros(self.step)
         return WindowSpec(
-            window=to_micros(self.window),
+            window=to_micros(self.windows[0] if window is None else window),
             step=step,
             closed=self.closed,
             accepted_delay=to_micros(self.accepted_delay),
@@ -182,7 +213,8 @@ class TimeSeriesEngine(EngineSpec):
 
     def properties(self) -> dict[str, Any]:
         return {
-            "windowSize": format_duration(self.window),
+            "windowSize": (format_duration(self.window) if not isinstance(self.window, tuple)
+                           else [format_duration(w) for w in self.window]),
             "step": format_duration(self.step),
             "metrics": [str(m) for m in self.metrics],
             "timeColumn": self.time_column,
@@ -199,6 +231,7 @@ class TimeSeriesEngine(EngineSpec):
             **({"subWindow": ":".join(map(format_duration, self.sub_window))} if self.sub_window else {}),
             **({"keyPurgeFreq": format_duration(self.key_purge_freq)} if self.key_purge_freq is not None else {}),
             **({"useSystemTime": True} if self.use_system_time else {}),
+            **({"metricWindows": list(self.metric_windows)} if self.metric_windows else {}),
         }
 
     def processor(self, input_schema: Schema | None = None) -> TimeSeriesProcessor:
@@ -212,16 +245,24 @@ class TimeSeriesProcessor(Processor):
         self.spec = spec
         self.out_schema = spec.output_schema()
         fills = spec.fill if isinstance(spec.fill, tuple) else (spec.fill,) * len(spec._outputs)
-        self.metrics = WindowMetrics(spec._outputs, spec.input_schema,
-                                     [t for _, t in self.out_schema.columns[1 + len(spec.key_column):]],
-                                     fills=fills)
-        self.aggregator = WindowAggregator(spec.window_spec(), [a.func for a in self.metrics.aggs])
+        types = [t for _, t in self.out_schema.columns[1 + len(spec.key_column):]]
+        # one aggregator per window size, each with its metrics (Orca's vector windowSize)
+        self.groups = []
+        for window, positions in spec.metric_groups():
+            metrics = WindowMetrics([spec._outputs[p] for p in positions], spec.input_schema,
+                                    [types[p] for p in positions], fills=[fills[p] for p in positions])
+            self.groups.append((positions, metrics, WindowAggregator(spec.window_spec(window),
+                                                                     [a.func for a in metrics.aggs])))
+        self.metrics, self.aggregator = self.groups[0][1], self.groups[0][2]
+        self.several = isinstance(spec.window, tuple)
 
     def new_state(self) -> dict[str, Any]:
-        return {"keys": [], "windows": self.aggregator.init_state()}
+        windows = [agg.init_state() for _, _, agg in self.groups]
+        return {"keys": [], "windows": windows if self.several else windows[0]}
 
     def stats(self, state: dict[str, Any]) -> dict[str, int]:
-        late = int(state["windows"].get("late", np.zeros(0)).sum()) + state.get("late_purged", 0)
+        first = state["windows"][0] if self.several else state["windows"]
+        late = int(first.get("late", np.zeros(0)).sum()) + state.get("late_purged", 0)
         return {"keys": len(state["keys"]), "late_rows": late}
 
     def _purge(self, state: dict[str, Any], batch_time: float) -> dict[str, Any]:
@@ -264,21 +305,48 @@ class TimeSeriesProcessor(Processor):
             times = to_numpy(table[spec.time_column], time_type).astype(np.int64)
         if time_type == "date":
             times = times * 86_400_000_000
-        args = self.metrics.arguments(table)
-        windows_state, out = self.aggregator.run(state["windows"], slots, max(len(keys), 1), times, args)
-        new_state = {**state, "keys": keys.keys, "windows": windows_state}
+        olds = state["windows"] if self.several else [state["windows"]]
+        runs = [agg.run(old, slots, max(len(keys), 1), times, metrics.arguments(table))
+                for (_, metrics, agg), old in zip(self.groups, olds, strict=True)]
+        windows_state = [r[0] for r in runs]
+        new_state = {**state, "keys": keys.keys, "windows": windows_state if self.several else windows_state[0]}
         if spec.key_purge_freq is not None:  # after the output is made: the purged keys' names are still known
             new_state = self._purge(new_state, batch_time)
-        m = len(out.slots)
+        slots_out, times_out, trigger, columns = self._metric_columns([r[1] for r in runs])
+        m = len(slots_out)
         if m == 0:
             return new_state, self.empty_output()
-        out_times = np.asarray(out.times, dtype=np.int64)
         if time_type == "date":
-            out_times = out_times // 86_400_000_000
-        arrays: list[pa.Array] = [to_arrow(out_times.astype(np.float64), time_type)]
+            times_out = times_out // 86_400_000_000
+        arrays: list[pa.Array] = [to_arrow(times_out.astype(np.float64), time_type)]
         for i, k in enumerate(spec.key_column):
-            arrays.append(pa.array(keys.values(out.slots, i, len(spec.key_column)), type=schema.to_arrow().field(k).type))
-        arrays.extend(self.metrics.results(out.values, m, empty=out.empty))
+            arrays.append(pa.array(keys.values(slots_out, i, len(spec.key_column)), type=schema.to_arrow().field(k).type))
+        arrays.extend(columns)
         seq = table[SEQ].to_numpy()
-        arrays.append(pa.array(seq[np.asarray(out.trigger_rows, dtype=np.int64)], type=pa.int64()))
+        arrays.append(pa.array(seq[trigger], type=pa.int64()))
         return new_state, pa.table(arrays, schema=self._arrow_schema())
+
+    def _metric_columns(self, outs: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[pa.Array]]:
+        """The emitted windows' slots, times, trigger rows and metric columns. With several window sizes a
+        row is one (trigger row, key, window end); a window size that emitted nothing there gives NULLs."""
+        if not self.several:
+            out = outs[0]
+            return (out.slots, np.asarray(out.times, dtype=np.int64), np.asarray(out.trigger_rows, dtype=np.int64),
+                    self.metrics.results(out.values, len(out.slots), empty=out.empty))
+        frames = [pd.DataFrame({"trigger": o.trigger_rows, "slot": o.slots, "time": o.times, "group": g,
+                                "row": np.arange(len(o.slots))}) for g, o in enumerate(outs)]
+        rows = pd.concat(frames, ignore_index=True)
+        merged = rows.drop_duplicates(["trigger", "slot", "time"]).sort_values(["trigger", "time", "slot"],
+                                                                                 kind="stable", ignore_index=True)
+        merged["at"] = np.arange(len(merged))
+        located = rows.merge(merged[["trigger", "slot", "time", "at"]], on=["trigger", "slot", "time"])
+        columns: list[pa.Array | None] = [None] * len(self.spec._outputs)
+        for g, ((positions, metrics, _), out) in enumerate(zip(self.groups, outs, strict=True)):
+            mine = located[located["group"] == g]
+            take = np.full(len(merged), -1, dtype=np.int64)
+            take[mine["at"].to_numpy()] = mine["row"].to_numpy()
+            indices = pa.array(take, mask=take < 0)
+            for p, column in zip(positions, metrics.results(out.values, len(out.slots), empty=out.empty), strict=True):
+                columns[p] = column.take(indices)
+        return (merged["slot"].to_numpy(np.int64), merged["time"].to_numpy(np.int64),
+                merged["trigger"].to_numpy(np.int64), [c for c in columns if c is not None])

@@ -388,9 +388,8 @@ class WindowAggregator:
         return {name: array[keep] for name, array in self._grown_copy(state, len(state["init"])).items()}
 
     def _force_due(self, state: dict[str, np.ndarray]) -> int:
-        """The earliest end (close point) of a window a forced trigger could emit: a lower bound."""
-        fill = self._fill_mode != _FILL_NONE
-        live = state["init"] == 1 if fill else state["pane_rows"].sum(axis=1) > 0
+        """The earliest close point of any key's next window: a forced trigger closes it, empty or not."""
+        live = state["init"] == 1
         if not live.any():
             return int(np.iinfo(np.int64).max)
         return int(state["wstart"][live].min()) + self.spec.close_offset
@@ -708,7 +707,8 @@ def _run_kernel(  # type: ignore[no-untyped-def]
 
     Stopping between two windows of one row is safe: resuming recomputes the row's pending
     windows from the state, which already reflects the emitted ones. ``force``/``update`` < 0 are off;
-    ``due`` is a lower bound of the close points a forced trigger could reach.
+    ``due`` is a lower bound of the keys' next close points: a forced trigger closes empty windows too, so a
+    key's rows for them are dropped as late whichever key's row came first.
     """
     n = slots.shape[0]
     n_keys = init.shape[0]
@@ -730,11 +730,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
                                     last_out, pending, o_slot, o_time, o_trig, o_vals, o_flags)
                     if not ok:
                         return i, no
-                live = fill_mode != _FILL_NONE
-                for j in range(n_panes):
-                    live = live or pane_rows[k, j] > 0
-                if live:
-                    due = min(due, wstart[k] + close_off)
+                due = min(due, wstart[k] + close_off)
         # (start, end] over t is [start, end) over t - 1, with the same labels
         t = times[i] - shift
         if init[s] == 0:
@@ -778,6 +774,4 @@ def _run_kernel(  # type: ignore[no-untyped-def]
         pending[s] = 1
         if update > 0:
             mark[s] = (t - wstart[s]) // update
-        if force >= 0:
-            due = min(due, wstart[s] + close_off)
     return n, no
