@@ -767,11 +767,13 @@ def _run_kernel(  # type: ignore[no-untyped-def]
             continue
         if j >= n_panes:  # cannot happen (the row would have closed that window); guards the raw writes
             raise RuntimeError("window aggregator: pane index out of range")
-        offset = t - wstart[s] - j * step
-        if offset < sub_lo or offset >= close_off:
-            continue  # outside the sub-window
+        if close_off < window or sub_lo > 0:
+            offset = t - wstart[s] - j * step
+            if offset < sub_lo or offset >= close_off:
+                continue  # outside the sub-window
         _add_row(s, j, q, x, i, codes, pane_rows, pane_seq, acc_f, acc_i)
-        pending[s] = 1
-        if update > 0:
-            mark[s] = (t - wstart[s]) // update
+        if update >= 0:
+            pending[s] = 1
+            if update > 0:
+                mark[s] = (t - wstart[s]) // update
     return n, no
