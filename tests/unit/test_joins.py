@@ -429,3 +429,17 @@ def test_window_join_max_delayed_time_computes_a_quiet_keys_window(session, tmp_
 def test_bad_window_join_arguments_fail_at_definition(session, kw, message):
     with pytest.raises((GraphDefinitionError, SchemaError), match=message):
         join_graph(session, "window_join_engine", **{**WINDOW, "window": "-1s:0s", **kw})
+
+
+def test_the_documented_lookup_join_example(session, tmp_path):
+    """C.14: 15 right rows over A, B, C (latest values 13, 14, 15), then 10 left trades: each trade gets the
+    latest value of its symbol."""
+    g = join_graph(session, "lookup_join_engine", metrics=["price", "bid"], matching_column="sym")
+    quotes = pd.DataFrame({"time": [T0 + pd.Timedelta(seconds=i) for i in range(15)],
+                           "sym": ["A", "B", "C"] * 5, "bid": [float(v) for v in range(1, 16)]})
+    syms = ["A", "B", "C", "A", "B", "C", "A", "B", "C", "A"]
+    trades = pd.DataFrame({"time": [T0 + pd.Timedelta(seconds=20 + i) for i in range(10)], "sym": syms,
+                           "price": [float(p) for p in range(10)], "qty": [1] * 10})
+    got = run(g, tmp_path, trades, quotes, order=[False, True])
+    assert got.to_dict("list") == {"sym": syms, "price": [float(p) for p in range(10)],
+                                   "bid": [{"A": 13.0, "B": 14.0, "C": 15.0}[s] for s in syms]}

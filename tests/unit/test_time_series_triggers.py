@@ -312,3 +312,18 @@ def test_several_windows_need_one_metric_list_each(session):
         graph(session, window=["10s", "20s"], metrics=[["sum(v) as a"], ["sum(v) as b"]], use_window_start_time=True)
     with pytest.raises(GraphDefinitionError, match="window 15s must be a multiple of step 10s"):
         graph(session, window=["10s", "15s"], metrics=[["sum(v) as a"], ["sum(v) as b"]])
+
+
+def test_the_documented_accepted_delay_example(session):
+    """C.1: window 60 s, accepted_delay 5 s; rows 10:00:10 (10), 10:00:40 (20), 10:01:02 (1), 10:00:55 (30),
+    10:01:06 (2): one output for [10:00, 10:01) = 60, emitted when 10:01:06 arrives."""
+    g = session.stream_graph(f"trig{next(_names)}")
+    (g.source("t", schema=SCHEMA)
+       .time_series_engine(window="60s", step="60s", metrics=["sum(v) as total"], time_column="time",
+                           key_column="sym", accepted_delay="5s")
+       .sink("out"))
+    at = pd.to_datetime(["2026-11-25 10:00:10", "2026-11-25 10:00:40", "2026-11-25 10:01:02", "2026-11-25 10:00:55",
+                         "2026-11-25 10:01:06"])
+    rows = pd.DataFrame({"time": at, "sym": ["s"] * 5, "v": [10.0, 20.0, 1.0, 30.0, 2.0]})
+    out = g.run_local({"t": [rows.iloc[:4], rows.iloc[4:]]})["out"]  # nothing closes before the last row
+    assert out.to_dict("list") == {"time": [pd.Timestamp("2026-11-25 10:01:00")], "sym": ["s"], "total": [60.0]}
