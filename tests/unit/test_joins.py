@@ -418,6 +418,16 @@ def test_window_join_max_delayed_time_computes_a_quiet_keys_window(session, tmp_
     assert got.sort_values("sym")[["sym", "n"]].to_dict("list") == {"sym": ["a", "b"], "n": [1, 0]}
 
 
+def test_window_join_null_fill_replaces_each_columns_nulls(session, tmp_path):
+    g = join_graph(session, "window_join_engine", **{**WINDOW, "window": "-1s:0s",
+                                                     "null_fill": [None, None, None, 0.0, None, -1.0, None]})
+    left, right = sides(3, 30, 50)
+    got = run(g, tmp_path, left, right)
+    want = window_reference(left, right, pd.Timedelta(seconds=-1), pd.Timedelta(0))
+    assert want.total.isna().sum() > 3  # empty windows
+    assert_same(got, want.fillna({"total": 0.0, "top": -1.0}))
+
+
 @pytest.mark.parametrize(("kw", "message"), [
     ({"window": "1s:-1s"}, "starts after it ends"),
     ({"window": "5s"}, "window must be 'a:b'"),
@@ -425,6 +435,8 @@ def test_window_join_max_delayed_time_computes_a_quiet_keys_window(session, tmp_
     ({"metrics": ["bid"]}, "right column 'bid' outside an aggregate"),
     ({"metrics": ["mavg(bid, 3) as m"]}, "cannot be used here"),
     ({"closed": "both"}, "closed must be"),
+    ({"null_fill": [None, 0]}, "null_fill has 2 values for the 7 output columns"),
+    ({"null_fill": [None, None, None, "x", None, None, None]}, "null_fill value 'x' does not fit column 'total'"),
 ])
 def test_bad_window_join_arguments_fail_at_definition(session, kw, message):
     with pytest.raises((GraphDefinitionError, SchemaError), match=message):

@@ -140,15 +140,17 @@ class JoinMethods:
 
     def window_join_engine(self, right: DStream, *, window: Any, metrics: Metrics, matching_column: Any,
                            time_column: Any, max_delayed_time: str | timedelta | None = timedelta(seconds=3),
-                           closed: str = "left") -> DStream:
+                           closed: str = "left", null_fill: Sequence[Any] = ()) -> DStream:
         """Each left row with aggregates of its key's right rows in ``[t + a, t + b]`` for ``window=(a, b)``
         (``"-5s:0s"`` or ``("-5s", "0s")``; ``(0, 0)``: since the key's previous left row) (Orca's
-        windowJoinEngine); see :mod:`headwater.engines.joins.window`."""
+        windowJoinEngine); ``null_fill``: one value per output column replacing its NULLs (None keeps them).
+        See :mod:`headwater.engines.joins.window`."""
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
             where = f"window_join_engine {clip(name)}"
             delay = None if max_delayed_time is None else \
                 parse_duration(max_delayed_time, where=f"{where} max_delayed_time", allow_zero=True)
-            return WindowJoinEngine(**common, window=_window(window, where), max_delayed_time=delay, closed=closed)
+            return WindowJoinEngine(**common, window=_window(window, where), max_delayed_time=delay, closed=closed,
+                                    null_fill=tuple(null_fill))
 
         return self._join(right, WindowJoinEngine.kind, make, matching_column, metrics, time_column)
 

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from headwater.durations import format_duration, to_micros
 from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
@@ -47,6 +48,7 @@ from headwater.engines.joins.base import (
 from headwater.engines.window_metrics import aggregates_of, reduce_groups, replace_aggregates
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Call
+from headwater.types import NUMERIC
 
 LOW, HIGH = "_hw_low", "_hw_high"  # a waiting left row's window, inclusive, in µs
 SUPPORTED = frozenset({"first", "last", "sum", "count", "avg", "std", "var", "max", "min"})
@@ -59,6 +61,7 @@ class WindowJoinEngine(JoinEngine):
     window: tuple[timedelta, timedelta] = (timedelta(0), timedelta(0))
     max_delayed_time: timedelta | None = timedelta(seconds=3)
     closed: str = "left"
+    null_fill: tuple[Any, ...] = ()  # per output column: what replaces its NULLs (None: keep them)
 
     @property
     def special(self) -> bool:
@@ -76,6 +79,7 @@ class WindowJoinEngine(JoinEngine):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
         if self.max_delayed_time is not None and self.max_delayed_time < timedelta(0):
             raise GraphDefinitionError(f"{where}: max_delayed_time must not be negative")
+        self._check_null_fill()
         sources = self.sources()
         for name, expr in self._outputs:
             w = f"{where} metric {clip(name)}"
@@ -93,10 +97,27 @@ class WindowJoinEngine(JoinEngine):
                 raise GraphDefinitionError(f"{w}: right column {clip(right_cols[0])} outside an aggregate; a window "
                                            f"holds many right rows, e.g. 'last({right_cols[0]})'")
 
+    def _check_null_fill(self) -> None:
+        if not self.null_fill:
+            return
+        columns = self.output_schema().columns
+        if len(self.null_fill) != len(columns):
+            raise GraphDefinitionError(f"{self.where}: null_fill has {len(self.null_fill)} values for the "
+                                       f"{len(columns)} output columns ({', '.join(n for n, _ in columns)}); "
+                                       "give one per column, None to keep its NULLs")
+        for (name, typ), value in zip(columns, self.null_fill, strict=True):
+            fits = value is None or (typ == "string" and isinstance(value, str)) or (typ == "bool" and isinstance(
+                value, bool)) or (typ in NUMERIC and isinstance(value, int | float) and not isinstance(value, bool))
+            if not fits:
+                raise GraphDefinitionError(f"{self.where}: null_fill value {clip(value)} does not fit column "
+                                           f"{clip(name)} of type {typ}")
+
     def properties(self) -> dict[str, Any]:
         props = {**super().properties(), "window": f"{format_duration_signed(self.window[0])}:"
                                                    f"{format_duration_signed(self.window[1])}", "closed": self.closed}
         props["maxDelayedTime"] = None if self.max_delayed_time is None else format_duration(self.max_delayed_time)
+        if self.null_fill:
+            props["nullFill"] = list(self.null_fill)
         return props
 
     def processor(self, input_schema: Any = None) -> WindowJoinProcessor:
@@ -168,7 +189,16 @@ class WindowJoinProcessor(Processor):
         still = pending.filter(pa.array(waiting))
         kept = self._purge(history, still, left_latest)
         return {"keys": keys.keys, "left": still if still.num_rows else None, "right": kept,
-                "left_latest": left_latest, "right_latest": right_latest}, out
+                "left_latest": left_latest, "right_latest": right_latest}, self._fill_nulls(out)
+
+    def _fill_nulls(self, out: pa.Table) -> pa.Table:
+        """Orca's nullFill: each output column's NULLs replaced by its value (None keeps them)."""
+        if not self.spec.null_fill or out.num_rows == 0:
+            return out
+        columns = [column if value is None or column.null_count == 0 else
+                   pc.fill_null(column, pa.scalar(value, column.type))
+                   for column, value in zip(out.columns, (*self.spec.null_fill, None), strict=True)]
+        return pa.table(columns, schema=out.schema)
 
     def _with_windows(self, rows: pa.Table, slots: np.ndarray, times: np.ndarray, previous: np.ndarray) -> pa.Table:
         """New left rows with their window ``[low, high]`` (µs, inclusive)."""
