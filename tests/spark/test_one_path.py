@@ -204,3 +204,42 @@ def test_a_parallel_as_of_join_on_spark_equals_the_reference(spark, tmp_path):
         assert set(ran.loc[ran["rows_in"] > 0, "on_driver"]) == {True, False}
     finally:
         s.close()
+
+
+def test_time_series_triggers_on_spark_equal_run_local(spark, tmp_path, ticks):
+    """force_trigger_time with per-metric fill (parallel: a key's window is forced by rows of its own task),
+    update_time and several windows: Spark and the in-process runner give the same rows, and late rows
+    are counted once."""
+    s = hw.connect(tmp_path)
+    s.use_catalog("demo")
+    try:
+        g = s.stream_graph("triggers")
+        trade = g.source("trade", schema=TRADE_SCHEMA)
+        (trade.parallelize("symbol", 2)
+              .time_series_engine(window="60s", step="60s", time_column="time", key_column="symbol",
+                                  metrics=["last(price) as close", "sum(volume) as volume"],
+                                  force_trigger_time="0s", fill=["ffill", 0])
+              .sync().sink("forced"))
+        (trade.time_series_engine(window="60s", step="60s", time_column="time", key_column="symbol",
+                                  metrics=["max(price) as high", "count(price) as n"], update_time="20s")
+              .sink("updates"))
+        (trade.time_series_engine(window=["60s", "180s"], step="60s", time_column="time", key_column="symbol",
+                                  metrics=[["sum(volume) as v1"], ["sum(volume) as v3"]])
+              .sink("multi"))
+        late = ticks.iloc[::40].assign(time=lambda f: f.time - pd.Timedelta(minutes=5))  # behind their windows
+        frames = np.array_split(pd.concat([ticks, late]).sort_index(kind="stable"), 5)
+        local = g.run_local({"trade": frames})
+        g.submit()
+        for part in frames:
+            s.append("trade", part)
+        s.wait_until_caught_up("triggers")
+        for table in ("forced", "updates", "multi"):
+            got = s.sql(f"select * from stream_table.{table}").to_pandas()
+            keys = list(got.columns)
+            pd.testing.assert_frame_equal(got.sort_values(keys).reset_index(drop=True),
+                                          local[table].sort_values(keys).reset_index(drop=True), check_exact=True)
+            assert len(got) > 20
+        stat = s.stream_engine_stat("triggers")
+        assert (stat["late_rows"] > 0).all() and len(stat) == 4  # two tasks of the forced engine, two others
+    finally:
+        s.close()
