@@ -327,3 +327,15 @@ def test_the_documented_accepted_delay_example(session):
     rows = pd.DataFrame({"time": at, "sym": ["s"] * 5, "v": [10.0, 20.0, 1.0, 30.0, 2.0]})
     out = g.run_local({"t": [rows.iloc[:4], rows.iloc[4:]]})["out"]  # nothing closes before the last row
     assert out.to_dict("list") == {"time": [pd.Timestamp("2026-11-25 10:01:00")], "sym": ["s"], "total": [60.0]}
+
+
+def test_times_at_the_ends_of_the_timestamp_range_do_not_break_the_engine(session):
+    """Timestamps beyond 2**53 µs (after 2255) are exact int64 times, not a crash on every retry; a far-future
+    row that would fill hundreds of millions of windows fails with a clear error instead of exhausting memory."""
+    big = 2**63 - 1
+    rows = pa.table({"time": pa.array([0, big, 10_000_000, 25_000_000], pa.timestamp("us")),
+                     "sym": ["a", "a", "b", "b"], "v": [1.0, 2.0, 3.0, 4.0]})
+    out = graph(session).run_local({"t": rows})["out"]
+    assert out.sym.tolist() == ["a", "b"] and out.total.tolist() == [1.0, 3.0]
+    with pytest.raises(hw.errors.ExecutionError, match="would emit more than 50,000,000 windows"):
+        graph(session, fill="ffill").run_local({"t": rows})

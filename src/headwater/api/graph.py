@@ -63,6 +63,8 @@ def _window_metrics(window: Any, metrics: Any, *, where: str) -> tuple[Any, tupl
         return (parse_duration(window, where=f"{where} window"),
                 tuple(to_metric(m, where=where) for m in _as_list(metrics, where)), ())
     windows = tuple(parse_duration(w, where=f"{where} window") for w in window)
+    if not windows:
+        raise GraphDefinitionError(f"{where}: window is an empty list; give a duration or a list of them")
     groups = list(metrics) if not isinstance(metrics, str) else [metrics]
     if len(groups) != len(windows) or any(isinstance(g, str | Expr) for g in groups):
         raise GraphDefinitionError(

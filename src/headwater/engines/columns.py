@@ -31,7 +31,18 @@ def to_numpy(column: pa.Array | pa.ChunkedArray, type_name: str) -> Array:
         column = column.cast(pa.int32())
     elif type_name == "bool":
         column = column.cast(pa.int8())
-    return np.asarray(column.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+    # integers beyond 2**53 round to the nearest double, as everywhere in the float64 evaluator
+    return np.asarray(column.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+DAY_US = 86_400_000_000
+
+
+def times_us(column: pa.Array | pa.ChunkedArray, type_name: str) -> np.ndarray:
+    """A ``timestamp`` or ``date`` column (no NULLs) as exact int64 microseconds since the epoch."""
+    if type_name == "date":
+        return np.asarray(column.cast(pa.int32()).to_numpy(zero_copy_only=False), dtype=np.int64) * DAY_US
+    return np.asarray(column.cast(pa.timestamp("us")).cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def to_arrow(values: Array, type_name: str) -> pa.Array:

@@ -45,7 +45,7 @@ from headwater.engines.base import (
     KeyTable,
     Processor,
 )
-from headwater.engines.columns import to_arrow, to_numpy
+from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
     WindowMetrics,
     reduce_groups,
@@ -121,9 +121,7 @@ class SessionWindowProcessor(Processor):
         keys = KeyTable(state["keys"])
         key_columns = [table[k] for k in spec.key_column]
         slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(table.num_rows, dtype=np.int64)
-        times = to_numpy(table[spec.time_column], self.time_type).astype(np.int64)
-        if self.time_type == "date":
-            times = times * DAY_US
+        times = times_us(table[spec.time_column], self.time_type)
         old = state["open"]
         rows = pd.DataFrame({"slot": np.concatenate([old["slot"], slots]),
                              "time": np.concatenate([old["time"], times]),

@@ -27,7 +27,7 @@ from headwater.engines.base import (
     KeyTable,
     Processor,
 )
-from headwater.engines.columns import to_arrow, to_numpy
+from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import WindowMetrics, resolve_window_engine, window_output_schema
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
@@ -91,6 +91,9 @@ class TimeSeriesEngine(EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"time_series_engine {clip(self.name)}"
+        for flag in ("use_window_start_time", "round_time", "use_system_time"):
+            if not isinstance(getattr(self, flag), bool):
+                raise GraphDefinitionError(f"{where}: {flag} must be True or False, got {clip(getattr(self, flag))}")
         for window in self.windows:
             if to_micros(window) % to_micros(self.step):
                 raise GraphDefinitionError(
@@ -302,9 +305,7 @@ class TimeSeriesProcessor(Processor):
         if spec.time_column is None:  # system time: the input's commit time, in milliseconds as Orca's
             times = np.full(n, int(batch_time * 1000) * 1000, dtype=np.int64)
         else:
-            times = to_numpy(table[spec.time_column], time_type).astype(np.int64)
-        if time_type == "date":
-            times = times * 86_400_000_000
+            times = times_us(table[spec.time_column], time_type)
         olds = state["windows"] if self.several else [state["windows"]]
         runs = [agg.run(old, slots, max(len(keys), 1), times, metrics.arguments(table))
                 for (_, metrics, agg), old in zip(self.groups, olds, strict=True)]

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from headwater.errors import GraphDefinitionError
+from headwater.errors import ExecutionError, GraphDefinitionError
 
 AGGREGATES: tuple[str, ...] = (
     "first",
@@ -79,6 +79,7 @@ _FIRST, _LAST, _MAX, _MIN, _SUM, _COUNT, _AVG, _STD, _VAR, _STDP, _VARP, _SUM2, 
 _CODES: dict[str, int] = {name: code for code, name in enumerate(AGGREGATES)}
 
 FILL_MODES: tuple[str, ...] = ("none", "null", "ffill")
+MAX_OUTPUT_WINDOWS = 50_000_000  # per micro-batch: a far-future time with fill would otherwise exhaust memory
 _FILL_NONE, _FILL_NULL, _FILL_FFILL, _FILL_VALUE = 0, 1, 2, 3
 
 
@@ -367,6 +368,13 @@ class WindowAggregator:
             if row == n:
                 break
             # output buffers full (sliding windows or fill can emit several windows per row): grow, resume
+            if cap >= MAX_OUTPUT_WINDOWS:
+                s, t = int(slots[row]), int(times[row])
+                raise ExecutionError(
+                    f"window aggregator: the row at {t} (key slot {s}) would emit more than {MAX_OUTPUT_WINDOWS:,} "
+                    "windows in one micro-batch (a time far past its key's previous rows, with fill or sliding "
+                    "windows); correct the row's time, or use fill='none'"
+                )
             cap *= 2
             o_slot, o_time, o_trig = (np.resize(a, cap) for a in (o_slot, o_time, o_trig))
             o_vals = np.concatenate([o_vals, np.empty_like(o_vals)])

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headwater.engines.base import SEQ, EngineSpec, KeyTable, metric_outputs, resolve_columns, resolve_expr
-from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
+from headwater.engines.columns import evaluate_rowwise, times_us, to_arrow, to_numpy
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Col, Expr, Lit
 from headwater.functions import infer_type
@@ -252,8 +252,7 @@ class Sides:
     def times(rows: pa.Table, column: str, type_name: str) -> np.ndarray:
         if rows.num_rows == 0:
             return np.empty(0, dtype=np.int64)
-        values = to_numpy(rows[column], type_name).astype(np.int64)
-        return values * DAY_US if type_name == "date" else values
+        return times_us(rows[column], type_name)
 
     def output(self, left: pa.Table | None, right: pa.Table | None, prefix: Sequence[pa.Array],
                seq: np.ndarray, *, metrics: Sequence[tuple[str, Expr]] | None = None,
