@@ -21,7 +21,11 @@ from headwater.api.joins import JoinMethods
 from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
 from headwater.durations import parse_duration
 from headwater.engines.anomaly import AnomalyDetectionEngine
-from headwater.engines.cross_sectional import CrossSectionalEngine
+from headwater.engines.cross_sectional import (
+    DATA_TIME_TRIGGERS,
+    CrossSectionalEngine,
+    triggering_interval_arg,
+)
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
     NarrowReactiveStateEngine,
@@ -434,14 +438,22 @@ class DStream(JoinMethods):
         metrics: Sequence[Expr | str],
         key_column: str | Sequence[str],
         triggering_pattern: str = "per_batch",
+        triggering_interval: int | tuple[int, int] | str | timedelta | None = None,
         time_column: str | None = None,
-        use_system_time: bool = True,
+        use_system_time: bool | None = None,
+        last_batch_only: bool = False,
         context_by_column: str | None = None,
+        round_time: bool = True,
+        key_filter: Expr | str | None = None,
     ) -> DStream:
         """Aggregate the latest row of every key on each trigger (Orca's crossSectionalEngine).
 
-        ``triggering_pattern``: ``"per_batch"`` (once per append) or ``"per_row"``. Every key must meet in one
-        task, so it cannot follow ``parallelize``. See ``headwater.engines.cross_sectional``.
+        ``triggering_pattern``: ``"per_batch"`` (once per append), ``"per_row"``, ``"key_count"`` (a timestamp
+        once ``triggering_interval`` keys reached it, or a newer one arrived) or ``"data_interval"`` (windows
+        of ``triggering_interval`` of data time, e.g. ``"1s"``). ``use_system_time`` defaults to True for the
+        first two and must be False for the data-time ones. ``key_filter`` (a condition on a key's latest row)
+        keeps keys out of the computation. Every key must meet in one task, so it cannot follow
+        ``parallelize``. See ``headwater.engines.cross_sectional``.
         """
         if self.parallelism is not None:
             raise GraphDefinitionError(
@@ -453,8 +465,14 @@ class DStream(JoinMethods):
             return CrossSectionalEngine(
                 name=name, input_schema=self.node.schema,
                 metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
-                key_column=_as_tuple(key_column), triggering_pattern=triggering_pattern, time_column=time_column,
-                use_system_time=use_system_time, context_by_column=context_by_column)
+                key_column=_as_tuple(key_column), triggering_pattern=triggering_pattern,
+                triggering_interval=triggering_interval_arg(triggering_pattern, triggering_interval, where=where),
+                time_column=time_column,
+                use_system_time=triggering_pattern not in DATA_TIME_TRIGGERS if use_system_time is None
+                else use_system_time,
+                context_by_column=context_by_column, last_batch_only=last_batch_only, round_time=round_time,
+                key_filter=key_filter if key_filter is None or isinstance(key_filter, Expr)
+                else parse_expr(key_filter, where=f"{where} key_filter"))
 
         return self._engine(CrossSectionalEngine.kind, make)
 

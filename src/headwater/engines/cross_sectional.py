@@ -2,17 +2,30 @@
 
 The engine keeps each key's latest row. On each trigger it evaluates ``metrics`` — aggregates of row
 expressions, combined row-wise (``sum(price * volume) / sum(volume) as vwap``) — over all keys' latest rows
-and emits one row (one per group with ``context_by_column``). Triggers:
+that pass ``key_filter`` and emits one row (one per group with ``context_by_column``). Triggers:
 
 - ``per_batch`` (Orca's default ``perBatch``): once per append to the input table (an input version), so
   the output does not depend on how appends are grouped into micro-batches;
-- ``per_row``: once per input row.
+- ``per_row``: once per input row;
+- ``key_count`` (data time): the cross-section of a timestamp ``t`` is computed once, when the number of
+  keys whose latest row is at ``t`` reaches ``triggering_interval``, or when a newer timestamp arrives.
+  The rows of one timestamp in one append are taken in together (Orca counts per insert call). With
+  ``triggering_interval=(c1, c2)`` a timestamp short of ``c1`` keys waits: the rows of the next timestamp
+  are held back until they reach ``c2`` keys (or a third timestamp arrives), and late rows of the waiting
+  timestamp still count. Rows older than the newest timestamp taken in are dropped. ``last_batch_only``
+  keeps only the keys of the newest timestamp;
+- ``data_interval`` (data time): windows of ``triggering_interval`` aligned like the time-series
+  engine's; the first row at or past a window's end computes the cross-section as it stood before that
+  row, with the window's end as output time. Only windows that received rows emit; rows of a window
+  already computed are dropped.
 
 Output time: the micro-batch's input commit time (``use_system_time=True``, Orca's default "system time";
-the same on every replay, unlike the wall clock; appends processed in one micro-batch share it) or the
-triggering row's ``time_column``. Aggregates skip NULLs (``count`` counts
-non-NULL values; the others of no value are NULL); ``std``/``var`` are sample statistics. Every key must
-meet in one task, so the engine cannot follow ``parallelize``.
+the same on every replay, unlike the wall clock; appends processed in one micro-batch share it), or data
+time: the triggering row's ``time_column`` (``per_batch``/``per_row``), the timestamp computed
+(``key_count``), the window's end (``data_interval``). Orca's ``interval`` trigger and the wall-clock wait
+of ``key_count``'s ``(c1, duration)`` are refused: a replay after a restart must compute the same rows.
+Aggregates skip NULLs (``count`` counts non-NULL values; the others of no value are NULL); ``std``/``var``
+are sample statistics. Every key must meet in one task, so the engine cannot follow ``parallelize``.
 
 >>> import pyarrow as pa
 >>> from headwater.engines.base import SEQ
@@ -31,11 +44,13 @@ meet in one task, so the engine cannot follow ``parallelize``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 
+from headwater.durations import format_duration, parse_duration, to_micros
 from headwater.engines.base import (
     SEQ,
     EngineKind,
@@ -44,17 +59,43 @@ from headwater.engines.base import (
     Processor,
     metric_outputs,
     resolve_columns,
+    resolve_expr,
 )
-from headwater.engines.columns import to_arrow, to_numpy
+from headwater.engines.columns import evaluate_rowwise, filter_mask, to_arrow, to_numpy
+from headwater.engines.time_series import alignment_micros
 from headwater.engines.window_metrics import WindowMetrics, aggregates_of, check_window_metrics, metric_types
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
+from headwater.functions import infer_type
 from headwater.types import Schema
 
-TRIGGERS = ("per_batch", "per_row")
+TRIGGERS = ("per_batch", "per_row", "key_count", "data_interval")
+DATA_TIME_TRIGGERS = ("key_count", "data_interval")
 AGGREGATES = ("count", "sum", "avg", "max", "min", "std", "var")  # first/last have no order across keys
-PLANNED_TRIGGERS = ("interval", "key_count", "data_interval")
 SEQ_SHIFT = 32  # _hw_seq = (input version << 32) | row: the append a row came in
+
+TriggeringInterval = int | tuple[Any, ...] | timedelta | None
+
+
+def triggering_interval_arg(pattern: str, value: Any, *, where: str) -> TriggeringInterval:
+    """``triggering_interval`` as given to ``cross_sectional_engine``, in the engine's form: a ``timedelta``
+    for ``data_interval`` (from ``"1s"`` or a ``timedelta``), a count or a pair of counts for ``key_count``."""
+    if value is None:
+        return None
+    what = f"{where} triggering_interval"
+    if pattern == "data_interval":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise GraphDefinitionError(
+                f"{what}: got the bare number {clip(value)}; give a duration of the time column, e.g. '1s' (Orca "
+                "counts it in the time column's unit: its 1000 on a TIMESTAMP column is '1s')")
+        return parse_duration(value, where=what)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool) and bool(value >= 1)
 
 
 @dataclass(frozen=True)
@@ -70,17 +111,16 @@ class CrossSectionalEngine(EngineSpec):
     time_column: str | None = None
     use_system_time: bool = True
     context_by_column: str | None = None
+    triggering_interval: TriggeringInterval = None
+    last_batch_only: bool = False
+    round_time: bool = True
+    key_filter: Expr | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"cross_sectional_engine {clip(self.name)}"
         schema = self.input_schema
-        if self.triggering_pattern in PLANNED_TRIGGERS:
-            raise GraphDefinitionError(f"{where}: triggering_pattern {self.triggering_pattern!r} is not built yet; "
-                                       f"use one of {', '.join(TRIGGERS)}")
-        if self.triggering_pattern not in TRIGGERS:
-            raise GraphDefinitionError(f"{where}: triggering_pattern must be one of {', '.join(TRIGGERS)}, got "
-                                       f"{clip(self.triggering_pattern)}")
+        self._check_trigger(where)
         if not self.key_column:
             raise GraphDefinitionError(f"{where}: key_column is required: the engine keeps the latest row per key")
         keys = resolve_columns(self.key_column, schema, what="key_column", where=where)
@@ -91,12 +131,22 @@ class CrossSectionalEngine(EngineSpec):
                 raise GraphDefinitionError(f"{where}: time_column {clip(time_col)} has type {schema[time_col]}; "
                                            "expected timestamp")
             object.__setattr__(self, "time_column", time_col)
+        elif self.triggering_pattern in DATA_TIME_TRIGGERS:
+            raise GraphDefinitionError(f"{where}: triggering_pattern {self.triggering_pattern!r} works on data time; "
+                                       "name the time_column, e.g. time_column='time'")
         elif not self.use_system_time:
             raise GraphDefinitionError(f"{where}: use_system_time=False takes the output time from time_column; "
                                        "name one")
         if self.context_by_column is not None:
             (ctx,) = resolve_columns((self.context_by_column,), schema, what="context_by_column", where=where)
             object.__setattr__(self, "context_by_column", ctx)
+        if self.key_filter is not None:
+            w = f"{where} key_filter {clip(str(self.key_filter))}"
+            typ = infer_type(self.key_filter, schema, where=w, kinds=frozenset({"scalar"}))
+            if typ != "bool":
+                raise GraphDefinitionError(f"{w}: must be true or false for each key's latest row, got a {typ}; "
+                                           "e.g. key_filter='volume > 0'")
+            object.__setattr__(self, "key_filter", resolve_expr(self.key_filter, schema))
         if not self.metrics:
             raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['avg(price) as avg_price']")
         outputs = metric_outputs(self.metrics, where=where)
@@ -108,6 +158,48 @@ class CrossSectionalEngine(EngineSpec):
                     raise GraphDefinitionError(f"{where}: {agg} has no order across keys; use "
                                                f"{', '.join(AGGREGATES)}")
         object.__setattr__(self, "_outputs", tuple(outputs))
+
+    def _check_trigger(self, where: str) -> None:
+        pattern, interval = self.triggering_pattern, self.triggering_interval
+        if pattern == "interval":
+            raise GraphDefinitionError(
+                f"{where}: triggering_pattern 'interval' fires on the wall clock (Orca: every triggering_interval ms "
+                "of system time), so a replay after a restart would compute other cross-sections; use "
+                "triggering_pattern='data_interval' with time_column and a duration of data time, e.g. "
+                "triggering_interval='1s'")
+        if pattern not in TRIGGERS:
+            raise GraphDefinitionError(f"{where}: triggering_pattern must be one of {', '.join(TRIGGERS)}, got "
+                                       f"{clip(pattern)}")
+        if self.last_batch_only and pattern != "key_count":
+            raise GraphDefinitionError(f"{where}: last_batch_only=True needs triggering_pattern='key_count' (it keeps "
+                                       f"the keys of the newest timestamp only), got {pattern!r}")
+        if pattern not in DATA_TIME_TRIGGERS:
+            if interval is not None:
+                raise GraphDefinitionError(f"{where}: triggering_interval applies to key_count and data_interval, not "
+                                           f"{pattern!r}; got {clip(interval)}")
+            return
+        if self.use_system_time:
+            raise GraphDefinitionError(f"{where}: triggering_pattern {pattern!r} works on data time: pass "
+                                       "use_system_time=False (the output time is data time)")
+        if pattern == "data_interval":
+            if not isinstance(interval, timedelta) or interval <= timedelta(0):
+                raise GraphDefinitionError(f"{where}: triggering_pattern 'data_interval' needs triggering_interval, a "
+                                           f"positive duration of data time, e.g. '1s'; got {clip(interval)}")
+            return
+        if isinstance(interval, tuple) and len(interval) == 2 and isinstance(interval[1], str | timedelta):
+            raise GraphDefinitionError(
+                f"{where}: triggering_interval {clip(interval)}: Orca waits the duration on the wall clock before "
+                "computing a timestamp short of c1 keys, so the rows computed would depend on when they arrived and "
+                "a replay after a restart would differ; give the second element as a key count c2 < c1, e.g. "
+                f"triggering_interval=({clip(interval[0])}, 1)")
+        counts = interval if isinstance(interval, tuple) else (interval,)
+        if not 1 <= len(counts) <= 2 or not all(_is_count(c) for c in counts):
+            raise GraphDefinitionError(f"{where}: triggering_pattern 'key_count' needs triggering_interval, a key count "
+                                       f"(an int >= 1) or a pair (c1, c2) of counts with c2 < c1; got {clip(interval)}")
+        if len(counts) == 2 and counts[1] >= counts[0]:
+            raise GraphDefinitionError(f"{where}: triggering_interval {clip(interval)}: c2 must be less than c1")
+        object.__setattr__(self, "triggering_interval", tuple(int(c) for c in counts) if len(counts) == 2
+                           else int(counts[0]))
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -121,9 +213,14 @@ class CrossSectionalEngine(EngineSpec):
         return Schema(tuple(cols + metric_types(self._outputs, self.input_schema, where=where)))
 
     def properties(self) -> dict[str, Any]:
+        interval = self.triggering_interval
         return {"metrics": [str(m) for m in self.metrics], "keyColumn": list(self.key_column),
-                "triggeringPattern": self.triggering_pattern, "timeColumn": self.time_column,
-                "useSystemTime": self.use_system_time, "contextByColumn": self.context_by_column}
+                "triggeringPattern": self.triggering_pattern,
+                "triggeringInterval": format_duration(interval) if isinstance(interval, timedelta) else
+                list(interval) if isinstance(interval, tuple) else interval,
+                "timeColumn": self.time_column, "useSystemTime": self.use_system_time,
+                "contextByColumn": self.context_by_column, "lastBatchOnly": self.last_batch_only,
+                "roundTime": self.round_time, "keyFilter": None if self.key_filter is None else str(self.key_filter)}
 
     def processor(self, input_schema: Schema | None = None) -> CrossSectionalProcessor:
         return CrossSectionalProcessor(self)
@@ -153,6 +250,50 @@ def _aggregate(func: str, values: np.ndarray) -> float:
                                f"{', '.join(AGGREGATES)}")
 
 
+class _Section:
+    """One task's cross-section while a micro-batch runs: per key slot, its latest row's aggregate arguments,
+    context group, key-filter outcome and time, and whether the key is in the cross-section at all."""
+
+    def __init__(self, state: dict[str, Any], n_keys: int, n_aggs: int, context: bool) -> None:
+        old = len(state["args"])
+        self.args = np.full((n_keys, n_aggs), np.nan)
+        self.args[:old] = state["args"]
+        self.present = np.zeros(n_keys, dtype=bool)
+        self.present[:old] = state.get("present", np.ones(old, dtype=bool))
+        self.passes = np.ones(n_keys, dtype=bool)
+        self.passes[:old] = state.get("passes", np.ones(old, dtype=bool))
+        self.time = np.full(n_keys, np.nan)
+        self.time[:old] = state.get("time", np.full(old, np.nan))
+        self.context: list[Any] | None = (list(state["context"]) + [None] * (n_keys - len(state["context"]))
+                                          if context else None)
+
+    def put(self, slots: np.ndarray, args: np.ndarray, passes: np.ndarray, times: np.ndarray,
+            context: list[Any] | None) -> None:
+        """Take in rows (in arrival order): a key's last row wins."""
+        if len(slots) == 0:
+            return
+        keys, last_from_end = np.unique(slots[::-1], return_index=True)
+        last = len(slots) - 1 - last_from_end
+        self.args[keys] = args[last]
+        self.passes[keys] = passes[last]
+        self.time[keys] = times[last]
+        self.present[keys] = True
+        if self.context is not None and context is not None:
+            for k, i in zip(keys.tolist(), last.tolist(), strict=True):
+                self.context[k] = context[i]
+
+    def keys_at(self, t: float) -> int:
+        """How many keys have their latest row at time ``t``."""
+        return int(np.count_nonzero(self.present & (self.time == t)))
+
+    def clear(self) -> None:
+        self.present[:] = False
+
+    def state(self, keys: list[Any]) -> dict[str, Any]:
+        return {"keys": keys, "args": self.args, "context": self.context or [], "present": self.present,
+                "passes": self.passes, "time": self.time}
+
+
 class CrossSectionalProcessor(Processor):
     def __init__(self, spec: CrossSectionalEngine) -> None:
         self.spec = spec
@@ -160,10 +301,21 @@ class CrossSectionalProcessor(Processor):
         first_metric = 2 if spec.context_by_column else 1
         self.metrics = WindowMetrics(spec._outputs, spec.input_schema,
                                      [t for _, t in self.out_schema.columns[first_metric:]])
+        interval = spec.triggering_interval
+        if spec.triggering_pattern == "key_count":
+            assert isinstance(interval, int | tuple)
+            self.c1, self.c2 = interval if isinstance(interval, tuple) else (interval, 1)
+        if isinstance(interval, timedelta):
+            self.window = to_micros(interval)
+            self.align = alignment_micros(self.window, round_time=spec.round_time)
 
     def new_state(self) -> dict[str, Any]:
-        # per key slot: each aggregate's argument in the key's latest row, and its context group
+        # per key slot: each aggregate's argument in the key's latest row, its context group, ...; see _Section
         return {"keys": [], "args": np.empty((0, len(self.metrics.aggs))), "context": []}
+
+    def stats(self, state: dict[str, Any]) -> dict[str, int]:
+        """``late_rows``: rows the data-time triggers dropped (older than the cross-section, or a NULL time)."""
+        return {"keys": len(state["keys"]), "late_rows": int(state.get("trigger_dropped", 0))}
 
     def _arrow_schema(self) -> pa.Schema:
         return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
@@ -174,46 +326,197 @@ class CrossSectionalProcessor(Processor):
         if n == 0:
             return state, self._arrow_schema().empty_table()
         keys = KeyTable(state["keys"])
-        slots = keys.slots_from_arrow([table[k] for k in spec.key_column])
-        args = np.column_stack(self.metrics.arguments(table)) if self.metrics.aggs else np.empty((n, 0))
-        latest = np.full((len(keys), args.shape[1]), np.nan)
-        latest[: len(state["args"])] = state["args"]
-        context = list(state["context"]) + [None] * (len(keys) - len(state["context"]))
-        row_context = table[spec.context_by_column].to_pylist() if spec.context_by_column else None
-        seqs = table[SEQ].to_numpy()
-        if spec.triggering_pattern == "per_row":
-            ends = np.arange(1, n + 1)
-        else:  # one trigger per append: the last row of each input version
-            versions = seqs >> SEQ_SHIFT
-            ends = np.flatnonzero(np.append(versions[1:] != versions[:-1], True)) + 1
-        times = to_numpy(table[spec.time_column], "timestamp") if spec.time_column else None
-        out_time, out_context, out_values, out_seq = [], [], [], []
-        start = 0
-        for end in ends:  # each trigger: take in its rows (a key's later row wins), then aggregate
-            latest[slots[start:end]] = args[start:end]
-            if row_context is not None:
-                for i in range(start, end):
-                    context[slots[i]] = row_context[i]
-            seen = np.zeros(len(keys), dtype=bool)
-            seen[np.unique(slots[:end])] = True
-            seen[: len(state["args"])] = True
-            when = batch_time * 1e6 if spec.use_system_time or times is None else times[end - 1]
-            groups = [None] if row_context is None else sorted({context[s] for s in np.flatnonzero(seen)},
-                                                               key=lambda g: (g is None, g))
-            for group in groups:
-                members = seen if group is None and row_context is None else \
-                    seen & np.array([c == group for c in context], dtype=bool)
-                out_time.append(when)
-                out_context.append(group)
-                out_values.append([_aggregate(a.func, latest[members, j]) for j, a in enumerate(self.metrics.aggs)])
-                out_seq.append(seqs[end - 1])
-            start = end
-        new_state = {"keys": keys.keys, "args": latest, "context": context}
-        m = len(out_seq)
-        values = np.array(out_values, dtype=np.float64).reshape(m, len(self.metrics.aggs))
-        arrays: list[pa.Array] = [to_arrow(np.asarray(out_time, dtype=np.float64), "timestamp")]
+        rows = _Rows(self, table, keys.slots_from_arrow([table[k] for k in spec.key_column]))
+        section = _Section(state, len(keys), len(self.metrics.aggs), spec.context_by_column is not None)
+        out = _Output(self, section)
+        trigger = {k: v for k, v in state.items() if k.startswith("trigger_")}
+        match spec.triggering_pattern:
+            case "key_count":
+                trigger = self._key_count(trigger, rows, section, out)
+            case "data_interval":
+                trigger = self._data_interval(trigger, rows, section, out)
+            case pattern:
+                if pattern == "per_row":
+                    ends = np.arange(1, n + 1)
+                else:  # one trigger per append: the last row of each input version
+                    versions = rows.seqs >> SEQ_SHIFT
+                    ends = np.flatnonzero(np.append(versions[1:] != versions[:-1], True)) + 1
+                start = 0
+                for end in ends:
+                    rows.put_into(section, np.arange(start, end))
+                    when = batch_time * 1e6 if spec.use_system_time or spec.time_column is None else rows.times[end - 1]
+                    out.compute(when, rows.seqs[end - 1])
+                    start = end
+        return {**section.state(keys.keys), **trigger}, out.table()
+
+    def _key_count(self, st: dict[str, Any], rows: _Rows, section: _Section, out: _Output) -> dict[str, Any]:
+        """Runs of rows with one time in one append, each taken in at once; see the module's docstring.
+
+        ``cur``: the newest timestamp taken into the cross-section, ``fired`` whether it was computed;
+        ``next`` and ``held``: the rows of a newer timestamp held back while ``cur`` waits for c1 keys."""
+        cur: float | None = st.get("trigger_cur")
+        fired: bool = st.get("trigger_fired", False)
+        nxt: float | None = st.get("trigger_next")
+        held: list[tuple[Any, ...]] = list(st.get("trigger_held", []))  # (slot, args, passes, time, context)
+        dropped: int = st.get("trigger_dropped", 0)
+        last_batch_only = self.spec.last_batch_only
+
+        def fire(seq: int) -> None:
+            nonlocal fired
+            out.compute(cur, seq)
+            fired = True
+
+        def check(seq: int) -> None:
+            if not fired and cur is not None and section.keys_at(cur) >= self.c1:
+                fire(seq)
+
+        def advance(t: float) -> None:
+            nonlocal cur, fired
+            cur, fired = t, False
+            if last_batch_only:
+                section.clear()
+
+        def promote(seq: int) -> None:
+            nonlocal nxt, held
+            assert nxt is not None
+            advance(nxt)
+            if held:
+                slots, args, passes, times, context = (list(c) for c in zip(*held, strict=True))
+                section.put(np.array(slots, dtype=np.int64),
+                            np.array(args, dtype=np.float64).reshape(len(slots), section.args.shape[1]),
+                            np.array(passes, dtype=bool), np.array(times), context)
+            nxt, held = None, []
+            check(seq)
+
+        times, seqs = rows.times, rows.seqs
+        index = np.flatnonzero(~np.isnan(times))
+        dropped += len(times) - len(index)  # rows without a time
+        for run in _runs(index, seqs[index] >> SEQ_SHIFT, times[index]):
+            t_run, first, last = float(times[run[0]]), int(seqs[run[0]]), int(seqs[run[-1]])
+            if cur is None:
+                advance(t_run)
+            assert cur is not None
+            if t_run < cur or (nxt is not None and t_run < nxt and t_run != cur):
+                dropped += len(run)  # out of order: older than the newest timestamp taken in
+                continue
+            if t_run == cur:
+                rows.put_into(section, run)
+                check(last)
+                if fired and nxt is not None:
+                    promote(last)
+                continue
+            if nxt is not None and t_run > nxt:  # a third timestamp: the waiting one is computed now
+                fire(first)
+                promote(first)
+            if fired:
+                advance(t_run)
+                rows.put_into(section, run)
+                check(last)
+                continue
+            nxt = t_run  # cur waits for c1 keys; hold this timestamp's rows back
+            held.extend(rows.held(run))
+            if len({h[0] for h in held}) >= self.c2:
+                fire(last)
+                promote(last)
+        return {"trigger_cur": cur, "trigger_fired": fired, "trigger_next": nxt, "trigger_held": held,
+                "trigger_dropped": dropped}
+
+    def _data_interval(self, st: dict[str, Any], rows: _Rows, section: _Section, out: _Output) -> dict[str, Any]:
+        """Rows by window of data time (``window`` long, from ``left0``, the aligned first row's time)."""
+        left0: int | None = st.get("trigger_left0")
+        open_window: int | None = st.get("trigger_window")  # index of the window the latest rows are in
+        dropped: int = st.get("trigger_dropped", 0)
+        index = np.flatnonzero(~np.isnan(rows.times))
+        dropped += len(rows.times) - len(index)  # rows without a time
+        if len(index) == 0:
+            return {"trigger_left0": left0, "trigger_window": open_window, "trigger_dropped": dropped}
+        t = rows.times[index].astype(np.int64)
+        if left0 is None:
+            left0 = int(t[0] // self.align * self.align)
+        w = (t - left0) // self.window
+        newest = np.maximum.accumulate(np.concatenate([[w[0] if open_window is None else open_window], w]))[:-1]
+        keep = w >= newest  # a row of a window already computed is dropped
+        dropped += int(np.count_nonzero(~keep))
+        for run in _runs(np.flatnonzero(keep), w[keep]):
+            window = int(w[run[0]])
+            if open_window is not None and window > open_window:  # the first row past the window's end
+                out.compute(float(left0 + (open_window + 1) * self.window), int(rows.seqs[index[run[0]]]))
+            rows.put_into(section, index[run])
+            open_window = window
+        return {"trigger_left0": left0, "trigger_window": open_window, "trigger_dropped": dropped}
+
+
+def _runs(index: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:
+    """``index`` cut into runs where none of ``keys`` (each aligned with ``index``) changes."""
+    if len(index) == 0:
+        return []
+    change = np.zeros(len(index) - 1, dtype=bool)
+    for key in keys:
+        change |= key[1:] != key[:-1]
+    return np.split(index, np.flatnonzero(change) + 1)
+
+
+class _Rows:
+    """A micro-batch's rows as the engine reads them: key slots, aggregate arguments, key-filter outcomes,
+    times (microseconds, NaN = NULL), context values and order."""
+
+    def __init__(self, processor: CrossSectionalProcessor, table: pa.Table, slots: np.ndarray) -> None:
+        spec, n = processor.spec, table.num_rows
+        self.slots = slots
+        self.args = np.column_stack(processor.metrics.arguments(table)) if processor.metrics.aggs else np.empty((n, 0))
+        self.context = table[spec.context_by_column].to_pylist() if spec.context_by_column else None
+        self.times = to_numpy(table[spec.time_column], "timestamp") if spec.time_column else np.full(n, np.nan)
+        self.seqs = table[SEQ].to_numpy()
+        if spec.key_filter is None:
+            self.passes = np.ones(n, dtype=bool)
+        else:
+            columns = {c: to_numpy(table[c], spec.input_schema[c]) for c in spec.key_filter.columns()}
+            self.passes = filter_mask(evaluate_rowwise(spec.key_filter, columns, n))
+
+    def put_into(self, section: _Section, rows: np.ndarray) -> None:
+        section.put(self.slots[rows], self.args[rows], self.passes[rows], self.times[rows],
+                    None if self.context is None else [self.context[i] for i in rows.tolist()])
+
+    def held(self, rows: np.ndarray) -> list[tuple[Any, ...]]:
+        """``rows`` as plain values, to be kept in the state until they are taken in."""
+        return [(int(self.slots[i]), self.args[i].tolist(), bool(self.passes[i]), float(self.times[i]),
+                 None if self.context is None else self.context[i]) for i in rows.tolist()]
+
+
+class _Output:
+    """The rows a micro-batch emits: one per trigger, or one per context group."""
+
+    def __init__(self, processor: CrossSectionalProcessor, section: _Section) -> None:
+        self.processor, self.section = processor, section
+        self.time: list[float] = []
+        self.context: list[Any] = []
+        self.values: list[list[float]] = []
+        self.seq: list[int] = []
+
+    def compute(self, when: Any, seq: Any) -> None:
+        """The metrics over the cross-section as it stands: keys present and passing the key filter."""
+        section, aggs = self.section, self.processor.metrics.aggs
+        members = section.present & section.passes
+        if section.context is None:
+            groups: list[tuple[Any, np.ndarray]] = [(None, members)]
+        else:
+            context = np.empty(len(section.context), dtype=object)
+            context[:] = section.context
+            values = sorted({context[s] for s in np.flatnonzero(members)}, key=lambda g: (g is None, g))
+            groups = [(g, members & np.array([c == g for c in context], dtype=bool)) for g in values]
+        for group, rows in groups:
+            self.time.append(float(when))
+            self.context.append(group)
+            self.values.append([_aggregate(a.func, section.args[rows, j]) for j, a in enumerate(aggs)])
+            self.seq.append(int(seq))
+
+    def table(self) -> pa.Table:
+        processor, m = self.processor, len(self.seq)
+        spec = processor.spec
+        values = np.array(self.values, dtype=np.float64).reshape(m, len(processor.metrics.aggs))
+        arrays: list[pa.Array] = [to_arrow(np.asarray(self.time, dtype=np.float64), "timestamp")]
         if spec.context_by_column:
-            arrays.append(pa.array(out_context, type=spec.input_schema.to_arrow().field(spec.context_by_column).type))
-        arrays.extend(self.metrics.results([values[:, j] for j in range(values.shape[1])], m))
-        arrays.append(pa.array(out_seq, type=pa.int64()))
-        return new_state, pa.table(arrays, schema=self._arrow_schema())
+            arrays.append(pa.array(self.context, type=spec.input_schema.to_arrow().field(spec.context_by_column).type))
+        arrays.extend(processor.metrics.results([values[:, j] for j in range(values.shape[1])], m))
+        arrays.append(pa.array(self.seq, type=pa.int64()))
+        return pa.table(arrays, schema=processor._arrow_schema())
