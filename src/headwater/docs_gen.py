@@ -9,7 +9,8 @@ from headwater.functions import FUNCTIONS
 
 KIND_TITLES = {
     "scalar": "Row-wise functions and operators (maps, filters, any engine)",
-    "aggregate": "Aggregates (time_series_engine)",
+    "aggregate": "Aggregates (window engines, cross_sectional_engine, window joins)",
+    "cross_section": "Cross-sectional functions (cross_sectional_engine)",
     "state": "State functions (reactive_state_engine)",
 }
 OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**",

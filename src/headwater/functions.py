@@ -112,6 +112,11 @@ for _f, _res in (
 ):
     _register(FunctionSpec(_f, "aggregate", ("x",), result=_res))
 
+# -- functions over a cross-section (the cross-sectional engine's keys) ---------------------------------
+_register(FunctionSpec("rank", "cross_section", ("x",), _p(ascending=True, percent=False), result="double",
+                       doc="0-based rank of the key's value among the keys of its cross-section (ties share the "
+                           "lowest rank; NULL ranks NULL); percent=True: (rank + 1) / keys ranked"))
+
 # -- state functions of the reactive state engine: one source of truth, the kernel registry ---------
 def _register_state_functions() -> None:
     from headwater.kernels.registry import STATE_OPS

@@ -100,7 +100,9 @@ def test_any_grouping_of_appends_into_micro_batches_gives_one_row_per_append(ses
                                           "data_interval"),
     ({"metrics": ["first(price) as p"]}, "has no order across keys"),
     ({"use_system_time": False}, "takes the output time from time_column"),
-    ({"metrics": ["price"]}, "column 'price' is used outside an aggregate"),
+    ({"metrics": ["sym"]}, "the name repeats an output column"),
+    ({"metrics": ["rank(sum(price)) as r"]}, "rank a row expression"),
+    ({"metrics": ["sum(rank(price)) as r"]}, "rank inside an aggregate"),
 ])
 def test_bad_arguments_fail_at_definition(session, kw, message):
     src = session.stream_graph("bad").source("bad_in", schema=SCHEMA)
@@ -128,3 +130,66 @@ def test_context_by_groups_and_data_time(session):
     assert out.to_dict("list") == {
         "time": [t, t, t + pd.Timedelta("1s"), t + pd.Timedelta("1s")], "sector": ["x", "y", "x", "y"],
         "avg_price": [1.0, 3.0, 3.0, 3.0], "n": [1, 1, 2, 1]}
+
+
+def rank_reference(latest: pd.Series) -> pd.Series:
+    """0-based ranks, ties share the lowest, NULL stays NULL (DolphinDB's rank)."""
+    return latest.rank(method="min") - 1
+
+
+def test_per_key_metrics_give_one_row_per_key_with_ranks_and_repeated_aggregates(session):
+    g = session.stream_graph("ranks")
+    (g.source("ranks_in", schema=SCHEMA)
+       .cross_sectional_engine(metrics=["price", "rank(price) as r", "rank(volume, ascending=false) as rv",
+                                        "price - avg(price) as dev", "rank(price, percent=true) as pct"],
+                               key_column="sym", triggering_pattern="per_row")
+       .sink("ranks_out"))
+    rng = np.random.default_rng(4)
+    rows = pd.DataFrame({"sym": rng.choice(list("abcdef"), 40), "price": rng.integers(1, 6, 40).astype(float),
+                         "volume": rng.integers(1, 4, 40)})
+    rows.loc[[3, 17], "price"] = np.nan
+    out = g.run_local({"ranks_in": rows})["ranks_out"]
+    assert out.columns.tolist() == ["time", "sym", "price", "r", "rv", "dev", "pct"]
+    latest: dict[str, tuple[float, int]] = {}
+    want = []
+    for row in rows.itertuples(index=False):  # per row: every key's latest row, in key order of first sight
+        latest[row.sym] = (row.price, row.volume)
+        section = pd.DataFrame.from_dict(latest, orient="index", columns=["price", "volume"])
+        r = rank_reference(section.price)
+        want += [(sym, p, r[sym], (-section.volume).rank(method="min")[sym] - 1, p - section.price.mean(),
+                  (r[sym] + 1) / section.price.count()) for sym, p in section.price.items()]
+    got = list(zip(out.sym, out.price, out.r, out.rv, out.dev, out.pct, strict=True))
+    assert len(got) == len(want) > 100
+    np.testing.assert_allclose(np.array([g[1:] for g in got], float), np.array([w[1:] for w in want], float))
+    assert [g[0] for g in got] == [w[0] for w in want]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), steps=st.lists(st.booleans(), min_size=12, max_size=12),
+       crash=st.one_of(st.none(), st.integers(0, 11)))
+def test_ranks_per_append_for_any_grouping_and_a_kill(session, seed, steps, crash):
+    appends = random_appends(seed, 12)
+    g = session.stream_graph("rank_prop")
+    (g.source("rank_prop_in", schema=SCHEMA)
+       .cross_sectional_engine(metrics=["rank(price) as r", "volume * 1.0 / sum(volume) as share"], key_column="sym")
+       .sink("rank_prop_out"))
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = LocalRunner(g.plan(), Path(tmp))
+        for i, (frame, step) in enumerate(zip(appends, steps, strict=True)):
+            runner.append("rank_prop_in", frame)
+            if crash == i:
+                runner.step(crash_after_tasks=1)  # ran and saved its state, never committed: replayed
+            if step:
+                runner.step()
+        runner.run_until_idle()
+        got = runner.read("rank_prop_out")
+    latest: dict[str, tuple[float, float]] = {}
+    want = []
+    for frame in appends:  # per append: every key's latest row, ranked; in the order keys were first seen
+        for row in frame.itertuples(index=False):
+            latest[row.sym] = (row.price, row.volume)
+        section = pd.DataFrame.from_dict(latest, orient="index", columns=["price", "volume"])
+        r = rank_reference(section.price)
+        want += [(sym, r[sym], section.volume[sym] / section.volume.sum()) for sym in section.index]
+    assert [g[0] for g in zip(got.sym)] == [w[0] for w in want]
+    np.testing.assert_allclose(got[["r", "share"]].to_numpy(float), np.array([w[1:] for w in want], float))

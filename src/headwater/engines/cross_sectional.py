@@ -30,7 +30,7 @@ are sample statistics. Every key must meet in one task, so the engine cannot fol
 >>> import pyarrow as pa
 >>> from headwater.engines.base import SEQ
 >>> from headwater.parse import parse_metric
->>> from headwater.types import Schema
+>>> from headwater.types import NUMERIC, Schema
 >>> spec = CrossSectionalEngine(name="x", input_schema=Schema.parse({"sym": "string", "price": "double"}),
 ...                             metrics=(parse_metric("avg(price) as avg_price"),), key_column=("sym",),
 ...                             triggering_pattern="per_row")
@@ -43,11 +43,13 @@ are sample statistics. Every key must meet in one task, so the engine cannot fol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from headwater.durations import format_duration, parse_duration, to_micros
@@ -63,11 +65,10 @@ from headwater.engines.base import (
 )
 from headwater.engines.columns import evaluate_rowwise, filter_mask, to_arrow, to_numpy
 from headwater.engines.time_series import alignment_micros
-from headwater.engines.window_metrics import WindowMetrics, aggregates_of, check_window_metrics, metric_types
 from headwater.errors import GraphDefinitionError, clip
-from headwater.expr import Expr
-from headwater.functions import infer_type
-from headwater.types import Schema
+from headwater.expr import Call, Col, Expr, Lit
+from headwater.functions import FUNCTIONS, infer_type
+from headwater.types import NUMERIC, Schema
 
 TRIGGERS = ("per_batch", "per_row", "key_count", "data_interval")
 DATA_TIME_TRIGGERS = ("key_count", "data_interval")
@@ -149,14 +150,12 @@ class CrossSectionalEngine(EngineSpec):
             object.__setattr__(self, "key_filter", resolve_expr(self.key_filter, schema))
         if not self.metrics:
             raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['avg(price) as avg_price']")
-        outputs = metric_outputs(self.metrics, where=where)
+        outputs = [(name, resolve_expr(expr, schema)) for name, expr in metric_outputs(self.metrics, where=where)]
         taken = {"time", *([self.context_by_column] if self.context_by_column else [])}
-        check_window_metrics(outputs, schema, where=where, taken=taken)
-        for _, expr in outputs:
-            for agg in aggregates_of(expr):
-                if agg.func not in AGGREGATES:
-                    raise GraphDefinitionError(f"{where}: {agg} has no order across keys; use "
-                                               f"{', '.join(AGGREGATES)}")
+        if any(_per_key(expr) for _, expr in outputs):
+            taken |= set(keys)
+        for name, expr in outputs:
+            check_cross_metric(name, expr, schema, where=where, taken=taken)
         object.__setattr__(self, "_outputs", tuple(outputs))
 
     def _check_trigger(self, where: str) -> None:
@@ -205,12 +204,21 @@ class CrossSectionalEngine(EngineSpec):
     def key_columns(self) -> tuple[str, ...]:
         return self.key_column
 
+    @property
+    def per_key(self) -> bool:
+        """Metrics with per-key values (a column outside aggregates, ``rank``): one output row per key (Orca's
+        ``context by`` form), aggregates repeated on each."""
+        return any(_per_key(expr) for _, expr in self._outputs)
+
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
         cols = [("time", "timestamp")]
         if self.context_by_column:
             cols.append((self.context_by_column, self.input_schema[self.context_by_column]))
+        if self.per_key:
+            cols += [(k, self.input_schema[k]) for k in self.key_column]
         where = f"cross_sectional_engine {clip(self.name)}"
-        return Schema(tuple(cols + metric_types(self._outputs, self.input_schema, where=where)))
+        return Schema(tuple(cols + [(n, infer_type(e, self.input_schema, where=where, kinds=CROSS_KINDS))
+                                    for n, e in self._outputs]))
 
     def properties(self) -> dict[str, Any]:
         interval = self.triggering_interval
@@ -224,6 +232,121 @@ class CrossSectionalEngine(EngineSpec):
 
     def processor(self, input_schema: Schema | None = None) -> CrossSectionalProcessor:
         return CrossSectionalProcessor(self)
+
+
+CROSS_KINDS = frozenset({"scalar", "aggregate", "cross_section"})
+
+
+def _is_kind(node: Expr, kind: str) -> bool:
+    return isinstance(node, Call) and node.func in FUNCTIONS and FUNCTIONS[node.func].kind == kind
+
+
+def _outside_aggregates(expr: Expr) -> list[Expr]:
+    """The parts of ``expr`` evaluated per key: columns and ``rank`` calls outside aggregates."""
+    if isinstance(expr, Col) or _is_kind(expr, "cross_section"):
+        return [expr]
+    if isinstance(expr, Call) and not _is_kind(expr, "aggregate"):
+        return [part for a in expr.args for part in _outside_aggregates(a)]
+    return []
+
+
+def _per_key(expr: Expr) -> bool:
+    return bool(_outside_aggregates(expr))
+
+
+def check_cross_metric(name: str, expr: Expr, schema: Schema, *, where: str, taken: set[str]) -> None:
+    """A cross-sectional metric: aggregates over the keys, ``rank`` and numeric columns of each key's latest row."""
+    w = f"{where} metric {clip(name)}"
+    if name in taken:
+        raise GraphDefinitionError(f"{w}: the name repeats an output column ({', '.join(sorted(taken))}); rename it "
+                                   "with 'as' (key columns are in the output already)")
+    typ = infer_type(expr, schema, where=w, kinds=CROSS_KINDS)
+    if typ == "string":
+        raise GraphDefinitionError(f"{w}: string results are not supported in a cross-sectional metric")
+    for node in expr.walk():
+        if _is_kind(node, "aggregate"):
+            assert isinstance(node, Call)
+            if node.func not in AGGREGATES:
+                raise GraphDefinitionError(f"{w}: {node} has no order across keys; use {', '.join(AGGREGATES)}")
+            if any(_is_kind(n, "cross_section") for n in node.args[0].walk()):
+                raise GraphDefinitionError(f"{w}: {node} aggregates a rank; rank inside an aggregate is not supported")
+        if _is_kind(node, "cross_section"):
+            assert isinstance(node, Call)
+            inner = [n for n in node.args[0].walk() if _is_kind(n, "aggregate") or _is_kind(n, "cross_section")]
+            if inner:
+                raise GraphDefinitionError(f"{w}: {node} ranks {inner[0]}; rank a row expression, e.g. rank(price)")
+    for part in _outside_aggregates(expr):
+        if isinstance(part, Col) and schema[part.name] not in NUMERIC and schema[part.name] != "bool":
+            raise GraphDefinitionError(f"{w}: column {clip(part.name)} of type {schema[part.name]} is used outside an "
+                                       "aggregate; only numeric columns can be (key columns are in the output already)")
+
+
+class CrossMetrics:
+    """What the engine keeps of each key's latest row — each aggregate's argument, each ``rank``'s argument and
+    each column used outside aggregates: one float64 column each — and how each metric is computed from them."""
+
+    def __init__(self, outputs: Sequence[tuple[str, Expr]], schema: Schema, out_types: Sequence[str]) -> None:
+        self.schema, self.out_types = schema, list(out_types)
+        self.aggs: list[Call] = []
+        self.ranks: list[Call] = []
+        self.columns: list[str] = []
+        self.post: list[Expr] = [self._replace(expr) for _, expr in outputs]
+        self.exprs: list[Expr] = [a.args[0] for a in self.aggs] + [r.args[0] for r in self.ranks] + \
+            [Col(c) for c in self.columns]
+        self.needed = sorted({c for e in self.exprs for c in e.columns()})
+
+    def _replace(self, expr: Expr) -> Expr:
+        if _is_kind(expr, "aggregate") or _is_kind(expr, "cross_section"):
+            assert isinstance(expr, Call)
+            found = self.aggs if _is_kind(expr, "aggregate") else self.ranks
+            keys = [c.key() for c in found]
+            if expr.key() not in keys:
+                found.append(expr)
+                keys.append(expr.key())
+            return Col(f"__{'agg' if found is self.aggs else 'rank'}{keys.index(expr.key())}")
+        if isinstance(expr, Col):
+            if expr.name not in self.columns:
+                self.columns.append(expr.name)
+            return Col(f"__col{self.columns.index(expr.name)}")
+        if isinstance(expr, Call):
+            return Call(expr.func, tuple(self._replace(a) for a in expr.args), expr.params)
+        return expr
+
+    @property
+    def width(self) -> int:
+        return len(self.exprs)
+
+    def arguments(self, table: pa.Table) -> np.ndarray:
+        """One row per input row, one float64 column per kept value (NaN = NULL)."""
+        n = table.num_rows
+        columns = {c: to_numpy(table[c], self.schema[c]) for c in self.needed}
+        values = [np.asarray(evaluate_rowwise(e, columns, n), dtype=np.float64) for e in self.exprs]
+        return np.column_stack(values) if values else np.empty((n, 0))
+
+    def evaluate(self, kept: np.ndarray, per_key: bool) -> list[np.ndarray]:
+        """The metrics over one cross-section (``kept``: its keys' values, a row per key): one value, or with
+        ``per_key`` one value per key."""
+        n_aggs, n_ranks = len(self.aggs), len(self.ranks)
+        m = len(kept) if per_key else 1
+        env: dict[str, np.ndarray] = {f"__agg{j}": np.full(m, _aggregate(a.func, kept[:, j]))
+                                      for j, a in enumerate(self.aggs)}
+        for r, call in enumerate(self.ranks):
+            env[f"__rank{r}"] = _rank(kept[:, n_aggs + r], **dict(call.params))
+        for c in range(len(self.columns)):
+            env[f"__col{c}"] = kept[:, n_aggs + n_ranks + c]
+        return [np.full(m, np.nan if e.value is None else float(e.value)) if isinstance(e, Lit)
+                else np.asarray(evaluate_rowwise(e, env, m), dtype=np.float64) for e in self.post]
+
+
+def _rank(values: np.ndarray, ascending: bool = True, percent: bool = False) -> np.ndarray:
+    """DolphinDB's rank: 0-based, ties share the lowest rank, NULL ranks NULL."""
+    out = np.full(len(values), np.nan)
+    present = ~np.isnan(values)
+    if present.any():
+        v = values[present] if ascending else -values[present]
+        ranks = pd.Series(v).rank(method="min").to_numpy() - 1
+        out[present] = (ranks + 1) / present.sum() if percent else ranks
+    return out
 
 
 def _aggregate(func: str, values: np.ndarray) -> float:
@@ -299,8 +422,8 @@ class CrossSectionalProcessor(Processor):
         self.spec = spec
         self.out_schema = spec.output_schema()
         first_metric = 2 if spec.context_by_column else 1
-        self.metrics = WindowMetrics(spec._outputs, spec.input_schema,
-                                     [t for _, t in self.out_schema.columns[first_metric:]])
+        first_metric += len(spec.key_column) if spec.per_key else 0
+        self.metrics = CrossMetrics(spec._outputs, spec.input_schema, [t for _, t in self.out_schema.columns[first_metric:]])
         interval = spec.triggering_interval
         if spec.triggering_pattern == "key_count":
             assert isinstance(interval, int | tuple)
@@ -311,7 +434,7 @@ class CrossSectionalProcessor(Processor):
 
     def new_state(self) -> dict[str, Any]:
         # per key slot: each aggregate's argument in the key's latest row, its context group, ...; see _Section
-        return {"keys": [], "args": np.empty((0, len(self.metrics.aggs))), "context": []}
+        return {"keys": [], "args": np.empty((0, self.metrics.width)), "context": []}
 
     def stats(self, state: dict[str, Any]) -> dict[str, int]:
         """``late_rows``: rows the data-time triggers dropped (older than the cross-section, or a NULL time)."""
@@ -327,8 +450,8 @@ class CrossSectionalProcessor(Processor):
             return state, self._arrow_schema().empty_table()
         keys = KeyTable(state["keys"])
         rows = _Rows(self, table, keys.slots_from_arrow([table[k] for k in spec.key_column]))
-        section = _Section(state, len(keys), len(self.metrics.aggs), spec.context_by_column is not None)
-        out = _Output(self, section)
+        section = _Section(state, len(keys), self.metrics.width, spec.context_by_column is not None)
+        out = _Output(self, section, keys)
         trigger = {k: v for k, v in state.items() if k.startswith("trigger_")}
         match spec.triggering_pattern:
             case "key_count":
@@ -463,7 +586,7 @@ class _Rows:
     def __init__(self, processor: CrossSectionalProcessor, table: pa.Table, slots: np.ndarray) -> None:
         spec, n = processor.spec, table.num_rows
         self.slots = slots
-        self.args = np.column_stack(processor.metrics.arguments(table)) if processor.metrics.aggs else np.empty((n, 0))
+        self.args = processor.metrics.arguments(table)
         self.context = table[spec.context_by_column].to_pylist() if spec.context_by_column else None
         self.times = to_numpy(table[spec.time_column], "timestamp") if spec.time_column else np.full(n, np.nan)
         self.seqs = table[SEQ].to_numpy()
@@ -484,18 +607,21 @@ class _Rows:
 
 
 class _Output:
-    """The rows a micro-batch emits: one per trigger, or one per context group."""
+    """The rows a micro-batch emits: one per trigger (per context group), or one per key with per-key metrics."""
 
-    def __init__(self, processor: CrossSectionalProcessor, section: _Section) -> None:
-        self.processor, self.section = processor, section
+    def __init__(self, processor: CrossSectionalProcessor, section: _Section, keys: KeyTable) -> None:
+        self.processor, self.section, self.keys = processor, section, keys
         self.time: list[float] = []
         self.context: list[Any] = []
-        self.values: list[list[float]] = []
+        self.slots: list[np.ndarray] = []
+        self.values: list[list[np.ndarray]] = []
         self.seq: list[int] = []
+        self.rows = 0
 
     def compute(self, when: Any, seq: Any) -> None:
         """The metrics over the cross-section as it stands: keys present and passing the key filter."""
-        section, aggs = self.section, self.processor.metrics.aggs
+        section, metrics = self.section, self.processor.metrics
+        per_key = self.processor.spec.per_key
         members = section.present & section.passes
         if section.context is None:
             groups: list[tuple[Any, np.ndarray]] = [(None, members)]
@@ -505,18 +631,30 @@ class _Output:
             values = sorted({context[s] for s in np.flatnonzero(members)}, key=lambda g: (g is None, g))
             groups = [(g, members & np.array([c == g for c in context], dtype=bool)) for g in values]
         for group, rows in groups:
-            self.time.append(float(when))
-            self.context.append(group)
-            self.values.append([_aggregate(a.func, section.args[rows, j]) for j, a in enumerate(aggs)])
-            self.seq.append(int(seq))
+            slots = np.flatnonzero(rows)
+            if per_key and len(slots) == 0:
+                continue
+            n = len(slots) if per_key else 1
+            self.time += [float(when)] * n
+            self.context += [group] * n
+            self.slots.append(slots if per_key else np.full(1, -1))
+            self.values.append(metrics.evaluate(section.args[slots], per_key))
+            self.seq += [int(seq)] * n
+            self.rows += n
 
     def table(self) -> pa.Table:
-        processor, m = self.processor, len(self.seq)
+        processor = self.processor
         spec = processor.spec
-        values = np.array(self.values, dtype=np.float64).reshape(m, len(processor.metrics.aggs))
         arrays: list[pa.Array] = [to_arrow(np.asarray(self.time, dtype=np.float64), "timestamp")]
         if spec.context_by_column:
             arrays.append(pa.array(self.context, type=spec.input_schema.to_arrow().field(spec.context_by_column).type))
-        arrays.extend(processor.metrics.results([values[:, j] for j in range(values.shape[1])], m))
+        if spec.per_key:
+            slots = np.concatenate(self.slots) if self.slots else np.empty(0, dtype=np.int64)
+            schema = spec.input_schema.to_arrow()
+            for i, k in enumerate(spec.key_column):
+                arrays.append(pa.array(self.keys.values(slots, i, len(spec.key_column)), type=schema.field(k).type))
+        for j, typ in enumerate(processor.metrics.out_types):
+            column = np.concatenate([v[j] for v in self.values]) if self.values else np.empty(0)
+            arrays.append(to_arrow(column, typ))
         arrays.append(pa.array(self.seq, type=pa.int64()))
         return pa.table(arrays, schema=processor._arrow_schema())
