@@ -24,6 +24,7 @@ from headwater.durations import parse_duration
 from headwater.engines.anomaly import AnomalyDetectionEngine
 from headwater.engines.calendar_windows import time_of_day_text
 from headwater.engines.cross_sectional import CrossSectionalEngine
+from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
     NarrowReactiveStateEngine,
@@ -417,6 +418,74 @@ class DStream(JoinMethods):
                 key_purge_freq_in_second=key_purge_freq_in_second)
 
         return self._engine(TimeBucketEngine.kind, make)
+
+    def daily_time_series_engine(
+        self,
+        *,
+        window: str | timedelta,
+        step: str | timedelta,
+        metrics: Sequence[Expr | str],
+        time_column: str,
+        key_column: str | Sequence[str] | None = None,
+        session_begin: str | dt.time | Sequence[str | dt.time] | None = None,
+        session_end: str | dt.time | Sequence[str | dt.time] | None = None,
+        merge_session_end: bool = False,
+        accepted_delay: str | timedelta = timedelta(0),
+        closed: str = "left",
+        use_window_start_time: bool = False,
+        fill: str | float = "none",
+        key_purge_daily: bool = True,
+        force_trigger_session_end_time: str | timedelta | None = None,
+    ) -> DStream:
+        """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
+
+        Sessions are times of day (``session_begin[i]`` to ``session_end[i]``, 00:00 meaning 24:00; without
+        ``session_end`` each session runs to the next one's begin and the last to midnight; without either,
+        one session 00:00-24:00); Orca's next-day rules apply. Windows are aligned to each session's begin;
+        rows before a session are in its first window, rows after the day's last session in none.
+        ``merge_session_end=True`` puts a row stamped exactly at a session's end into its last window.
+        ``force_trigger_session_end_time`` closes every key's windows of a session when a row of any key is
+        that long past the session's end (event time, not Orca's wall clock). Other arguments as in
+        ``time_series_engine``; see ``headwater.engines.daily_time_series``.
+
+        >>> import pandas as pd, headwater as hw, tempfile
+        >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> s.use_catalog("doc")
+        >>> g = s.stream_graph("minute_bars")
+        >>> _ = (g.source("trades", schema={"time": "timestamp", "sym": "string", "volume": "long"})
+        ...       .daily_time_series_engine(window="60s", step="60s", metrics=["sum(volume) as volume"],
+        ...                                 time_column="time", key_column="sym", session_begin=["09:30", "13:00"],
+        ...                                 session_end=["11:30", "15:00"], merge_session_end=True).sink("bars"))
+        >>> times = pd.to_datetime(["2018-10-08 09:25:31", "2018-10-08 09:30:02", "2018-10-08 11:29:46",
+        ...                         "2018-10-08 11:30:00", "2018-10-08 13:00:10"])
+        >>> out = g.run_local({"trades": pd.DataFrame({"time": times, "sym": "A", "volume": [8, 26, 30, 14, 16]})})
+        >>> out["bars"].to_dict("list")
+        {'time': [Timestamp('2018-10-08 09:31:00'), Timestamp('2018-10-08 11:30:00')], 'sym': ['A', 'A'], 'volume': [34, 44]}
+        >>> s.close()
+        """
+
+        def make(name: str) -> DailyTimeSeriesEngine:
+            where = f"daily_time_series_engine {clip(name)}"
+            return DailyTimeSeriesEngine(
+                name=name, input_schema=self.node.schema,
+                window=parse_duration(window, where=f"{where} window"),
+                step=parse_duration(step, where=f"{where} step"),
+                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                time_column=time_column, key_column=_as_tuple(key_column),
+                session_begin=("00:00",) if session_begin is None else _times_of_day(
+                    [session_begin] if isinstance(session_begin, str | dt.time) else session_begin,
+                    where=f"{where} session_begin"),
+                session_end=() if session_end is None else _times_of_day(
+                    [session_end] if isinstance(session_end, str | dt.time) else session_end,
+                    where=f"{where} session_end"),
+                merge_session_end=merge_session_end,
+                accepted_delay=parse_duration(accepted_delay, where=f"{where} accepted_delay", allow_zero=True),
+                closed=closed, use_window_start_time=use_window_start_time, fill=fill,
+                key_purge_daily=key_purge_daily,
+                force_trigger_session_end_time=None if force_trigger_session_end_time is None else parse_duration(
+                    force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True))
+
+        return self._engine(DailyTimeSeriesEngine.kind, make)
 
     def cross_sectional_engine(
         self,

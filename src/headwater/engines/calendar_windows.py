@@ -228,13 +228,14 @@ def _idle(s, fill, closed, last_emit, pend_n, n_panes, last):  # type: ignore[no
 @numba.njit(cache=True)
 def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m, fill, purge_daily,
                    closed, last_emit, last_day, pend, pend_n, glob):  # type: ignore[no-untyped-def]
-    """Run the rows of one micro-batch in order; mutate the per-key state; return the rows that count and
-    the windows emitted (key slot, last pane, index of the row that closed it, filled or not)."""
+    """Run the rows of one micro-batch in order; mutate the per-key state; return for each row the number of
+    windows emitted before it was taken (-1: the row does not count; a window holds only the rows taken before
+    it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled)."""
     n = slots.shape[0]
     n_keys = closed.shape[0]
     n_panes = first.shape[0]
     width = pend.shape[1]
-    accepted = np.zeros(n, dtype=np.int8)
+    taken = np.full(n, -1, dtype=np.int64)
     cap = n + 16
     o_slot = np.empty(cap, dtype=np.int64)
     o_pane = np.empty(cap, dtype=np.int64)
@@ -260,7 +261,7 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m
         if in_pane[i]:
             q = pane[i]
             if _window_end(q, m, n_panes, last) > closed[s]:
-                accepted[i] = 1
+                taken[i] = no
                 j = 0
                 while j < pend_n[s] and pend[s, j] < q:
                     j += 1
@@ -290,85 +291,121 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m
                 o_filled = np.concatenate((o_filled[:no], np.empty(cap - no, dtype=np.int8)))
             no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
                         o_filled, no)
-    return accepted, o_slot[:no], o_pane[:no], o_trig[:no], o_filled[:no]
+    return taken, o_slot[:no], o_pane[:no], o_trig[:no], o_filled[:no]
 
 
 # ---- partial aggregates ------------------------------------------------------------------------------------
+# A partial is a dict of equally long arrays: its key columns, "rows", "fseq"/"lseq" (first and last arrival),
+# and per aggregate i "x{i}", "y{i}", "z{i}": first/last: the value; sum/avg/count: the sum of non-NULL values
+# and their count; max/min: the extreme and the count; std/var: the mean, the count and the sum of squared
+# deviations (merged with Chan et al.'s formula).
 
-def _partials_of_rows(frame: pd.DataFrame, funcs: Sequence[str]) -> pd.DataFrame:
-    """Per (slot, pane): row count, first and last arrival (seq), and each aggregate's partial (x, y, z)."""
-    frame = frame.sort_values("seq", kind="stable")
-    g = frame.groupby(["slot", "pane"], sort=False)
-    out = pd.DataFrame({"rows": g.size(), "fseq": g["seq"].min(), "lseq": g["seq"].max()})
-    for i, func in enumerate(funcs):
-        a = g[f"a{i}"]
-        x: Any = np.nan
-        y: Any = 0.0
-        z: Any = 0.0
-        if func == "first":
-            x = a.first(skipna=False)
-        elif func == "last":
-            x = a.last(skipna=False)
-        elif func in ("sum", "avg", "count"):
-            x, y = a.sum(), a.count()
-        elif func == "max":
-            x, y = a.max(), a.count()
-        elif func == "min":
-            x, y = a.min(), a.count()
-        else:  # std, var: count, mean, sum of squared deviations
-            y, x = a.count(), a.mean()
-            z = a.var(ddof=0).fillna(0.0) * y
-        out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = x, y, z
-    return out.reset_index()
+Partials = dict[str, np.ndarray]
 
 
-def _merge_partials(frame: pd.DataFrame, keys: list[str], funcs: Sequence[str]) -> pd.DataFrame:
-    """Combine partials that share ``keys`` into one partial each (groups in order of first appearance)."""
-    gid = frame.groupby(keys, sort=False).ngroup().to_numpy(np.int64)
-    n_groups = int(gid.max()) + 1 if len(gid) else 0
-    g = frame.groupby(gid, sort=True)
-    out = g[keys].first().reset_index(drop=True)
-    out["rows"] = g["rows"].sum().to_numpy()
-    out["fseq"] = g["fseq"].min().to_numpy()
-    out["lseq"] = g["lseq"].max().to_numpy()
-    by_first = by_last = None
-    for i, func in enumerate(funcs):
-        x, y, z = f"x{i}", f"y{i}", f"z{i}"
-        xs, ys = frame[x].to_numpy(np.float64), frame[y].to_numpy(np.float64)
-        if func == "first":
-            if by_first is None:
-                order = np.argsort(frame["fseq"].to_numpy(), kind="stable")
-                by_first = frame.iloc[order].groupby(gid[order], sort=True)
-            out[x], out[y], out[z] = by_first[x].first(skipna=False).to_numpy(), 0.0, 0.0
-        elif func == "last":
-            if by_last is None:
-                order = np.argsort(frame["lseq"].to_numpy(), kind="stable")
-                by_last = frame.iloc[order].groupby(gid[order], sort=True)
-            out[x], out[y], out[z] = by_last[x].last(skipna=False).to_numpy(), 0.0, 0.0
-        elif func in ("sum", "avg", "count"):
-            out[x] = np.bincount(gid, np.nan_to_num(xs), n_groups)
-            out[y], out[z] = np.bincount(gid, ys, n_groups), 0.0
-        elif func in ("max", "min"):
-            out[x] = (g[x].max() if func == "max" else g[x].min()).to_numpy()
-            out[y], out[z] = np.bincount(gid, ys, n_groups), 0.0
-        else:  # std, var: Chan et al.'s merge of (count, mean, M2)
-            x0 = np.nan_to_num(xs)
-            n = np.bincount(gid, ys, n_groups)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mean = np.where(n > 0, np.bincount(gid, ys * x0, n_groups) / n, np.nan)
-            spread = np.where(ys > 0, ys * (x0 - np.nan_to_num(mean[gid])) ** 2, 0.0)
-            out[x], out[y] = mean, n
-            out[z] = np.bincount(gid, frame[z].to_numpy(np.float64), n_groups) + np.bincount(gid, spread, n_groups)
+def _groups(keys: Sequence[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort by ``keys`` then ``then``; return the order, where each group of equal keys starts in it, and each
+    sorted element's group number."""
+    order = np.lexsort([then, *reversed(keys)])
+    change = np.zeros(len(order), dtype=bool)
+    if len(order):
+        change[0] = True
+        for k in keys:
+            sk = k[order]
+            change[1:] |= sk[1:] != sk[:-1]
+    return order, np.flatnonzero(change), np.cumsum(change) - 1
+
+
+def _last_in_group(starts: np.ndarray, n: int) -> np.ndarray:
+    return np.append(starts[1:], n) - 1
+
+
+def empty_partials(names: Sequence[str], funcs: Sequence[str]) -> Partials:
+    out: Partials = {name: np.empty(0, np.int64) for name in (*names, "rows", "fseq", "lseq")}
+    for i in range(len(funcs)):
+        out.update({f"x{i}": np.empty(0), f"y{i}": np.empty(0), f"z{i}": np.empty(0)})
     return out
 
 
-def _finals(frame: pd.DataFrame, funcs: Sequence[str]) -> list[np.ndarray]:
+def partials_of_rows(keys: dict[str, np.ndarray], seq: np.ndarray, args: Sequence[np.ndarray],
+                     funcs: Sequence[str]) -> Partials:
+    """One partial per distinct ``keys`` over rows (``args``: each aggregate's argument, NaN = NULL)."""
+    n = len(seq)
+    order, starts, gid = _groups(list(keys.values()), seq)
+    if n == 0:
+        return empty_partials(list(keys), funcs)
+    ends = _last_in_group(starts, n)
+    sseq = seq[order]
+    out: Partials = {name: k[order][starts] for name, k in keys.items()}
+    out.update(rows=np.diff(np.append(starts, n)), fseq=sseq[starts], lseq=sseq[ends])
+    for i, (func, a) in enumerate(zip(funcs, args, strict=True)):
+        v = a[order]
+        valid = ~np.isnan(v)
+        count = np.add.reduceat(valid.astype(np.float64), starts)
+        x, z = np.full(len(starts), np.nan), np.zeros(len(starts))
+        if func == "first":
+            x = v[starts]
+        elif func == "last":
+            x = v[ends]
+        elif func in ("sum", "avg", "count"):
+            x = np.add.reduceat(np.where(valid, v, 0.0), starts)
+        elif func == "max":
+            x = np.fmax.reduceat(v, starts)
+        elif func == "min":
+            x = np.fmin.reduceat(v, starts)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                x = np.add.reduceat(np.where(valid, v, 0.0), starts) / count
+            z = np.add.reduceat(np.where(valid, (v - x[gid]) ** 2, 0.0), starts)
+        out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = x, count, z
+    return out
+
+
+def merge_partials(parts: Partials, keys: Sequence[str], funcs: Sequence[str]) -> Partials:
+    """Combine the partials that share ``keys`` into one each."""
+    n = len(parts["rows"])
+    order, starts, gid = _groups([parts[k] for k in keys], parts["fseq"])
+    if n == 0:
+        return empty_partials(keys, funcs)
+    out: Partials = {k: parts[k][order][starts] for k in keys}
+    out.update(rows=np.add.reduceat(parts["rows"][order], starts), fseq=parts["fseq"][order][starts],
+               lseq=np.maximum.reduceat(parts["lseq"][order], starts))
+    by_last = None
+    for i, func in enumerate(funcs):
+        x, y, z = (parts[f"{c}{i}"][order] for c in "xyz")
+        count = np.add.reduceat(y, starts)
+        mx, mz = np.full(len(starts), np.nan), np.zeros(len(starts))
+        if func == "first":
+            mx = x[starts]  # the partial that arrived first
+        elif func == "last":
+            if by_last is None:
+                by_last, last_starts, _ = _groups([parts[k] for k in keys], parts["lseq"])
+                by_last = by_last[_last_in_group(last_starts, n)]
+            mx = parts[f"x{i}"][by_last]
+        elif func in ("sum", "avg", "count"):
+            mx = np.add.reduceat(x, starts)
+        elif func == "max":
+            mx = np.fmax.reduceat(x, starts)
+        elif func == "min":
+            mx = np.fmin.reduceat(x, starts)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mx = np.add.reduceat(np.where(y > 0, y * x, 0.0), starts) / count
+            spread = np.where(y > 0, y * (x - mx[gid]) ** 2, 0.0)
+            mz = np.add.reduceat(z + spread, starts)
+        out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = mx, count, mz
+    return out
+
+
+def take(parts: Partials, index: np.ndarray) -> Partials:
+    return {name: column[index] for name, column in parts.items()}
+
+
+def finals(parts: Partials, funcs: Sequence[str]) -> list[np.ndarray]:
     """Each aggregate's value from merged partials (NULL = NaN)."""
     values = []
     for i, func in enumerate(funcs):
-        x = frame[f"x{i}"].to_numpy(np.float64)
-        y = frame[f"y{i}"].to_numpy(np.float64)
-        z = frame[f"z{i}"].to_numpy(np.float64)
+        x, y, z = parts[f"x{i}"], parts[f"y{i}"], parts[f"z{i}"]
         with np.errstate(invalid="ignore", divide="ignore"):
             if func in ("first", "last"):
                 v = x
@@ -415,9 +452,7 @@ class CalendarWindowProcessor(Processor):
                 "last_day": np.empty(0, np.int64), "pend": np.empty((0, self.width), np.int64),
                 "pend_n": np.empty(0, np.int64), "last_out": np.empty((0, a), np.float64),
                 "glob": np.array([NONE, NONE], dtype=np.int64), "last_purge": None,
-                "panes": _partials_of_rows(pd.DataFrame({"slot": np.empty(0, np.int64), "pane": np.empty(0, np.int64),
-                                                         "seq": np.empty(0, np.int64),
-                                                         **{f"a{i}": np.empty(0) for i in range(a)}}), self.funcs)}
+                "panes": empty_partials(["slot", "pane"], self.funcs)}
 
     def _arrow_schema(self) -> pa.Schema:
         return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
@@ -461,35 +496,33 @@ class CalendarWindowProcessor(Processor):
         close_to = layout.closes_through(times, self.delay)
         force_to = (layout.forces_through(times, self.force_after) if self.force_after is not None
                     else np.full(n, NONE, dtype=np.int64))
-        accepted, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
+        taken, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
             slots, pane, in_pane.astype(np.int8), close_to, force_to, day, layout.first, layout.last,
             np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"], per_key["last_emit"],
             per_key["last_day"], per_key["pend"], per_key["pend_n"], glob)
         seq = table[SEQ].to_numpy().astype(np.int64)
-        rows = accepted.astype(bool)
-        new_panes = _partials_of_rows(pd.DataFrame({
-            "slot": slots[rows], "pane": pane[rows], "seq": seq[rows],
-            **{f"a{i}": a[rows] for i, a in enumerate(self.metrics.arguments(table))}}), self.funcs)
-        panes = state["panes"]
-        if len(panes) and len(new_panes):
-            panes = _merge_partials(pd.concat([panes, new_panes], ignore_index=True), ["slot", "pane"], self.funcs)
-        elif len(new_panes):
-            panes = new_panes
-        out = self._emitted(panes, per_key, o_slot, o_pane, o_trig, o_filled, seq, keys, table)
+        rows = taken >= 0
+        # partials per pane and per "taken before emission e" epoch: a window sees only rows taken before it
+        parts = partials_of_rows({"slot": slots[rows], "pane": pane[rows], "epoch": taken[rows]}, seq[rows],
+                                 [a[rows] for a in self.metrics.arguments(table)], self.funcs)
+        old = state["panes"]
+        parts = {name: np.concatenate([old[name], parts[name]]) if name in old
+                 else np.concatenate([np.full(len(old["rows"]), -1, np.int64), parts[name]]) for name in parts}
+        out = self._emitted(parts, per_key, o_slot, o_pane, o_trig, o_filled, seq, keys)
+        panes = merge_partials(parts, ["slot", "pane"], self.funcs)
         # keep the panes a window still to be emitted holds
-        q = panes["pane"].to_numpy(np.int64)
+        q = panes["pane"]
         k = len(layout.first)
         d = np.floor_divide(q, k)
         window_end = np.minimum(q + self.m - 1, d * k + layout.last[q - d * k])
-        panes = panes[window_end > per_key["closed"][panes["slot"].to_numpy(np.int64)]].reset_index(drop=True)
+        panes = take(panes, np.flatnonzero(window_end > per_key["closed"][panes["slot"]]))
         new_state = {"keys": keys.keys, **per_key, "glob": glob, "last_purge": last_purge, "panes": panes}
         if (self.purge_daily or self.purge_every is not None) and spec.key_column:
             new_state = self._compact(new_state)
         return new_state, out
 
-    def _emitted(self, panes: pd.DataFrame, per_key: dict[str, np.ndarray], o_slot: np.ndarray, o_pane: np.ndarray,
-                 o_trig: np.ndarray, o_filled: np.ndarray, seq: np.ndarray, keys: KeyTable,
-                 table: pa.Table) -> pa.Table:
+    def _emitted(self, parts: Partials, per_key: dict[str, np.ndarray], o_slot: np.ndarray, o_pane: np.ndarray,
+                 o_trig: np.ndarray, o_filled: np.ndarray, seq: np.ndarray, keys: KeyTable) -> pa.Table:
         m_out = len(o_slot)
         if m_out == 0:
             return self._arrow_schema().empty_table()
@@ -499,30 +532,33 @@ class CalendarWindowProcessor(Processor):
         if full.any():
             # each emitted window from the partials of its panes (a pane counts for the m windows ending at it)
             k = len(self.layout.first)
-            q = panes["pane"].to_numpy(np.int64)
+            q = parts["pane"]
             d = np.floor_divide(q, k)
             last_pane = d * k + self.layout.last[q - d * k]
-            parts = []
-            for step in range(self.m):
-                part = panes[q + step <= last_pane].copy()
-                part["window"] = part["pane"] + step
-                parts.append(part)
-            exploded = pd.concat(parts, ignore_index=True)
-            wanted = pd.DataFrame({"slot": o_slot[full], "window": o_pane[full], "e": np.flatnonzero(full)})
-            exploded = exploded.merge(wanted, on=["slot", "window"], how="inner")
-            merged = _merge_partials(exploded, ["e"], self.funcs)
-            finals = _finals(merged, self.funcs)
-            rows_at = merged["e"].to_numpy(np.int64)
-            for i in range(a):
-                values[rows_at, i] = finals[i]
+            # each partial once per window holding its pane ...
+            index = np.concatenate([np.flatnonzero(q + step <= last_pane) for step in range(self.m)])
+            window = q[index] + np.repeat(np.arange(self.m), [np.count_nonzero(q + step <= last_pane)
+                                                              for step in range(self.m)])
+            # ... kept if that window is emitted now, after the partial's rows were taken
+            emitted = np.flatnonzero(full)
+            e = pd.MultiIndex.from_arrays([o_slot[emitted], o_pane[emitted]]).get_indexer(
+                pd.MultiIndex.from_arrays([parts["slot"][index], window]))
+            keep = e >= 0
+            e = np.where(keep, emitted[np.maximum(e, 0)], -1)
+            keep &= parts["epoch"][index] <= e
+            exploded = take(parts, index[keep])
+            exploded["e"] = e[keep]
+            merged = merge_partials(exploded, ["e"], self.funcs)
+            for i, v in enumerate(finals(merged, self.funcs)):
+                values[merged["e"], i] = v
         filled = ~full
         if filled.any():
             if self.fill == "null":
                 pass
             elif self.fill == "ffill":
                 source = pd.Series(np.where(full, np.arange(m_out), np.nan)).groupby(o_slot).ffill().to_numpy()
-                take = filled & ~np.isnan(source)
-                values[take] = values[source[take].astype(np.int64)]
+                copied = filled & ~np.isnan(source)
+                values[copied] = values[source[copied].astype(np.int64)]
                 from_state = filled & np.isnan(source)
                 values[from_state] = per_key["last_out"][o_slot[from_state]]
             else:
@@ -555,8 +591,7 @@ class CalendarWindowProcessor(Processor):
             return state
         keep = ~fresh
         remap = np.cumsum(keep) - 1
-        panes = state["panes"].copy()
-        panes["slot"] = remap[panes["slot"].to_numpy(np.int64)]
+        panes = {**state["panes"], "slot": remap[state["panes"]["slot"]]}
         return {**state, "keys": [k for k, kept in zip(state["keys"], keep, strict=True) if kept],
                 **{name: state[name][keep] for name in ("closed", "last_emit", "last_day", "pend", "pend_n", "last_out")},
                 "panes": panes}

@@ -33,6 +33,7 @@ import numpy as np
 
 from headwater.engines.anomaly import AnomalyDetectionEngine
 from headwater.engines.cross_sectional import CrossSectionalEngine
+from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.engines.joins import (
     AsofJoinEngine,
     EqualJoinEngine,
@@ -64,7 +65,7 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     TimeSeriesEngine, SessionWindowEngine, CrossSectionalEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
     DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
     AnomalyDetectionEngine, RuleEngine, AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
-    WindowJoinEngine, TimeBucketEngine,
+    WindowJoinEngine, TimeBucketEngine, DailyTimeSeriesEngine,
 )}
 
 _MAX_DEPTH = 200  # deeper documents are refused before Python's recursion limit is
