@@ -396,6 +396,7 @@ def test_key_purge_daily_forgets_keys_with_nothing_left_at_a_new_day():
     ({"session_begin": ["09:30", "13:00"], "session_end": ["11:30"]},
      r"session_end must give one end per session_begin: got 2 begin\(s\) \['09:30', '13:00'\] and end\(s\) \['11:30'\]"),
     ({"session_begin": ["9.30"]}, r"session_begin\[0\]: cannot read '9.30' as a time of day"),
+    ({"session_begin": 9.5}, r"session_begin: expected a list of times of day, got 9.5"),
     ({"session_begin": ["09:30"], "session_end": ["09:30"]}, "session 09:30-09:30 is empty"),
     ({"session_begin": ["09:30", "10:00"], "session_end": ["11:30", "12:00"]}, "span more than a day"),
     ({"session_begin": ["09:30"], "session_end": ["11:25:30"]},

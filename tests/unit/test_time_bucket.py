@@ -312,6 +312,7 @@ def test_key_purge_forgets_idle_keys_at_the_batch_commit_time():
     ({"time_cut_points": ["10:00", "09:30"]}, r"must increase strictly, but '09:30' \(index 1\) follows '10:00'"),
     ({"time_cut_points": ["09:30", "09:31:30"]}, "must all be minutes .* got '09:30', '09:31:30'"),
     ({"time_cut_points": ["09:30", "9h45"]}, r"time_cut_points\[1\]: cannot read '9h45' as a time of day"),
+    ({"time_cut_points": [930, 945]}, r"time_cut_points\[0\]: cannot read 930 as a time of day"),
     ({"time_cut_points": ["09:30", "25:00"]}, "'25:00' is not a time of day"),
     ({"time_cut_points": ["09:30:00.5", "09:31:00"]}, "must all be minutes"),
     ({"time_cut_points": ["09:30", dt.time(9, 45, tzinfo=dt.UTC)]}, "has a time zone"),
