@@ -7,6 +7,7 @@ a bad metric fails on the user's own line, long before Spark starts.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -21,11 +22,13 @@ from headwater.api.joins import JoinMethods
 from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
 from headwater.durations import parse_duration
 from headwater.engines.anomaly import AnomalyDetectionEngine
+from headwater.engines.calendar_windows import time_of_day_text
 from headwater.engines.cross_sectional import (
     DATA_TIME_TRIGGERS,
     CrossSectionalEngine,
     triggering_interval_arg,
 )
+from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
     NarrowReactiveStateEngine,
@@ -34,6 +37,7 @@ from headwater.engines.reactive_state import (
 from headwater.engines.reactive_stateless import ReactiveStatelessEngine, formulas_from
 from headwater.engines.rule import RuleEngine
 from headwater.engines.session_window import SessionWindowEngine
+from headwater.engines.time_bucket import TimeBucketEngine
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Alias, Expr
@@ -432,6 +436,122 @@ class DStream(JoinMethods):
 
         return self._engine(SessionWindowEngine.kind, make)
 
+    def time_bucket_engine(
+        self,
+        *,
+        time_cut_points: Sequence[str | dt.time],
+        metrics: Sequence[Expr | str],
+        time_column: str,
+        key_column: str | Sequence[str] | None = None,
+        use_window_start_time: bool = False,
+        closed: str = "left",
+        fill: str | float = "none",
+        key_purge_freq_in_second: float | None = None,
+    ) -> DStream:
+        """Aggregate per key the windows between consecutive times of day (Orca's timeBucketEngine).
+
+        ``time_cut_points`` (``"HH:MM"``, ``"HH:MM:SS"`` or ``datetime.time``; minute or second precision,
+        strictly increasing) cut every day of ``time_column``; only rows between the first and the last cut
+        point count. With ``closed="left"`` the window ``[a, b)`` holds ``a <= t <= b - 1 unit`` and closes
+        on its key's first row at or past ``b - 1 unit`` (so a 5-minute bar from 1-minute bars closes a
+        minute early); ``closed="right"``: ``(a, b]``, closing at ``b``. Output: window end (or start), keys,
+        metrics. ``fill`` (``"null"``, ``"ffill"``, a number) also emits empty windows, on the days a key
+        has rows. See ``headwater.engines.time_bucket``.
+
+        >>> import pandas as pd, headwater as hw, tempfile
+        >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> s.use_catalog("doc")
+        >>> g = s.stream_graph("five_minute_bars")
+        >>> _ = (g.source("bars", schema={"time": "timestamp", "sym": "string", "volume": "long"})
+        ...       .time_bucket_engine(time_cut_points=["09:30", "09:35", "09:40"], metrics=["sum(volume) as volume"],
+        ...                           time_column="time", key_column="sym").sink("bars5"))
+        >>> minutes = pd.date_range("2026-01-05 09:30", periods=10, freq="min")  # 1-minute bars by start
+        >>> out = g.run_local({"bars": pd.DataFrame({"time": minutes, "sym": "a", "volume": range(10)})})["bars5"]
+        >>> out.to_dict("list")
+        {'time': [Timestamp('2026-01-05 09:35:00'), Timestamp('2026-01-05 09:40:00')], 'sym': ['a', 'a'], 'volume': [10, 35]}
+        >>> s.close()
+        """
+
+        def make(name: str) -> TimeBucketEngine:
+            where = f"time_bucket_engine {clip(name)}"
+            return TimeBucketEngine(
+                name=name, input_schema=self.node.schema,
+                time_cut_points=_times_of_day(time_cut_points, where=f"{where} time_cut_points"),
+                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                time_column=time_column, key_column=_as_tuple(key_column),
+                use_window_start_time=use_window_start_time, closed=closed, fill=fill,
+                key_purge_freq_in_second=key_purge_freq_in_second)
+
+        return self._engine(TimeBucketEngine.kind, make)
+
+    def daily_time_series_engine(
+        self,
+        *,
+        window: str | timedelta,
+        step: str | timedelta,
+        metrics: Sequence[Expr | str],
+        time_column: str,
+        key_column: str | Sequence[str] | None = None,
+        session_begin: str | dt.time | Sequence[str | dt.time] | None = None,
+        session_end: str | dt.time | Sequence[str | dt.time] | None = None,
+        merge_session_end: bool = False,
+        accepted_delay: str | timedelta = timedelta(0),
+        closed: str = "left",
+        use_window_start_time: bool = False,
+        fill: str | float = "none",
+        key_purge_daily: bool = True,
+        force_trigger_session_end_time: str | timedelta | None = None,
+    ) -> DStream:
+        """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
+
+        Sessions are times of day (``session_begin[i]`` to ``session_end[i]``, 00:00 meaning 24:00; without
+        ``session_end`` each session runs to the next one's begin and the last to midnight; without either,
+        one session 00:00-24:00); Orca's next-day rules apply. Windows are aligned to each session's begin;
+        rows before a session are in its first window, rows after the day's last session in none.
+        ``merge_session_end=True`` puts a row stamped exactly at a session's end into its last window.
+        ``force_trigger_session_end_time`` closes every key's windows of a session when a row of any key is
+        that long past the session's end (event time, not Orca's wall clock). Other arguments as in
+        ``time_series_engine``; see ``headwater.engines.daily_time_series``.
+
+        >>> import pandas as pd, headwater as hw, tempfile
+        >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> s.use_catalog("doc")
+        >>> g = s.stream_graph("minute_bars")
+        >>> _ = (g.source("trades", schema={"time": "timestamp", "sym": "string", "volume": "long"})
+        ...       .daily_time_series_engine(window="60s", step="60s", metrics=["sum(volume) as volume"],
+        ...                                 time_column="time", key_column="sym", session_begin=["09:30", "13:00"],
+        ...                                 session_end=["11:30", "15:00"], merge_session_end=True).sink("bars"))
+        >>> times = pd.to_datetime(["2018-10-08 09:25:31", "2018-10-08 09:30:02", "2018-10-08 11:29:46",
+        ...                         "2018-10-08 11:30:00", "2018-10-08 13:00:10"])
+        >>> out = g.run_local({"trades": pd.DataFrame({"time": times, "sym": "A", "volume": [8, 26, 30, 14, 16]})})
+        >>> out["bars"].to_dict("list")
+        {'time': [Timestamp('2018-10-08 09:31:00'), Timestamp('2018-10-08 11:30:00')], 'sym': ['A', 'A'], 'volume': [34, 44]}
+        >>> s.close()
+        """
+
+        def make(name: str) -> DailyTimeSeriesEngine:
+            where = f"daily_time_series_engine {clip(name)}"
+            return DailyTimeSeriesEngine(
+                name=name, input_schema=self.node.schema,
+                window=parse_duration(window, where=f"{where} window"),
+                step=parse_duration(step, where=f"{where} step"),
+                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                time_column=time_column, key_column=_as_tuple(key_column),
+                session_begin=("00:00",) if session_begin is None else _times_of_day(
+                    [session_begin] if isinstance(session_begin, str | dt.time) else session_begin,
+                    where=f"{where} session_begin"),
+                session_end=() if session_end is None else _times_of_day(
+                    [session_end] if isinstance(session_end, str | dt.time) else session_end,
+                    where=f"{where} session_end"),
+                merge_session_end=merge_session_end,
+                accepted_delay=parse_duration(accepted_delay, where=f"{where} accepted_delay", allow_zero=True),
+                closed=closed, use_window_start_time=use_window_start_time, fill=fill,
+                key_purge_daily=key_purge_daily,
+                force_trigger_session_end_time=None if force_trigger_session_end_time is None else parse_duration(
+                    force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True))
+
+        return self._engine(DailyTimeSeriesEngine.kind, make)
+
     def cross_sectional_engine(
         self,
         *,
@@ -731,6 +851,14 @@ def _as_list(metrics: Any, where: str) -> list[Any]:
     if not isinstance(metrics, Sequence):
         raise GraphDefinitionError(f"{where}: metrics must be a list of strings or expressions, got {clip(metrics)}")
     return list(metrics)
+
+
+def _times_of_day(value: Any, *, where: str) -> tuple[str, ...]:
+    """A list of times of day (``"09:30"``, ``"09:30:00"``, ``datetime.time``) as their canonical texts."""
+    if isinstance(value, str | dt.time) or not isinstance(value, Sequence):
+        raise GraphDefinitionError(f"{where}: expected a list of times of day, got {clip(value)}; "
+                                   "e.g. ['09:30', '11:30']")
+    return tuple(time_of_day_text(v, where=f"{where}[{i}]") for i, v in enumerate(value))
 
 
 def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str) -> Schema:

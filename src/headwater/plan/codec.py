@@ -33,6 +33,7 @@ import numpy as np
 
 from headwater.engines.anomaly import AnomalyDetectionEngine
 from headwater.engines.cross_sectional import CrossSectionalEngine
+from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.engines.joins import (
     AsofJoinEngine,
     EqualJoinEngine,
@@ -49,6 +50,7 @@ from headwater.engines.reactive_state import (
 from headwater.engines.reactive_stateless import Formula, ReactiveStatelessEngine
 from headwater.engines.rule import RuleEngine
 from headwater.engines.session_window import SessionWindowEngine
+from headwater.engines.time_bucket import TimeBucketEngine
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item, Lit, MultiExpr
@@ -63,7 +65,7 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     TimeSeriesEngine, SessionWindowEngine, CrossSectionalEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
     DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
     AnomalyDetectionEngine, RuleEngine, AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
-    WindowJoinEngine,
+    WindowJoinEngine, TimeBucketEngine, DailyTimeSeriesEngine,
 )}
 
 _MAX_DEPTH = 200  # deeper documents are refused before Python's recursion limit is

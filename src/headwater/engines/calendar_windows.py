@@ -1,0 +1,597 @@
+"""Windows laid out on the clock of each day: the machinery of the time-bucket and daily time-series engines.
+
+Both engines cut every (trading) day into the same sequence of *panes*, intervals given as offsets from
+the day's midnight, and close a key's pane when a row of that key at or past the pane's closing instant
+arrives. What differs is only the layout (:class:`DayLayout`): the time-bucket engine's panes are the
+intervals between its cut points (one pane per window); the daily time-series engine's panes are the
+``step``-long slices of its sessions, a window being ``window / step`` consecutive panes of one session.
+
+Rules shared by both engines (:class:`CalendarWindowProcessor`):
+
+* Row times are the time column's own clock (microseconds since the epoch, no time zone). A row belongs
+  to the pane whose interval holds it, or to none (then it is not aggregated; it still closes panes).
+* A key's pane closes at the first row of that key at or past the pane's closing instant (+
+  ``accepted_delay``). The row is aggregated first when the pane holds it, so a pane whose closing
+  instant is inside it (the time-bucket engine's inclusive right edge) is emitted by its own last row.
+* A row is dropped when every window that would hold it has already been emitted for its key (rows out
+  of order per key; rows tying with a window that closed on its own last row).
+* ``fill``: empty windows are emitted too, filled with NULL, the previous window's values (``ffill``) or
+  a number — but only on a day on which the key already had a window: from the key's first window of a
+  day to the day's last window. Days without a row of the key emit nothing.
+* Output: one row per window, ordered by the row that closed it (``_hw_seq``), then time, then key.
+
+Aggregates are kept per (key, pane) as mergeable partial results (first/last with their arrival order,
+sums, counts, extremes, and count/mean/M2 for ``std``/``var``), never as raw rows.
+
+>>> layout = DayLayout.from_panes(lo=[0, 60], hi=[60, 120], close_at=[60, 120], out_end=[60, 120])
+>>> day, pane, in_pane = layout.locate(np.array([30, 90, 150]))
+>>> pane.tolist(), in_pane.tolist(), layout.closes_through(np.array([59, 60, 86_400_000_000]), 0).tolist()
+([0, 1, 1], [True, True, False], [-1, 0, 1])
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numba
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headwater.engines.base import SEQ, KeyTable, Processor
+from headwater.engines.columns import times_us, to_arrow
+from headwater.engines.window_metrics import WindowMetrics
+from headwater.errors import GraphDefinitionError, clip
+from headwater.types import Schema
+
+DAY_US = 86_400_000_000
+MINUTE_US = 60_000_000
+SECOND_US = 1_000_000
+NONE = np.iinfo(np.int64).min // 4  # "no pane"; far from overflow when a pane index is added to it
+
+_TIME_OF_DAY = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?$")
+
+
+def parse_time_of_day(value: Any, *, where: str) -> tuple[int, str, int]:
+    """A time of day (``"09:30"``, ``"09:30:00"``, ``"09:30:00.5"`` or ``datetime.time``) as
+    (microseconds after midnight, canonical text, precision in microseconds).
+
+    The precision is the unit of the value as written: a minute for ``"HH:MM"``, a second for
+    ``"HH:MM:SS"`` and for a ``datetime.time`` (DolphinDB's MINUTE and SECOND types), a microsecond when
+    fractional seconds are given.
+
+    >>> parse_time_of_day("09:05", where="w")
+    (32700000000, '09:05', 60000000)
+    >>> parse_time_of_day(dt.time(9, 5), where="w")
+    (32700000000, '09:05:00', 1000000)
+    """
+    if isinstance(value, dt.time):
+        if value.tzinfo is not None:
+            raise GraphDefinitionError(f"{where}: {clip(value)} has a time zone; give a naive time of day")
+        text = value.strftime("%H:%M:%S") + (f".{value.microsecond:06d}" if value.microsecond else "")
+        return parse_time_of_day(text, where=where)
+    match = _TIME_OF_DAY.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise GraphDefinitionError(
+            f"{where}: cannot read {clip(value)} as a time of day; expected 'HH:MM', 'HH:MM:SS' or a datetime.time, "
+            "e.g. '09:30'")
+    hours, minutes = int(match[1]), int(match[2])
+    seconds = int(match[3]) if match[3] is not None else 0
+    if hours > 23 or minutes > 59 or seconds > 59:
+        raise GraphDefinitionError(f"{where}: {clip(value)} is not a time of day (00:00 to 23:59:59)")
+    us = ((hours * 60 + minutes) * 60 + seconds) * SECOND_US
+    if match[3] is None:
+        return us, f"{hours:02d}:{minutes:02d}", MINUTE_US
+    if match[4] is None:
+        return us, f"{hours:02d}:{minutes:02d}:{seconds:02d}", SECOND_US
+    fraction = match[4].ljust(6, "0")
+    return us + int(fraction), f"{hours:02d}:{minutes:02d}:{seconds:02d}.{fraction}", 1
+
+
+def time_of_day_text(value: Any, *, where: str) -> str:
+    """The canonical text of a time of day (what engine specs store, so plans stay plain JSON)."""
+    return parse_time_of_day(value, where=where)[1]
+
+
+class DayLayout:
+    """The panes of one day, as offsets (µs) from the day's midnight; the same every day.
+
+    Pane ``k`` holds the row times ``t`` with ``lo[k] <= t - shift - day_start < hi[k]`` and closes at the
+    first row at or past ``close_at[k] + shift`` (+ the accepted delay); ``out_end``/``out_start`` are the
+    output times of the window ending with pane ``k``; ``first``/``last`` the first and last pane of its
+    session. A day's territory is ``[start, start + 24h)``: where the day begins for the row mapping
+    (sessions may run past midnight). ``shift`` (1 µs) turns ``(lo, hi]`` windows into ``[lo, hi)``
+    ones. Panes are numbered across days: global pane ``day * K + k``.
+    """
+
+    def __init__(self, *, lo: Sequence[int], hi: Sequence[int], close_at: Sequence[int], out_end: Sequence[int],
+                 out_start: Sequence[int], first: Sequence[int], last: Sequence[int], start: int = 0,
+                 shift: int = 0, session_end: Sequence[int] = (), session_last: Sequence[int] = ()) -> None:
+        self.lo = np.asarray(lo, dtype=np.int64)
+        self.hi = np.asarray(hi, dtype=np.int64)
+        self.close_at = np.asarray(close_at, dtype=np.int64)
+        self.out_end = np.asarray(out_end, dtype=np.int64)
+        self.out_start = np.asarray(out_start, dtype=np.int64)
+        self.first = np.asarray(first, dtype=np.int64)
+        self.last = np.asarray(last, dtype=np.int64)
+        self.start = int(start)
+        self.shift = int(shift)
+        self.session_end = np.asarray(session_end, dtype=np.int64)  # real session ends (for forced closes)
+        self.session_last = np.asarray(session_last, dtype=np.int64)
+        self.panes = len(self.lo)
+
+    @classmethod
+    def from_panes(cls, *, lo: Sequence[int], hi: Sequence[int], close_at: Sequence[int], out_end: Sequence[int],
+                   out_start: Sequence[int] | None = None) -> DayLayout:
+        """One window per pane (output start: ``out_start``, by default where the pane starts)."""
+        k = len(lo)
+        return cls(lo=lo, hi=hi, close_at=close_at, out_end=out_end, out_start=lo if out_start is None else out_start,
+                   first=range(k), last=range(k))
+
+    def _day_offset(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        day = np.floor_divide(t - self.start, DAY_US)
+        return day, t - day * DAY_US
+
+    def locate(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each row time's day, global pane and whether a pane holds it."""
+        day, offset = self._day_offset(times - self.shift)
+        k = np.searchsorted(self.lo, offset, side="right") - 1
+        in_pane = (k >= 0) & (offset < self.hi[np.clip(k, 0, None)])
+        return day, day * self.panes + k, in_pane
+
+    def closes_through(self, times: np.ndarray, delay: int) -> np.ndarray:
+        """The last global pane a row at each time closes (its closing instant + ``delay`` is at or before)."""
+        day, offset = self._day_offset(times - self.shift - delay)
+        return day * self.panes + np.searchsorted(self.close_at, offset, side="right") - 1
+
+    def forces_through(self, times: np.ndarray, after: int) -> np.ndarray:
+        """The last pane of the last session that ended at least ``after`` before each time."""
+        day, offset = self._day_offset(times - self.shift - after)
+        j = np.searchsorted(self.session_end - self.shift, offset, side="right") - 1
+        return day * self.panes + np.where(j >= 0, self.session_last[np.clip(j, 0, None)], -1)
+
+
+# ---- the per-row pass: which rows count, which windows close, and when ----------------------------------------
+
+@numba.njit(cache=True, inline="always")
+def _window_end(q, m, n_panes, last):  # type: ignore[no-untyped-def]
+    """The last window (by its last pane) that holds pane ``q``: m panes on, within q's session."""
+    d = q // n_panes
+    return min(q + m - 1, d * n_panes + last[q - d * n_panes])
+
+
+@numba.njit(cache=True)
+def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
+           o_filled, no):  # type: ignore[no-untyped-def]
+    """Emit key ``s``'s windows ending at panes up to ``to``; return the new output count."""
+    n_panes = first.shape[0]
+    big = np.iinfo(np.int64).max
+    start = big
+    if pend_n[s] > 0:
+        start = pend[s, 0]
+    if fill and last_emit[s] != NONE:
+        start = min(start, last_emit[s] + 1)
+    p = max(closed[s] + 1, start)
+    while p <= to:
+        d = p // n_panes
+        wlo = max(p - m + 1, d * n_panes + first[p - d * n_panes])
+        nonempty = False
+        nxt = big
+        for j in range(pend_n[s]):
+            q = pend[s, j]
+            if wlo <= q <= p:
+                nonempty = True
+            elif q > p and q < nxt:
+                nxt = q
+        if nonempty:
+            o_filled[no] = 0
+        elif fill and last_emit[s] != NONE and last_emit[s] // n_panes == d:
+            o_filled[no] = 1
+        else:
+            if nxt == big:
+                break
+            p = nxt  # nothing to emit before the next pane with rows
+            continue
+        o_slot[no] = s
+        o_pane[no] = p
+        o_trig[no] = trig
+        no += 1
+        last_emit[s] = p
+        p += 1
+    if to > closed[s]:
+        closed[s] = to
+    k = 0  # retire the panes every window of which is now emitted
+    while k < pend_n[s] and _window_end(pend[s, k], m, n_panes, last) <= closed[s]:
+        k += 1
+    if k:
+        for j in range(pend_n[s] - k):
+            pend[s, j] = pend[s, j + k]
+        pend_n[s] -= k
+    return no
+
+
+@numba.njit(cache=True)
+def _idle(s, fill, closed, last_emit, pend_n, n_panes, last):  # type: ignore[no-untyped-def]
+    """Nothing of key ``s`` is left to emit: no pane with rows, and (with fill) its last day is done."""
+    if pend_n[s] > 0:
+        return False
+    if not fill or last_emit[s] == NONE:
+        return True
+    d = last_emit[s] // n_panes
+    return closed[s] >= d * n_panes + n_panes - 1
+
+
+@numba.njit(cache=True)
+def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m, fill, purge_daily,
+                   closed, last_emit, last_day, pend, pend_n, glob):  # type: ignore[no-untyped-def]
+    """Run the rows of one micro-batch in order; mutate the per-key state; return for each row the number of
+    windows emitted before it was taken (-1: the row does not count; a window holds only the rows taken before
+    it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled)."""
+    n = slots.shape[0]
+    n_keys = closed.shape[0]
+    n_panes = first.shape[0]
+    width = pend.shape[1]
+    taken = np.full(n, -1, dtype=np.int64)
+    cap = n + 16
+    o_slot = np.empty(cap, dtype=np.int64)
+    o_pane = np.empty(cap, dtype=np.int64)
+    o_trig = np.empty(cap, dtype=np.int64)
+    o_filled = np.empty(cap, dtype=np.int8)
+    no = 0
+    worst = (width + 1) * n_panes + width * m + 1  # most windows one close of one key can emit
+    for i in range(n):
+        s = slots[i]
+        d = day[i]
+        if purge_daily and d > glob[1]:
+            # a new day: keys with nothing left to emit restart from scratch (memory only; see the module)
+            if glob[1] != NONE:
+                for k in range(n_keys):
+                    if last_day[k] < d and _idle(k, fill, closed, last_emit, pend_n, n_panes, last):
+                        closed[k] = NONE
+                        last_emit[k] = NONE
+            glob[1] = d
+        if closed[s] < glob[0]:
+            closed[s] = glob[0]  # a key first seen (or restarted) after a forced close
+        if d > last_day[s]:
+            last_day[s] = d
+        if in_pane[i]:
+            q = pane[i]
+            if _window_end(q, m, n_panes, last) > closed[s]:
+                taken[i] = no
+                j = 0
+                while j < pend_n[s] and pend[s, j] < q:
+                    j += 1
+                if j == pend_n[s] or pend[s, j] != q:
+                    if pend_n[s] == width:
+                        raise RuntimeError("calendar windows: more open panes than the state holds")
+                    for k in range(pend_n[s], j, -1):
+                        pend[s, k] = pend[s, k - 1]
+                    pend[s, j] = q
+                    pend_n[s] += 1
+        targets = 0
+        if close_to[i] > closed[s]:
+            targets = 1
+        if force_to[i] > glob[0]:
+            glob[0] = force_to[i]
+            targets = 1 + n_keys
+        for t in range(targets):
+            k = s if t == 0 else t - 1
+            to = close_to[i] if t == 0 else glob[0]
+            if to <= closed[k]:
+                continue
+            if no + worst > cap:
+                cap = 2 * (no + worst)
+                o_slot = np.concatenate((o_slot[:no], np.empty(cap - no, dtype=np.int64)))
+                o_pane = np.concatenate((o_pane[:no], np.empty(cap - no, dtype=np.int64)))
+                o_trig = np.concatenate((o_trig[:no], np.empty(cap - no, dtype=np.int64)))
+                o_filled = np.concatenate((o_filled[:no], np.empty(cap - no, dtype=np.int8)))
+            no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
+                        o_filled, no)
+    return taken, o_slot[:no], o_pane[:no], o_trig[:no], o_filled[:no]
+
+
+# ---- partial aggregates ------------------------------------------------------------------------------------
+# A partial is a dict of equally long arrays: its key columns, "rows", "fseq"/"lseq" (first and last arrival),
+# and per aggregate i "x{i}", "y{i}", "z{i}": first/last: the value; sum/avg/count: the sum of non-NULL values
+# and their count; max/min: the extreme and the count; std/var: the mean, the count and the sum of squared
+# deviations (merged with Chan et al.'s formula).
+
+Partials = dict[str, np.ndarray]
+
+
+def _groups(keys: Sequence[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort by ``keys`` then ``then``; return the order, where each group of equal keys starts in it, and each
+    sorted element's group number."""
+    order = np.lexsort([then, *reversed(keys)])
+    change = np.zeros(len(order), dtype=bool)
+    if len(order):
+        change[0] = True
+        for k in keys:
+            sk = k[order]
+            change[1:] |= sk[1:] != sk[:-1]
+    return order, np.flatnonzero(change), np.cumsum(change) - 1
+
+
+def _last_in_group(starts: np.ndarray, n: int) -> np.ndarray:
+    return np.append(starts[1:], n) - 1
+
+
+def empty_partials(names: Sequence[str], funcs: Sequence[str]) -> Partials:
+    out: Partials = {name: np.empty(0, np.int64) for name in (*names, "rows", "fseq", "lseq")}
+    for i in range(len(funcs)):
+        out.update({f"x{i}": np.empty(0), f"y{i}": np.empty(0), f"z{i}": np.empty(0)})
+    return out
+
+
+def partials_of_rows(keys: dict[str, np.ndarray], seq: np.ndarray, args: Sequence[np.ndarray],
+                     funcs: Sequence[str]) -> Partials:
+    """One partial per distinct ``keys`` over rows (``args``: each aggregate's argument, NaN = NULL)."""
+    n = len(seq)
+    order, starts, gid = _groups(list(keys.values()), seq)
+    if n == 0:
+        return empty_partials(list(keys), funcs)
+    ends = _last_in_group(starts, n)
+    sseq = seq[order]
+    out: Partials = {name: k[order][starts] for name, k in keys.items()}
+    out.update(rows=np.diff(np.append(starts, n)), fseq=sseq[starts], lseq=sseq[ends])
+    for i, (func, a) in enumerate(zip(funcs, args, strict=True)):
+        v = a[order]
+        valid = ~np.isnan(v)
+        count = np.add.reduceat(valid.astype(np.float64), starts)
+        x, z = np.full(len(starts), np.nan), np.zeros(len(starts))
+        if func == "first":
+            x = v[starts]
+        elif func == "last":
+            x = v[ends]
+        elif func in ("sum", "avg", "count"):
+            x = np.add.reduceat(np.where(valid, v, 0.0), starts)
+        elif func == "max":
+            x = np.fmax.reduceat(v, starts)
+        elif func == "min":
+            x = np.fmin.reduceat(v, starts)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                x = np.add.reduceat(np.where(valid, v, 0.0), starts) / count
+            z = np.add.reduceat(np.where(valid, (v - x[gid]) ** 2, 0.0), starts)
+        out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = x, count, z
+    return out
+
+
+def merge_partials(parts: Partials, keys: Sequence[str], funcs: Sequence[str]) -> Partials:
+    """Combine the partials that share ``keys`` into one each."""
+    n = len(parts["rows"])
+    order, starts, gid = _groups([parts[k] for k in keys], parts["fseq"])
+    if n == 0:
+        return empty_partials(keys, funcs)
+    out: Partials = {k: parts[k][order][starts] for k in keys}
+    out.update(rows=np.add.reduceat(parts["rows"][order], starts), fseq=parts["fseq"][order][starts],
+               lseq=np.maximum.reduceat(parts["lseq"][order], starts))
+    by_last = None
+    for i, func in enumerate(funcs):
+        x, y, z = (parts[f"{c}{i}"][order] for c in "xyz")
+        count = np.add.reduceat(y, starts)
+        mx, mz = np.full(len(starts), np.nan), np.zeros(len(starts))
+        if func == "first":
+            mx = x[starts]  # the partial that arrived first
+        elif func == "last":
+            if by_last is None:
+                by_last, last_starts, _ = _groups([parts[k] for k in keys], parts["lseq"])
+                by_last = by_last[_last_in_group(last_starts, n)]
+            mx = parts[f"x{i}"][by_last]
+        elif func in ("sum", "avg", "count"):
+            mx = np.add.reduceat(x, starts)
+        elif func == "max":
+            mx = np.fmax.reduceat(x, starts)
+        elif func == "min":
+            mx = np.fmin.reduceat(x, starts)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mx = np.add.reduceat(np.where(y > 0, y * x, 0.0), starts) / count
+            spread = np.where(y > 0, y * (x - mx[gid]) ** 2, 0.0)
+            mz = np.add.reduceat(z + spread, starts)
+        out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = mx, count, mz
+    return out
+
+
+def take(parts: Partials, index: np.ndarray) -> Partials:
+    return {name: column[index] for name, column in parts.items()}
+
+
+def finals(parts: Partials, funcs: Sequence[str]) -> list[np.ndarray]:
+    """Each aggregate's value from merged partials (NULL = NaN)."""
+    values = []
+    for i, func in enumerate(funcs):
+        x, y, z = parts[f"x{i}"], parts[f"y{i}"], parts[f"z{i}"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if func in ("first", "last"):
+                v = x
+            elif func == "count":
+                v = y
+            elif func in ("sum", "max", "min"):
+                v = np.where(y > 0, x, np.nan)
+            elif func == "avg":
+                v = np.where(y > 0, x / y, np.nan)
+            else:
+                var = np.where(y >= 2, np.maximum(z, 0.0) / (y - 1), np.nan)
+                v = np.sqrt(var) if func == "std" else var
+        values.append(np.asarray(v, dtype=np.float64))
+    return values
+
+
+# ---- the processor -------------------------------------------------------------------------------------------
+
+class CalendarWindowProcessor(Processor):
+    """Run a calendar-window engine (spec with ``input_schema``, ``time_column``, ``key_column``,
+    ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules."""
+
+    def __init__(self, spec: Any, layout: DayLayout, *, panes_per_window: int = 1, delay: int = 0,
+                 fill: str | float = "none", force_after: int | None = None, purge_daily: bool = False,
+                 purge_every: float | None = None, use_window_start_time: bool = False, max_open_panes: int = 2) -> None:
+        self.spec = spec
+        self.layout = layout
+        self.out_schema: Schema = spec.output_schema()
+        n_keys = len(spec.key_column)
+        self.metrics = WindowMetrics(spec._outputs, spec.input_schema, [t for _, t in self.out_schema.columns[1 + n_keys:]])
+        self.funcs = [a.func for a in self.metrics.aggs]
+        self.m = panes_per_window
+        self.delay = delay
+        self.fill = fill
+        self.force_after = force_after
+        self.purge_daily = purge_daily
+        self.purge_every = purge_every
+        self.use_window_start_time = use_window_start_time
+        self.width = max_open_panes
+
+    def new_state(self) -> dict[str, Any]:
+        a = len(self.funcs)
+        return {"keys": [], "closed": np.empty(0, np.int64), "last_emit": np.empty(0, np.int64),
+                "last_day": np.empty(0, np.int64), "pend": np.empty((0, self.width), np.int64),
+                "pend_n": np.empty(0, np.int64), "last_out": np.empty((0, a), np.float64),
+                "glob": np.array([NONE, NONE], dtype=np.int64), "last_purge": None,
+                "panes": empty_partials(["slot", "pane"], self.funcs)}
+
+    def _arrow_schema(self) -> pa.Schema:
+        return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
+
+    def _grown(self, state: dict[str, Any], n_keys: int) -> dict[str, np.ndarray]:
+        have = len(state["closed"])
+        extra = n_keys - have
+        return {
+            "closed": np.concatenate([state["closed"], np.full(extra, NONE, np.int64)]),
+            "last_emit": np.concatenate([state["last_emit"], np.full(extra, NONE, np.int64)]),
+            "last_day": np.concatenate([state["last_day"], np.full(extra, NONE, np.int64)]),
+            "pend": np.concatenate([state["pend"], np.zeros((extra, self.width), np.int64)]),
+            "pend_n": np.concatenate([state["pend_n"], np.zeros(extra, np.int64)]),
+            "last_out": np.concatenate([state["last_out"], np.full((extra, len(self.funcs)), np.nan)]),
+        }
+
+    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        spec = self.spec
+        table = table.filter(table[spec.time_column].is_valid())
+        n = table.num_rows
+        if n == 0:
+            return state, self._arrow_schema().empty_table()
+        keys = KeyTable(state["keys"])
+        key_columns = [table[k] for k in spec.key_column]
+        slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(n, dtype=np.int64)
+        per_key = self._grown(state, max(len(keys), 1))
+        glob = state["glob"].copy()
+        last_purge = state["last_purge"]
+        if self.purge_every is not None:
+            if last_purge is None:
+                last_purge = batch_time
+            elif batch_time - last_purge >= self.purge_every:
+                # Orca's keyPurgeFreqInSec on the batch's commit time (the same on replay): idle keys restart
+                idle = per_key["pend_n"] == 0
+                per_key["closed"][idle] = NONE
+                per_key["last_emit"][idle] = NONE
+                last_purge = batch_time
+        times = times_us(table[spec.time_column], "timestamp")
+        layout = self.layout
+        day, pane, in_pane = layout.locate(times)
+        close_to = layout.closes_through(times, self.delay)
+        force_to = (layout.forces_through(times, self.force_after) if self.force_after is not None
+                    else np.full(n, NONE, dtype=np.int64))
+        taken, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
+            slots, pane, in_pane.astype(np.int8), close_to, force_to, day, layout.first, layout.last,
+            np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"], per_key["last_emit"],
+            per_key["last_day"], per_key["pend"], per_key["pend_n"], glob)
+        seq = table[SEQ].to_numpy().astype(np.int64)
+        rows = taken >= 0
+        # partials per pane and per "taken before emission e" epoch: a window sees only rows taken before it
+        parts = partials_of_rows({"slot": slots[rows], "pane": pane[rows], "epoch": taken[rows]}, seq[rows],
+                                 [a[rows] for a in self.metrics.arguments(table)], self.funcs)
+        old = state["panes"]
+        parts = {name: np.concatenate([old[name], parts[name]]) if name in old
+                 else np.concatenate([np.full(len(old["rows"]), -1, np.int64), parts[name]]) for name in parts}
+        out = self._emitted(parts, per_key, o_slot, o_pane, o_trig, o_filled, seq, keys)
+        panes = merge_partials(parts, ["slot", "pane"], self.funcs)
+        # keep the panes a window still to be emitted holds
+        q = panes["pane"]
+        k = len(layout.first)
+        d = np.floor_divide(q, k)
+        window_end = np.minimum(q + self.m - 1, d * k + layout.last[q - d * k])
+        panes = take(panes, np.flatnonzero(window_end > per_key["closed"][panes["slot"]]))
+        new_state = {"keys": keys.keys, **per_key, "glob": glob, "last_purge": last_purge, "panes": panes}
+        if (self.purge_daily or self.purge_every is not None) and spec.key_column:
+            new_state = self._compact(new_state)
+        return new_state, out
+
+    def _emitted(self, parts: Partials, per_key: dict[str, np.ndarray], o_slot: np.ndarray, o_pane: np.ndarray,
+                 o_trig: np.ndarray, o_filled: np.ndarray, seq: np.ndarray, keys: KeyTable) -> pa.Table:
+        m_out = len(o_slot)
+        if m_out == 0:
+            return self._arrow_schema().empty_table()
+        a = len(self.funcs)
+        values = np.full((m_out, a), np.nan)
+        full = o_filled == 0
+        if full.any():
+            # each emitted window from the partials of its panes (a pane counts for the m windows ending at it)
+            k = len(self.layout.first)
+            q = parts["pane"]
+            d = np.floor_divide(q, k)
+            last_pane = d * k + self.layout.last[q - d * k]
+            # each partial once per window holding its pane ...
+            index = np.concatenate([np.flatnonzero(q + step <= last_pane) for step in range(self.m)])
+            window = q[index] + np.repeat(np.arange(self.m), [np.count_nonzero(q + step <= last_pane)
+                                                              for step in range(self.m)])
+            # ... kept if that window is emitted now, after the partial's rows were taken
+            emitted = np.flatnonzero(full)
+            e = pd.MultiIndex.from_arrays([o_slot[emitted], o_pane[emitted]]).get_indexer(
+                pd.MultiIndex.from_arrays([parts["slot"][index], window]))
+            keep = e >= 0
+            e = np.where(keep, emitted[np.maximum(e, 0)], -1)
+            keep &= parts["epoch"][index] <= e
+            exploded = take(parts, index[keep])
+            exploded["e"] = e[keep]
+            merged = merge_partials(exploded, ["e"], self.funcs)
+            for i, v in enumerate(finals(merged, self.funcs)):
+                values[merged["e"], i] = v
+        filled = ~full
+        if filled.any():
+            if self.fill == "null":
+                pass
+            elif self.fill == "ffill":
+                source = pd.Series(np.where(full, np.arange(m_out), np.nan)).groupby(o_slot).ffill().to_numpy()
+                copied = filled & ~np.isnan(source)
+                values[copied] = values[source[copied].astype(np.int64)]
+                from_state = filled & np.isnan(source)
+                values[from_state] = per_key["last_out"][o_slot[from_state]]
+            else:
+                values[filled] = float(self.fill)
+        last_rows = pd.Series(np.arange(m_out)).groupby(o_slot).last()
+        per_key["last_out"][last_rows.index.to_numpy(np.int64)] = values[last_rows.to_numpy(np.int64)]
+        k = len(self.layout.first)
+        d = np.floor_divide(o_pane, k)
+        offsets = (self.layout.out_start if self.use_window_start_time else self.layout.out_end)[o_pane - d * k]
+        out_times = d * DAY_US + offsets
+        spec = self.spec
+        schema = spec.input_schema.to_arrow()
+        arrays: list[pa.Array] = [to_arrow(out_times.astype(np.float64), "timestamp")]
+        for i, key in enumerate(spec.key_column):
+            arrays.append(pa.array(keys.values(o_slot, i, len(spec.key_column)), type=schema.field(key).type))
+        arrays.extend(self.metrics.results([values[:, i] for i in range(a)], m_out))
+        arrays.append(pa.array(seq[o_trig], type=pa.int64()))
+        out = pa.table(arrays, schema=self._arrow_schema())
+        if spec.key_column:
+            # windows closed by one row: by time, then key (slot numbers depend on purges, keys do not)
+            order = pc.sort_indices(out, sort_keys=[(SEQ, "ascending"), (spec.time_column, "ascending")]
+                                            + [(key, "ascending") for key in spec.key_column])
+            out = out.take(order)
+        return out
+
+    def _compact(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Drop keys in their initial state (restarted by a purge): the same as keys never seen."""
+        fresh = (state["closed"] == NONE) & (state["last_emit"] == NONE) & (state["pend_n"] == 0)
+        if not fresh.any():
+            return state
+        keep = ~fresh
+        remap = np.cumsum(keep) - 1
+        panes = {**state["panes"], "slot": remap[state["panes"]["slot"]]}
+        return {**state, "keys": [k for k, kept in zip(state["keys"], keep, strict=True) if kept],
+                **{name: state[name][keep] for name in ("closed", "last_emit", "last_day", "pend", "pend_n", "last_out")},
+                "panes": panes}

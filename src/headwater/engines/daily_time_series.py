@@ -1,0 +1,237 @@
+"""The daily time-series engine: time-series windows within the trading sessions of each day (Orca's
+dailyTimeSeriesEngine, C.2).
+
+Sessions are given as times of day (``session_begin[i]``, ``session_end[i]``; an end of 00:00 is 24:00).
+As in Orca, a session whose end is not after its begin ends on the next day, and so do all the sessions
+after it; a session beginning before the previous one's end begins on the next day. A first session
+beginning at 00:00 and a last one ending at 00:00 are one session across midnight (Orca ≥ 2.00.14.4):
+``begin=["00:00", "09:00", "21:00"], end=["01:00", "11:30", "00:00"]`` is the trading day 21:00–01:00,
+09:00–11:30. A trading day starts with its first session's pre-opening (at midnight, or where the previous
+trading day's drop region ends) and runs to the next one:
+
+* windows of ``window`` (a multiple of ``step``) end every ``step`` from each session's begin to its end,
+  which must be ``step`` multiples apart; a window holds only rows of its own session;
+* rows before a session's begin (before the first session, or between two sessions) count as rows at its
+  begin: they are in its first window (every window holding its begin);
+* rows after the last session until the end of that calendar day (or the next trading day's first
+  session) are in no window: they close windows, nothing else;
+* ``merge_session_end=True`` (``closed="left"``): a row stamped exactly at a session's end is in the
+  session's last window, which a later row closes (as in Orca's example, where such a window waits for the
+  forced trigger); otherwise that row closes the last window and belongs to the next session's first
+  window (or to no window after the last session).
+
+Windows close per key as in the time-series engine (the first row at or past the end + ``accepted_delay``;
+``closed="right"``: past it). ``force_trigger_session_end_time``: Orca counts it on the wall clock; here
+it is event time: the first row of any key at or past ``session end + value`` closes every key's windows up
+to that session's end (so a replay closes them exactly where the first run did; keys are only those of
+the same stream task). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
+forgotten at the first row of a new trading day once nothing of theirs is left to emit, so no window is
+ever lost (Orca drops the unfinished windows of the previous day).
+
+>>> import pyarrow as pa
+>>> from datetime import timedelta
+>>> from headwater.engines.base import SEQ
+>>> from headwater.parse import parse_metric
+>>> from headwater.types import Schema
+>>> spec = DailyTimeSeriesEngine(name="d", input_schema=Schema.parse({"t": "timestamp", "v": "double"}),
+...     window=timedelta(minutes=1), step=timedelta(minutes=1), metrics=(parse_metric("sum(v) as v"),),
+...     time_column="t", session_begin=("09:30", "13:00"), session_end=("11:30", "15:00"))
+>>> import pandas as pd
+>>> at = lambda hms: pd.Timedelta(hms).value // 1000  # µs after the epoch's midnight
+>>> rows = pa.table({"t": pa.array([at("09:25:31"), at("09:30:02"), at("09:31:10")], pa.timestamp("us")),
+...                  "v": [8.0, 26.0, 1.0], SEQ: [0, 1, 2]})
+>>> p = spec.processor()
+>>> state, out = p.process(p.new_state(), rows)
+>>> out.to_pydict()["v"]  # the pre-opening row is in the first window, [09:30, 09:31)
+[34.0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from headwater.durations import format_duration, to_micros
+from headwater.engines.base import EngineKind, EngineSpec
+from headwater.engines.calendar_windows import DAY_US, CalendarWindowProcessor, DayLayout, parse_time_of_day
+from headwater.engines.time_bucket import check_fill, check_timestamp
+from headwater.engines.window_metrics import resolve_window_engine, window_output_schema
+from headwater.errors import GraphDefinitionError, clip
+from headwater.expr import Expr
+from headwater.types import Schema
+
+
+def _hhmm(us: int) -> str:
+    """An offset from a trading day's midnight as text (``+1`` marks the next day)."""
+    days, rest = divmod(us, DAY_US)
+    seconds, micros = divmod(rest, 1_000_000)
+    text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}" + (f":{seconds % 60:02d}" if seconds % 60 or micros else "")
+    return text + (f".{micros:06d}" if micros else "") + (f"(+{days})" if days else "")
+
+
+def session_offsets(begins: list[int], ends: list[int], *, where: str) -> list[tuple[int, int]]:
+    """Sessions as (begin, end) offsets from the trading day's midnight, with Orca's next-day rules.
+
+    >>> h = 3_600_000_000
+    >>> [(b // h, e // h) for b, e in session_offsets([21 * h, 9 * h, 13 * h], [1 * h, 11 * h, 15 * h], where="w")]
+    [(21, 25), (33, 35), (37, 39)]
+    """
+    if len(begins) > 1 and begins[0] == 0 and ends[-1] == 0:
+        # a first session from midnight and a last one to midnight are one session across midnight
+        begins, ends = [begins[-1], *begins[1:-1]], [ends[0], *ends[1:-1]]
+    sessions: list[tuple[int, int]] = []
+    shift = 0
+    for b, e in zip(begins, ends, strict=True):
+        begin = b + shift
+        if sessions and begin < sessions[-1][1]:
+            shift += DAY_US
+            begin += DAY_US
+        end = (e or DAY_US) + shift
+        if end == begin:
+            raise GraphDefinitionError(f"{where}: session {_hhmm(begin)}-{_hhmm(end)} is empty")
+        if end < begin:
+            shift += DAY_US
+            end += DAY_US
+        sessions.append((begin, end))
+    span = sessions[-1][1] - sessions[0][0]
+    if span > DAY_US:
+        raise GraphDefinitionError(
+            f"{where}: the sessions {', '.join(f'{_hhmm(b)}-{_hhmm(e)}' for b, e in sessions)} span more than a "
+            "day (a session beginning before the previous one ends starts on the next day); check the order of "
+            "session_begin and session_end")
+    return sessions
+
+
+@dataclass(frozen=True)
+class DailyTimeSeriesEngine(EngineSpec):
+    """Parameters of ``daily_time_series_engine`` (validated against the input schema on creation)."""
+
+    kind: ClassVar[EngineKind] = EngineKind.DAILY_TIME_SERIES
+    name: str
+    input_schema: Schema
+    window: timedelta
+    step: timedelta
+    metrics: tuple[Expr, ...]
+    time_column: str
+    key_column: tuple[str, ...] = ()
+    session_begin: tuple[str, ...] = ("00:00",)
+    session_end: tuple[str, ...] = ()
+    merge_session_end: bool = False
+    accepted_delay: timedelta = timedelta(0)
+    closed: str = "left"
+    use_window_start_time: bool = False
+    fill: str | float = "none"
+    key_purge_daily: bool = True
+    force_trigger_session_end_time: timedelta | None = None
+    _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
+    _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"daily_time_series_engine {clip(self.name)}"
+        window, step = to_micros(self.window), to_micros(self.step)
+        if window <= 0 or step <= 0:
+            raise GraphDefinitionError(f"{where}: window and step must be positive, got window="
+                                       f"{format_duration(self.window)}, step={format_duration(self.step)}")
+        if window % step:
+            raise GraphDefinitionError(f"{where}: window {format_duration(self.window)} must be a multiple of step "
+                                       f"{format_duration(self.step)}; e.g. window='60s', step='30s'")
+        begins, ends = self.session_begin, self.session_end
+        if not isinstance(begins, tuple | list) or not begins:
+            raise GraphDefinitionError(f"{where}: session_begin must be a list of times of day, got {clip(begins)}; "
+                                       "e.g. session_begin=['09:30', '13:00']")
+        if not isinstance(ends, tuple | list) or (ends and len(ends) != len(begins)):
+            raise GraphDefinitionError(
+                f"{where}: session_end must give one end per session_begin: got {len(begins)} begin(s) "
+                f"{clip(list(begins))} and end(s) {clip(list(ends) if isinstance(ends, tuple | list) else ends)}")
+        b = [parse_time_of_day(x, where=f"{where} session_begin[{i}]") for i, x in enumerate(begins)]
+        e = [parse_time_of_day(x, where=f"{where} session_end[{i}]") for i, x in enumerate(ends)]
+        begin_us = [us for us, _, _ in b]
+        end_us = [us for us, _, _ in e] if e else [*begin_us[1:], 0]
+        sessions = session_offsets(begin_us, end_us, where=where)
+        for s_begin, s_end in sessions:
+            if (s_end - s_begin) % step:
+                raise GraphDefinitionError(
+                    f"{where}: session {_hhmm(s_begin)}-{_hhmm(s_end)} lasts {format_duration(timedelta(microseconds=s_end - s_begin))}"
+                    f", not a multiple of step {format_duration(self.step)}; windows are aligned to each session's "
+                    "begin and must end at its end (Orca's merge_last_window is not supported): pick a step that "
+                    "divides every session")
+        if self.closed not in ("left", "right"):
+            raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
+        check_fill(self.fill, where=where)
+        if self.accepted_delay < timedelta(0):
+            raise GraphDefinitionError(f"{where}: accepted_delay must not be negative, got {self.accepted_delay}")
+        force = self.force_trigger_session_end_time
+        if force is not None and force < timedelta(0):
+            raise GraphDefinitionError(f"{where}: force_trigger_session_end_time must not be negative, got {force}")
+        object.__setattr__(self, "session_begin", tuple(text for _, text, _ in b))
+        object.__setattr__(self, "session_end", tuple(text for _, text, _ in e))
+        object.__setattr__(self, "_sessions", tuple(sessions))
+        resolve_window_engine(self, where=where)
+        check_timestamp(self, where=where)
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return self.key_column
+
+    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+        return window_output_schema(self, where=f"daily_time_series_engine {clip(self.name)}")
+
+    def properties(self) -> dict[str, Any]:
+        return {
+            "windowSize": format_duration(self.window), "step": format_duration(self.step),
+            "metrics": [str(m) for m in self.metrics], "timeColumn": self.time_column,
+            "keyColumn": list(self.key_column), "sessionBegin": list(self.session_begin),
+            "sessionEnd": list(self.session_end),
+            "sessions": [f"{_hhmm(b)}-{_hhmm(e)}" for b, e in self._sessions],
+            "mergeSessionEnd": self.merge_session_end,
+            "acceptedDelay": format_duration(self.accepted_delay) if self.accepted_delay else "0s",
+            "closed": self.closed, "useWindowStartTime": self.use_window_start_time, "fill": self.fill,
+            "keyPurgeDaily": self.key_purge_daily,
+            "forceTriggerSessionEndTime": (None if self.force_trigger_session_end_time is None else "0s"
+                                           if not self.force_trigger_session_end_time
+                                           else format_duration(self.force_trigger_session_end_time)),
+        }
+
+    def layout(self) -> DayLayout:
+        """Panes of ``step`` per session; the first pane of a session also holds the time before it."""
+        step, window = to_micros(self.step), to_micros(self.window)
+        merge = self.merge_session_end and self.closed == "left"
+        sessions = self._sessions
+        last_end = sessions[-1][1]
+        drop_end = min(-(-last_end // DAY_US) * DAY_US, DAY_US + sessions[0][0])
+        start = drop_end - DAY_US  # a trading day runs from here for 24 h
+        lo: list[int] = []
+        hi: list[int] = []
+        close_at: list[int] = []
+        first: list[int] = []
+        last: list[int] = []
+        session_last: list[int] = []
+        previous_end = start
+        for s_begin, s_end in sessions:
+            n = (s_end - s_begin) // step
+            k0 = len(lo)
+            for k in range(n):
+                lo.append(previous_end if k == 0 else s_begin + k * step)
+                end = s_begin + (k + 1) * step
+                # merged, a row at the session's end is its last window's last row; a later row closes it
+                hi.append(end + 1 if merge and k == n - 1 else end)
+                close_at.append(hi[-1])
+                first.append(k0)
+                last.append(k0 + n - 1)
+            session_last.append(k0 + n - 1)
+            previous_end = hi[-1]
+        ends = [b + (k + 1) * step for b, e in sessions for k in range((e - b) // step)]
+        return DayLayout(lo=lo, hi=hi, close_at=close_at, out_end=ends, out_start=[x - window for x in ends],
+                         first=first, last=last, start=start, shift=1 if self.closed == "right" else 0,
+                         session_end=[e for _, e in sessions], session_last=session_last)
+
+    def processor(self, input_schema: Schema | None = None) -> CalendarWindowProcessor:
+        step = to_micros(self.step)
+        delay = to_micros(self.accepted_delay)
+        force = self.force_trigger_session_end_time
+        return CalendarWindowProcessor(
+            self, self.layout(), panes_per_window=to_micros(self.window) // step, delay=delay, fill=self.fill,
+            force_after=None if force is None else to_micros(force), purge_daily=self.key_purge_daily,
+            use_window_start_time=self.use_window_start_time,
+            max_open_panes=to_micros(self.window) // step + -(-delay // step) + 2)

@@ -1,0 +1,428 @@
+"""daily_time_series_engine (Orca C.2): Orca's documented examples (their final windows), an independent
+per-row pandas reference over explicit session calendars equal for any split of the input into appends and
+after a kill, the session rules, and clear errors for bad arguments."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import headwater as hw
+from headwater.dataplane.local import LocalRunner
+from headwater.engines.base import SEQ
+from headwater.engines.daily_time_series import DailyTimeSeriesEngine
+from headwater.parse import parse_metric
+from headwater.types import Schema
+
+SCHEMA = {"t": "timestamp", "k": "string", "v": "double"}
+METRICS = ["sum(v) as total", "count(v) as n", "max(v) - min(v) as rng", "first(v) as f", "last(v) as l",
+           "avg(v) as mean", "std(v) as sd"]
+COLUMNS = ["t", "k", "total", "n", "rng", "f", "l", "mean", "sd"]
+H, M, ZERO = pd.Timedelta(hours=1), pd.Timedelta(minutes=1), pd.Timedelta(0)
+
+# Two calendars written out by hand: the trading day D (a date) starts at D + start and has these sessions.
+CALENDARS = {
+    "day": {"begin": ["09:30", "09:45"], "end": ["09:40", "09:55"], "start": pd.Timedelta(0),
+            "sessions": [(9 * H + 30 * M, 9 * H + 40 * M), (9 * H + 45 * M, 9 * H + 55 * M)],
+            "first_row": 9 * H + 28 * M},
+    # 23:50-24:00, then 00:05-00:15 of the next calendar day; the day starts at 23:50 (after the drop region)
+    "night": {"begin": ["23:50", "00:05"], "end": ["00:00", "00:15"], "start": 23 * H + 50 * M,
+              "sessions": [(23 * H + 50 * M, 24 * H), (24 * H + 5 * M, 24 * H + 15 * M)],
+              "first_row": 23 * H + 48 * M},
+}
+
+
+# ---- the reference: C.2 read row by row over an explicit calendar ------------------------------------------
+
+class Reference:
+    def __init__(self, calendar: dict, *, window: pd.Timedelta, step: pd.Timedelta, closed: str = "left",
+                 merge: bool = False, delay: pd.Timedelta = ZERO, fill=None, force=None,
+                 start_time: bool = False) -> None:
+        self.cal, self.window, self.step, self.closed, self.merge = calendar, window, step, closed, merge
+        self.delay, self.fill, self.force, self.start_time = delay, fill, force, start_time
+        self.m = window // step
+
+    def trading_day(self, t: pd.Timestamp) -> pd.Timestamp:
+        eps = pd.Timedelta(microseconds=1) if self.closed == "right" else pd.Timedelta(0)
+        return (t - self.cal["start"] - eps).normalize()
+
+    def panes(self, day: pd.Timestamp) -> list[tuple]:
+        """(day, session, index) of every pane of a trading day, with its end."""
+        out = []
+        for i, (b, e) in enumerate(self.cal["sessions"]):
+            out += [((day, i, k), day + b + (k + 1) * self.step) for k in range((e - b) // self.step)]
+        return out
+
+    def pane_of(self, t: pd.Timestamp):
+        day = self.trading_day(t)
+        sessions = self.cal["sessions"]
+        for i, (b, e) in enumerate(sessions):
+            begin, end = day + b, day + e
+            if (t < begin) if self.closed == "left" else (t <= begin):
+                return day, i, 0  # before the session (pre-opening or between sessions): its first window
+            if self.closed == "left" and (t < end or (self.merge and t == end)):
+                return day, i, min((t - begin) // self.step, (e - b) // self.step - 1)
+            if self.closed == "right" and t <= end:
+                return day, i, -(-(t - begin) // self.step) - 1
+        return None  # after the day's last session
+
+    def last_of_session(self, p) -> tuple:
+        day, i, _ = p
+        b, e = self.cal["sessions"][i]
+        return day, i, (e - b) // self.step - 1
+
+    def closes(self, p, end: pd.Timestamp, t: pd.Timestamp) -> bool:
+        """Left: at or past the end; right, or a session's last window holding its end row: past it."""
+        holds_end = self.closed == "right" or (self.merge and p == self.last_of_session(p))
+        return end + self.delay < t if holds_end else end + self.delay <= t
+
+    def run(self, rows: pd.DataFrame) -> pd.DataFrame:
+        out, keys = [], {}
+        forced = None
+        one_day = pd.Timedelta(days=1)
+
+        def close(key, upto, trigger):
+            st_ = keys[key]
+            if st_["closed"] is not None and upto <= st_["closed"]:
+                return
+            days = [p[0] for p in st_["rows"]] + ([st_["last_emit"][0]] if st_["last_emit"] else []) + [upto[0]]
+            d = min(days)
+            while d <= upto[0]:
+                for p, end in self.panes(d):
+                    if (st_["closed"] is not None and p <= st_["closed"]) or p > upto:
+                        continue
+                    lo = max(0, p[2] - self.m + 1)
+                    # first/last follow arrival, also across panes (as the time-series engine)
+                    values = [v for _, v in sorted(x for j in range(lo, p[2] + 1)
+                                                   for x in st_["rows"].get((p[0], p[1], j), []))]
+                    if values:
+                        vals = aggregates(values)
+                    elif self.fill is not None and st_["last_emit"] is not None and st_["last_emit"][0] == p[0]:
+                        vals = dict(st_["last_vals"]) if self.fill == "ffill" else (
+                            dict.fromkeys(aggregates([np.nan]), np.nan) if self.fill == "null"
+                            else {**dict.fromkeys(aggregates([np.nan]), float(self.fill)), "rng": 0.0})
+                    else:
+                        continue
+                    out.append({"t": end - self.window if self.start_time else end, "k": key, **vals,
+                                "trigger": trigger})
+                    st_["last_emit"], st_["last_vals"] = p, vals
+                d += one_day
+            st_["closed"] = upto
+
+        for pos, row in enumerate(rows.itertuples(index=False)):
+            if pd.isna(row.t):
+                continue
+            st_ = keys.setdefault(row.k, {"rows": {}, "closed": None, "last_emit": None, "last_vals": None})
+            if forced is not None and (st_["closed"] is None or st_["closed"] < forced):
+                st_["closed"] = forced
+            p = self.pane_of(row.t)
+            if p is not None:
+                last_window = min((p[0], p[1], p[2] + self.m - 1), self.last_of_session(p))
+                if st_["closed"] is None or last_window > st_["closed"]:
+                    st_["rows"].setdefault(p, []).append((pos, row.v))
+            day = self.trading_day(row.t)
+            closable = [q for d in (day - 2 * one_day, day - one_day, day) for q, end in self.panes(d)
+                        if self.closes(q, end, row.t)]
+            if closable:
+                close(row.k, closable[-1], pos)
+            if self.force is not None:
+                ended = [(d + e, self.last_of_session((d, i, 0))) for d in (day - one_day, day)
+                         for i, (_, e) in enumerate(self.cal["sessions"]) if d + e + self.force <= row.t]
+                if ended and (forced is None or ended[-1][1] > forced):
+                    forced = ended[-1][1]
+                    for key in keys:
+                        close(key, forced, pos)
+        frame = pd.DataFrame(out, columns=[*COLUMNS, "trigger"])
+        return frame.sort_values(["trigger", "t", "k"], kind="stable").drop(columns="trigger").reset_index(drop=True)
+
+
+def aggregates(values: list[float]) -> dict[str, float]:
+    v = pd.Series(values, dtype=float)
+    return {"total": v.sum(min_count=1), "n": float(v.count()), "rng": v.max() - v.min(), "f": v.iloc[0],
+            "l": v.iloc[-1], "mean": v.mean(), "sd": v.std(ddof=1)}
+
+
+# ---- data and harness ------------------------------------------------------------------------------------
+
+def make_rows(seed: int, calendar: str = "day", n: int = 240) -> pd.DataFrame:
+    """Rows over three trading days from before the first session to after the last: steps of seconds,
+    a fifth on whole minutes (session and window ends), out-of-order rows, NULL times and values."""
+    rng = np.random.default_rng(seed)
+    first = CALENDARS[calendar]["first_row"]
+    days = np.sort(rng.choice(pd.to_datetime(["2026-01-05", "2026-01-06", "2026-01-08"]), n))
+    clock: dict = {}
+    times = []
+    for d in days:
+        t = clock.get(d, pd.Timestamp(d) + first) + pd.Timedelta(seconds=int(rng.choice([0, 5, 10, 20, 30, 60, 90])))
+        if rng.random() < 0.2:
+            t = t.ceil("min")
+        clock[d] = t
+        times.append(t)
+    frame = pd.DataFrame({"t": pd.Series(times), "k": rng.choice(["a", "b", "c"], n),
+                          "v": rng.integers(0, 50, n).astype(float)})
+    late = rng.random(n) < 0.05
+    frame.loc[late, "t"] = frame.loc[late, "t"] - pd.Timedelta(seconds=90)
+    frame.loc[rng.random(n) < 0.05, "v"] = np.nan
+    frame.loc[rng.random(n) < 0.02, "t"] = pd.NaT
+    return frame
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    s = hw.connect(tmp_path_factory.mktemp("daily"), start_spark=False)
+    s.use_catalog("demo")
+    yield s
+    s.close()
+
+
+_names = iter(range(10**6))
+
+
+def graph(session: hw.Session, calendar: str = "day", *, parallel: int = 0, **kw):
+    g = session.stream_graph(f"d{next(_names)}")
+    src = g.source("t", schema=SCHEMA)
+    if parallel:
+        src = src.parallelize("k", parallel)
+    args = {"window": "60s", "step": "60s", "metrics": METRICS, "time_column": "t", "key_column": "k",
+            "session_begin": CALENDARS[calendar]["begin"], "session_end": CALENDARS[calendar]["end"], **kw}
+    src.daily_time_series_engine(**args).sink("out")
+    return g
+
+
+def run(g, tmp_path, rows: pd.DataFrame, cuts=(), crash: int | None = None) -> pd.DataFrame:
+    """Append ``rows`` split at ``cuts``, one micro-batch per append; the one after append ``crash`` is killed
+    before its commit (it ran and saved its state) and replayed."""
+    runner = LocalRunner(g.plan(), tmp_path)
+    bounds = [0, *sorted(cuts), len(rows)]
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        runner.append("t", rows.iloc[a:b])
+        if crash == i:
+            runner.step(crash_after_tasks=1)
+        runner.step()
+    return runner.read("out")
+
+
+def same(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False, atol=1e-9)
+
+
+# ---- Orca's documented examples --------------------------------------------------------------------------
+
+def orca_rows(*rows) -> pd.DataFrame:
+    return pd.DataFrame({"time": pd.to_datetime([f"2018-10-08 {t}" for t, _, _ in rows]),
+                         "sym": [s for _, s, _ in rows], "volume": [v for _, _, v in rows]})
+
+
+def orca_graph(session, **kw):
+    g = session.stream_graph(f"d{next(_names)}")
+    (g.source("trades", schema={"time": "timestamp", "sym": "string", "volume": "long"})
+      .daily_time_series_engine(window="60s", step="60s", metrics=["sum(volume) as sumVolume"], time_column="time",
+                                key_column="sym", session_begin=["09:30:00", "13:00:00"],
+                                session_end=["11:30:00", "15:00:00"], merge_session_end=True, **kw)
+      .sink("output1"))
+    return g
+
+
+def test_orca_example_1_merge_session_end(session, tmp_path):
+    """The docs' example 1 (window = step = 60 s, sessions 09:30-11:30 and 13:00-15:00, mergeSessionEnd). Orca
+    runs it with updateTime=2 into a keyed table, so its table also shows the still-open 15:00 windows; the
+    engine has no update_time and emits a window once, when a later row of its key closes it. So this checks
+    the windows closed by the example's rows, then closes the 15:00 windows with a row after the session
+    (dropped itself) and checks them: the example's final table, row for row."""
+    trades = orca_rows(("09:25:31", "A", 8), ("09:26:01", "B", 10), ("09:30:02", "A", 26), ("09:30:10", "B", 14),
+                       ("11:29:46", "A", 30), ("11:29:50", "B", 11), ("11:30:00", "A", 14), ("11:30:00", "B", 4),
+                       ("13:00:10", "A", 16), ("13:00:12", "B", 9), ("14:59:56", "A", 20), ("14:59:58", "B", 20),
+                       ("15:00:00", "A", 10), ("15:00:00", "B", 29))
+    runner = LocalRunner(orca_graph(session).plan(), tmp_path)
+    runner.append("trades", trades)
+    runner.run_until_idle()
+    assert [(t.strftime("%H:%M"), s, v) for t, s, v in runner.read("output1").itertuples(index=False)] == [
+        ("09:31", "A", 34), ("09:31", "B", 24), ("11:30", "A", 44), ("11:30", "B", 15),
+        ("13:01", "A", 16), ("13:01", "B", 9)]
+    runner.append("trades", orca_rows(("15:00:01", "A", 1), ("15:00:01", "B", 1)))
+    runner.run_until_idle()
+    assert [(t.strftime("%H:%M"), s, v) for t, s, v in runner.read("output1").itertuples(index=False)][6:] == [
+        ("15:00", "A", 30), ("15:00", "B", 49)]
+
+
+def test_orca_example_2_force_trigger_session_end_time_on_event_time(session, tmp_path):
+    """The docs' example 2: B's 11:30 window (its 11:30:00 row merged in) has no later B row; Orca forces it 10 s
+    of wall clock after 11:30:00. Here a row of any key at or past 11:30:10 forces it. A's 11:30:01 row is
+    between the sessions: it closes A's 11:30 window and belongs to the 13:00 session's first window."""
+    trades = orca_rows(("09:25:31", "A", 8), ("09:26:01", "B", 10), ("09:30:02", "A", 26), ("09:30:10", "B", 14),
+                       ("11:29:46", "A", 30), ("11:29:50", "B", 11), ("11:30:00", "B", 14), ("11:30:01", "A", 4))
+    runner = LocalRunner(orca_graph(session, force_trigger_session_end_time="10s").plan(), tmp_path)
+    runner.append("trades", trades)
+    runner.run_until_idle()
+    assert [(t.strftime("%H:%M"), s, v) for t, s, v in runner.read("output1").itertuples(index=False)] == [
+        ("09:31", "A", 34), ("09:31", "B", 24), ("11:30", "A", 30)]  # Orca's table before the sleep
+    runner.append("trades", orca_rows(("11:30:10", "C", 1)))
+    runner.run_until_idle()
+    assert [(t.strftime("%H:%M"), s, v) for t, s, v in runner.read("output1").itertuples(index=False)][3:] == [
+        ("11:30", "B", 25)]  # and after it
+
+
+# ---- session rules -----------------------------------------------------------------------------------------
+
+def test_night_sessions_follow_orcas_next_day_rules():
+    def sessions(begin, end):
+        spec = DailyTimeSeriesEngine(name="s", input_schema=Schema.parse(SCHEMA), window=dt.timedelta(minutes=1),
+                                     step=dt.timedelta(minutes=1), metrics=(parse_metric("sum(v) as v"),),
+                                     time_column="t", session_begin=tuple(begin), session_end=tuple(end))
+        return spec.properties()["sessions"]
+
+    assert sessions(["21:00", "09:00", "13:00"], ["01:00", "11:30", "15:00"]) == [
+        "21:00-01:00(+1)", "09:00(+1)-11:30(+1)", "13:00(+1)-15:00(+1)"]
+    assert sessions(["21:00", "23:30", "09:00", "13:00"], ["22:00", "02:00", "11:30", "15:00"]) == [
+        "21:00-22:00", "23:30-02:00(+1)", "09:00(+1)-11:30(+1)", "13:00(+1)-15:00(+1)"]
+    assert sessions(["21:00", "09:00", "13:00"], ["23:00", "11:30", "15:00"]) == [
+        "21:00-23:00", "09:00(+1)-11:30(+1)", "13:00(+1)-15:00(+1)"]
+    # a first session from midnight and a last one to midnight are one session across midnight
+    assert sessions(["00:00", "09:00", "13:00", "21:00"], ["01:00", "11:30", "15:00", "00:00"]) == [
+        "21:00-01:00(+1)", "09:00(+1)-11:30(+1)", "13:00(+1)-15:00(+1)"]
+    assert sessions(["09:30"], []) == ["09:30-00:00(+1)"]
+    assert sessions(["00:00"], []) == ["00:00-00:00(+1)"]
+
+
+def test_rows_between_sessions_join_the_next_and_rows_after_the_last_are_dropped(session):
+    g = session.stream_graph(f"d{next(_names)}")
+    (g.source("t", schema=SCHEMA)
+      .daily_time_series_engine(window="10min", step="10min", metrics=["sum(v) as total"], time_column="t",
+                                key_column="k", session_begin=["09:30", "13:00"], session_end=["11:30", "15:00"])
+      .sink("out"))
+    times = ["00:10", "09:35", "11:29", "11:30", "12:00", "13:05", "14:55", "15:00", "23:00", "2026-01-06 09:31"]
+    rows = pd.DataFrame({"t": pd.to_datetime([x if " " in x else f"2026-01-05 {x}" for x in times], format="ISO8601"), "k": "a",
+                         "v": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0]})
+    out = g.run_local({"t": rows})["out"]
+    assert out.t.dt.strftime("%d %H:%M").tolist() == ["05 09:40", "05 11:30", "05 13:10", "05 15:00"]
+    assert out.total.tolist() == [3.0, 4.0, 56.0, 64.0]  # 00:10 joins 09:30's first window; 15:00, 23:00 count nowhere
+
+
+def test_night_session_windows_run_across_midnight(session, tmp_path):
+    # 23:49 is in the previous trading day's drop region (the day starts at 23:50); 00:00:10 is between the
+    # sessions: in the 00:05 session's first window; 00:15:00 is after the last session
+    rows = pd.DataFrame({"t": pd.to_datetime(["2026-01-05 23:49", "2026-01-05 23:50", "2026-01-05 23:59:30",
+                                              "2026-01-06 00:00:10", "2026-01-06 00:14:59", "2026-01-06 00:15:00"],
+                                             format="ISO8601"),
+                         "k": "a", "v": [32.0, 1.0, 2.0, 4.0, 8.0, 16.0]})
+    out = graph(session, "night", window="5min", step="5min", metrics=["sum(v) as total"]).run_local({"t": rows})["out"]
+    assert out.t.dt.strftime("%d %H:%M").tolist() == ["05 23:55", "06 00:00", "06 00:10", "06 00:15"]
+    assert out.total.tolist() == [1.0, 2.0, 4.0, 8.0]
+
+
+# ---- the reference property -------------------------------------------------------------------------------
+
+def reference(rows, calendar="day", **kw) -> pd.DataFrame:
+    kw = {"window": pd.Timedelta(seconds=60), "step": pd.Timedelta(seconds=60), **kw}
+    return Reference(CALENDARS[calendar], **kw).run(rows)
+
+
+ENGINE_ARGS = {"window": "window", "closed": "closed", "merge": "merge_session_end", "delay": "accepted_delay",
+               "fill": "fill", "force": "force_trigger_session_end_time", "start_time": "use_window_start_time"}
+
+
+def engine_kw(**kw) -> dict:
+    return {ENGINE_ARGS[k]: v for k, v in kw.items() if v is not None}
+
+
+@pytest.mark.parametrize("calendar", ["day", "night"])
+@pytest.mark.parametrize("kw", [{}, {"closed": "right"}, {"merge": True}, {"window": pd.Timedelta(seconds=180)},
+                                {"delay": pd.Timedelta(seconds=30)}, {"fill": "null"}, {"fill": "ffill"},
+                                {"force": pd.Timedelta(seconds=20)}, {"start_time": True}])
+def test_whole_input_equals_the_reference(session, tmp_path, calendar, kw):
+    rows = make_rows(5, calendar)
+    got = run(graph(session, calendar, **engine_kw(**kw)), tmp_path, rows)
+    want = reference(rows, calendar, **kw)
+    assert len(want) > 20
+    same(got, want)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 239), max_size=6, unique=True),
+       crash=st.one_of(st.none(), st.integers(0, 6)), calendar=st.sampled_from(["day", "night"]),
+       closed=st.sampled_from(["left", "right"]), merge=st.booleans(),
+       window=st.sampled_from([pd.Timedelta(seconds=60), pd.Timedelta(seconds=120)]),
+       delay=st.sampled_from([pd.Timedelta(0), pd.Timedelta(seconds=30)]),
+       fill=st.sampled_from([None, "ffill", 0.0]), force=st.sampled_from([None, pd.Timedelta(seconds=40)]),
+       purge=st.booleans())
+def test_any_split_into_appends_and_a_kill_give_the_reference(session, tmp_path_factory, seed, cuts, crash, calendar,
+                                                               closed, merge, window, delay, fill, force, purge):
+    rows = make_rows(seed, calendar)
+    kw = {"closed": closed, "merge": merge, "window": window, "delay": delay, "fill": fill, "force": force}
+    g = graph(session, calendar, key_purge_daily=purge, **engine_kw(**kw))
+    got = run(g, tmp_path_factory.mktemp("p"), rows, cuts, crash)
+    same(got, reference(rows, calendar, **kw))
+
+
+def test_parallel_tasks_give_the_same_windows(session, tmp_path):
+    rows = make_rows(13)
+    got = run(graph(session, parallel=2), tmp_path, rows)
+    want = reference(rows)
+    same(got.sort_values(["k", "t"]), want.sort_values(["k", "t"]).reset_index(drop=True))
+
+
+def test_key_purge_daily_forgets_keys_with_nothing_left_at_a_new_day():
+    spec = DailyTimeSeriesEngine(name="purge", input_schema=Schema.parse(SCHEMA), window=dt.timedelta(minutes=1),
+                                 step=dt.timedelta(minutes=1), metrics=(parse_metric("sum(v) as total"),),
+                                 time_column="t", key_column=("k",), session_begin=("09:30",), session_end=("10:00",))
+    p = spec.processor()
+
+    def batch(times, keys, seq0):
+        return pa.table({"t": pa.array(pd.to_datetime(times, format="ISO8601"), pa.timestamp("us")), "k": keys,
+                         "v": [1.0] * len(keys),
+                         SEQ: list(range(seq0, seq0 + len(keys)))})
+
+    # 'a' is done with day 1 (a row after the session closed its window); 'b' still has its window open
+    state, _ = p.process(p.new_state(), batch(["2026-01-05 09:31", "2026-01-05 09:31", "2026-01-05 16:00"],
+                                              ["a", "b", "a"], 0))
+    assert state["keys"] == ["a", "b"]
+    state, out = p.process(state, batch(["2026-01-06 09:31", "2026-01-06 09:40"], ["c", "b"], 3))
+    assert state["keys"] == ["b", "c"]
+    assert out.to_pydict()["k"] == ["b"]  # 'b' kept its day-1 window, closed by its day-2 row
+
+
+# ---- bad arguments ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"window": "90s"}, "window 90s must be a multiple of step 1min"),
+    ({"window": 60}, "got the bare number 60"),
+    ({"session_begin": ["09:30", "13:00"], "session_end": ["11:30"]},
+     r"session_end must give one end per session_begin: got 2 begin\(s\) \['09:30', '13:00'\] and end\(s\) \['11:30'\]"),
+    ({"session_begin": ["9.30"]}, r"session_begin\[0\]: cannot read '9.30' as a time of day"),
+    ({"session_begin": 9.5}, r"session_begin: expected a list of times of day, got 9.5"),
+    ({"session_begin": ["09:30"], "session_end": ["09:30"]}, "session 09:30-09:30 is empty"),
+    ({"session_begin": ["09:30", "10:00"], "session_end": ["11:30", "12:00"]}, "span more than a day"),
+    ({"session_begin": ["09:30"], "session_end": ["11:25:30"]},
+     "session 09:30-11:25:30 lasts 6930s, not a multiple of step 1min"),
+    ({"time_column": "nope"}, "time_column 'nope' is not an input column"),
+    ({"time_column": "d"}, "time_column 'd' has type date"),
+    ({"key_column": ["k", "kk"]}, "key_column 'kk' is not an input column"),
+    ({"metrics": ["v + 1 as w"]}, "column 'v' is used outside an aggregate"),
+    ({"closed": "both"}, "closed must be 'left' or 'right', got 'both'"),
+    ({"fill": "zero"}, "fill must be one of none, null, ffill or a number, got 'zero'"),
+    ({"accepted_delay": "-5s"}, "duration must be non-negative"),
+    ({"force_trigger_session_end_time": "soon"}, "cannot read 'soon' as a duration"),
+])
+def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
+    g = session.stream_graph(f"bad{next(_names)}")
+    src = g.source("bad_in", schema={**SCHEMA, "d": "date"})
+    args = {"window": "60s", "step": "60s", "metrics": METRICS, "time_column": "t", "key_column": "k",
+            "session_begin": ["09:30", "13:00"], "session_end": ["11:30", "15:00"], **kw}
+    with pytest.raises(hw.GraphDefinitionError, match=message) as err:
+        src.daily_time_series_engine(**args)
+    assert "daily_time_series_engine 'daily_time_series_bad_in'" in str(err.value)
+
+
+def test_the_engine_round_trips_through_the_plan_document(session):
+    g = graph(session, "night", merge_session_end=True, force_trigger_session_end_time="5s", fill=1.0,
+              accepted_delay="2s")
+    again = hw.StreamGraph.from_json(session, g.to_json())
+    assert again.to_json() == g.to_json()
+    assert "23:50-00:00(+1)" in g.explain()
