@@ -343,3 +343,16 @@ def test_the_engine_round_trips_through_the_plan_document(session):
     again = hw.StreamGraph.from_json(session, g.to_json())
     assert again.to_json() == g.to_json()
     assert "'09:30:00', '09:45:00'" in g.explain()
+
+
+def test_rows_of_an_emitted_window_are_counted_as_late(session, tmp_path):
+    from headwater.runtime.engine_stats import engine_rows
+
+    day = pd.Timestamp("2026-11-25")
+    at = [day + pd.Timedelta(hours=9, minutes=m) for m in (30.5, 36.0, 31.0, 32.0)]  # 09:31 and 09:32: too late
+    rows = pd.DataFrame({"t": at, "k": ["a"] * 4, "v": [1.0, 2.0, 3.0, 4.0]})
+    runner = LocalRunner(graph(session).plan(), tmp_path)
+    runner.append("t", rows)
+    runner.run_until_idle()
+    [stat] = engine_rows(runner.physical, tmp_path / "checkpoints")
+    assert stat["late_rows"] == 2 and stat["keys"] == 1

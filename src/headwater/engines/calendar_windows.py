@@ -516,7 +516,9 @@ class CalendarWindowProcessor(Processor):
         d = np.floor_divide(q, k)
         window_end = np.minimum(q + self.m - 1, d * k + layout.last[q - d * k])
         panes = take(panes, np.flatnonzero(window_end > per_key["closed"][panes["slot"]]))
-        new_state = {"keys": keys.keys, **per_key, "glob": glob, "last_purge": last_purge, "panes": panes}
+        late = int(np.count_nonzero(in_pane & (taken < 0)))  # in a window, but one already emitted for its key
+        new_state = {"keys": keys.keys, **per_key, "glob": glob, "last_purge": last_purge, "panes": panes,
+                     "late_rows": int(state.get("late_rows", 0)) + late}
         if (self.purge_daily or self.purge_every is not None) and spec.key_column:
             new_state = self._compact(new_state)
         return new_state, out
