@@ -113,21 +113,8 @@ class Worker:
                 checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
                 trigger_interval=self.trigger_interval, on_batch=record, driver_batch_rows=self.driver_batch_rows,
                 fence=(checkpoints / EPOCH_FILE, epoch) if epoch else None)
-            self._wait_past_initializing(running.queries[sg.id])
 
         self._wait_until_started(fqn, running)
-
-    @staticmethod
-    def _wait_past_initializing(query: Any, timeout: float = 120.0) -> None:
-        """Wait until ``query`` has initialized its source: each query starts a Python process that must connect
-        back to Spark within a fixed 10 s, so starting a graph's queries at once on a loaded machine can fail
-        them; one at a time they do not compete. A query that fails is reported by _wait_until_started."""
-        deadline = time.monotonic() + timeout
-        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
-                if query.status.get("message") != "Initializing sources":
-                    return
-                query.awaitTermination(0.05)
 
     def _wait_until_started(self, fqn: str, running: RunningGraph, timeout: float = 600.0) -> None:
         """Return once every query has completed its first trigger: the graph is then really running."""
