@@ -14,7 +14,7 @@ agree before any number is printed:
   ``foreachBatch``) sink. The same job first runs once on the warm-up rows; the clock runs from
   writing the first file to ``processAllAvailable`` returning. For the as-of join, which Spark has no
   streaming operator for, also a batch ``cogroup().applyInPandas(pd.merge_asof)`` (Spark's documented
-  as-of recipe) over the same files.
+  as-of recipe), timed from writing the same files to its output written.
 - **pandas**: a single-process reference of the same result (``groupby``, ``merge_asof``, ``merge``).
 
 Windows and joins that wait for later rows close per key in Headwater and on Spark's global watermark
