@@ -60,10 +60,10 @@ class Cluster:
         self.recoveries: list[tuple[str, float]] = []
 
     def start_worker(self, port: int):
-        return start("worker", self.data, port, "--driver-batch-rows", "0")  # batches as Spark jobs: longer windows
+        return start("worker", self.data, port, "--driver-batch-rows", "0", "--log-level", "info")  # batches as Spark jobs: longer windows
 
     def start_master(self, port: int, *extra: str):
-        args = ["--metadata", self.metadata, "--heartbeat", "0.5", "--heartbeat-deadline", "3"]
+        args = ["--metadata", self.metadata, "--heartbeat", "0.5", "--heartbeat-deadline", "3", "--log-level", "info"]
         for p in self.worker_ports:
             args += ["--worker", f"http://127.0.0.1:{p}"]
         self.masters[port] = start("master", self.data, port, *args, *extra)

@@ -40,7 +40,8 @@ SUBMIT = textwrap.dedent("""
 
 
 def start(command: str, data: Path, port: int, *extra: str) -> subprocess.Popen:
-    """Start ``headwater <command>`` and return once it answers ``/v1/health`` (deadline 120 s)."""
+    """Start ``headwater <command>`` and return once it answers ``/v1/health`` (a worker: once its Spark driver is
+    ready too) within 120 s."""
     log_path = data.parent / f"{command}-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - the process writes to it while it lives
     proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", command, "--data-dir", str(data),
@@ -49,7 +50,10 @@ def start(command: str, data: Path, port: int, *extra: str) -> subprocess.Popen:
     while time.monotonic() < deadline:
         assert proc.poll() is None, log_path.read_text()[-3000:]
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+            answer = httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1)
+            spark = answer.json().get("spark", "ready") if answer.status_code == 200 else ""
+            assert not spark.startswith("failed"), f"headwater {command}'s Spark did not start: {spark}"
+            if spark == "ready":
                 return proc
         except httpx.TransportError:
             pass

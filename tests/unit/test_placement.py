@@ -63,3 +63,10 @@ def test_a_group_without_a_live_worker_is_a_clear_error():
 def test_placement_is_deterministic():
     workers, graphs = cluster(7)
     assert place(graphs, workers) == place(list(reversed(graphs)), workers)
+
+
+def test_a_worker_still_starting_spark_is_chosen_only_when_no_ready_one_is_eligible():
+    starting, busy = WorkerLoad("http://starting", ready=False), WorkerLoad("http://busy", cpu=0.9, memory=0.9)
+    assert place([GraphDemand("g", 1)], [starting, busy]) == {"g": "http://busy"}
+    gone = WorkerLoad("http://busy", alive=False)
+    assert place([GraphDemand("g", 1)], [starting, gone]) == {"g": "http://starting"}

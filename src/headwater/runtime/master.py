@@ -393,10 +393,12 @@ class Master:
             return  # stopped, failed or dropped: nothing runs to move
         moving = self._recovering.setdefault(fqn, threading.Event())  # calls on the graph wait for the move
         try:
+            began = time.monotonic()
             self._set_status(rec, GraphStatus.ERROR, f"NODE_DOWN: worker {worker} stopped answering", action="recover")
             logical: LogicalGraph = _definition(rec)
             self._start(rec, logical, plan(logical), action="recover")
-            log.warning("stream graph %s moved off worker %s and is running again", fqn, worker)
+            log.warning("stream graph %s moved off worker %s and is running again (after %.1f s)", fqn, worker,
+                        time.monotonic() - began)
         finally:
             self._recovering.pop(fqn, None)
             moving.set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import threading
 import time
@@ -39,6 +40,8 @@ from headwater.runtime.protocol import (
 from headwater.sql.policy import PreparedQuery
 from headwater.tuning import DRIVER_BATCH_ROWS
 
+log = logging.getLogger(__name__)
+
 EPOCH_FILE = "epoch"  # in a graph's checkpoint directory: the epoch of its current placement
 
 
@@ -64,6 +67,7 @@ class Worker:
         self.driver_batch_rows = driver_batch_rows
         self.spark_cores = spark_cores  # on a standalone cluster: the executor cores this worker's driver takes
         self._spark: Any = None
+        self.spark_failure = ""  # why the last attempt to start Spark failed
         self._spark_lock = threading.Lock()  # the recovery thread and the user's thread may both start it
         self._start_lock = threading.RLock()
         self._graphs: dict[str, RunningGraph] = {}
@@ -74,10 +78,23 @@ class Worker:
             if self._spark is None:
                 from headwater.spark.session import build_spark
 
-                spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores)
-                self._prime_python_workers(spark)
-                self._spark = spark
+                began = time.monotonic()
+                try:
+                    spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores)
+                    self._prime_python_workers(spark)
+                except Exception as exc:
+                    self.spark_failure = _short(exc)
+                    raise
+                self._spark, self.spark_failure = spark, ""
+                log.info("Spark (%s) ready in %.1f s", self.spark_master, time.monotonic() - began)
         return self._spark
+
+    @property
+    def spark_state(self) -> str:
+        """``ready`` once this worker's Spark driver can run queries, ``starting`` before, or why it failed."""
+        if self._spark is not None:
+            return "ready"
+        return f"failed: {self.spark_failure}" if self.spark_failure else "starting"
 
     @staticmethod
     def _prime_python_workers(spark: Any) -> None:
@@ -94,7 +111,10 @@ class Worker:
                      run_id: str, epoch: int, keep_snapshots: int) -> None:
         from headwater.spark.fused import start_fused_subgraph
 
+        began = time.monotonic()
         self.stop_graph(fqn)
+        spark = self.spark
+        spark_ready = time.monotonic()
         running = RunningGraph(physical, {},
                                start_args=(fqn, physical, table_paths, checkpoints, run_id, epoch, keep_snapshots))
         self._graphs[fqn] = running
@@ -109,12 +129,16 @@ class Worker:
                     total[k] = total.get(k, 0.0) + v
 
             running.queries[sg.id] = start_fused_subgraph(
-                self.spark, subgraph_task(physical, sg, table_paths, checkpoints, run, keep_snapshots=keep_snapshots),
+                spark, subgraph_task(physical, sg, table_paths, checkpoints, run, keep_snapshots=keep_snapshots),
                 checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
                 trigger_interval=self.trigger_interval, on_batch=record, driver_batch_rows=self.driver_batch_rows,
                 fence=(checkpoints / EPOCH_FILE, epoch) if epoch else None)
 
+        queries_started = time.monotonic()
         self._wait_until_started(fqn, running)
+        log.info("stream graph %s (run %s) started in %.1f s: Spark ready after %.1f s, %d queries started after "
+                 "%.1f s, their first micro-batches done after %.1f s", fqn, run, time.monotonic() - began,
+                 spark_ready - began, len(running.queries), queries_started - began, time.monotonic() - began)
 
     def _wait_until_started(self, fqn: str, running: RunningGraph, timeout: float = 600.0) -> None:
         """Return once every query has completed its first trigger: the graph is then really running."""

@@ -88,6 +88,13 @@ def _wait_ready(p: Process, logs: Path, timeout: float, ready: Any = None) -> No
     raise ConfigurationError(f"{p.name} did not become ready within {timeout:.0f}s: {_tail(logs / f'{p.name}.log')}")
 
 
+def _spark_ready(worker: Process) -> bool:
+    spark = httpx.get(str(worker.health), timeout=1).json()["spark"]
+    if spark.startswith("failed"):
+        raise ConfigurationError(f"{worker.name}'s Spark driver did not start: {spark}")
+    return spark == "ready"
+
+
 def _tail(path: Path, chars: int = 1500) -> str:
     try:
         return path.read_text(errors="replace")[-chars:]
@@ -180,8 +187,8 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
             record(_spawn(f"worker-{i}", argv, logs, env, "headwater.cli worker",
                               f"http://127.0.0.1:{wport}/v1/health"))
             worker_urls.append(f"http://127.0.0.1:{wport}")
-        for p in started[-workers:]:
-            _wait_ready(p, logs, timeout)
+        for p in started[-workers:]:  # a worker is up once its Spark driver is: graphs placed on it start at once
+            _wait_ready(p, logs, timeout, ready=lambda p=p: _spark_ready(p))
         state["workers"] = worker_urls
         argv = [*cli, "master", "--data-dir", str(data_dir), "--port", str(port)]
         for url in worker_urls:

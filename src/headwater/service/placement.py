@@ -10,6 +10,8 @@ complexity is its number of operators (engines and maps). Graphs are placed most
 eligible worker with the lowest score (ties: the order the workers were given), whose score then grows by
 the graph's complexity. On idle workers this is the longest-processing-time rule: within a compute group,
 the placed complexity of any two workers differs by at most the largest single graph's complexity.
+A worker whose Spark driver is still starting is chosen only when no eligible worker is ready: a graph
+placed there waits for that start (several seconds) before it runs.
 
 >>> workers = [WorkerLoad("http://a"), WorkerLoad("http://b")]
 >>> place([GraphDemand("g1", 3), GraphDemand("g2", 2), GraphDemand("g3", 2)], workers)
@@ -36,6 +38,7 @@ class WorkerLoad:
     cpu: float = 0.0  # utilisation in [0, 1], from the worker's heartbeat
     memory: float = 0.0
     alive: bool = True
+    ready: bool = True  # its Spark driver has started
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def place(graphs: Iterable[GraphDemand], workers: Sequence[WorkerLoad],
             groups = sorted({w.group for w in workers if w.alive})
             raise ExecutionError(f"stream graph {graph.fqn}: no live worker in compute group {graph.group!r} "
                                  f"(live workers' groups: {', '.join(groups) or 'none'})")
-        best = min(eligible, key=lambda w: (score(w, placed[w.url]), order[w.url]))
+        best = min(eligible, key=lambda w: (not w.ready, score(w, placed[w.url]), order[w.url]))
         placed[best.url] += graph.complexity
         result[graph.fqn] = best.url
     return result

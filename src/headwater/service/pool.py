@@ -7,13 +7,15 @@ placement and its epoch (one more each time) go to the metadata store, and the e
 checkpoint directory, which every worker sees. A worker checks that file before each commit
 (``headwater.spark.fused.check_fence``), so one that was only frozen or cut off, and comes back after its
 graphs moved, stops instead of committing. The heartbeat thread asks each worker's ``/v1/health`` every
-``heartbeat`` seconds; a worker silent for ``deadline`` seconds is down (Orca's NODE_DOWN), and the master's
+``heartbeat`` seconds; a worker silent for ``deadline`` seconds, or whose port refused two heartbeats in a row,
+is down (Orca's NODE_DOWN), and the master's
 ``on_down`` callback restarts its graphs elsewhere from their checkpoints.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import os
 import threading
@@ -41,6 +43,17 @@ from headwater.service.worker_http import HttpWorkerPort
 from headwater.storage.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
+
+# Consecutive heartbeats refused (the worker's port is closed): its process is gone, and the graphs it ran with
+# it, so waiting out the deadline would only delay their move. A frozen or unreachable worker refuses nothing:
+# for it the deadline decides.
+REFUSALS_FOR_DOWN = 2
+
+
+class Probe(enum.Enum):
+    OK = "ok"
+    REFUSED = "refused"  # the connection was refused: no process listens on the worker's port
+    SILENT = "silent"  # no answer in time, or not a worker's answer
 
 
 class WorkerPool:
@@ -148,34 +161,41 @@ class WorkerPool:
         return self.ports[placed[0]].request(message)
 
     # -- heartbeats -----------------------------------------------------------------------------------
-    def _probe(self, url: str) -> bool:
-        """Ask one worker how it is; record its group and load. False if it did not answer."""
+    def _probe(self, url: str) -> Probe:
+        """Ask one worker how it is; record its group and load."""
         try:
             # a worker busy starting Spark answers slowly: only the deadline decides that it is down
             answer = httpx.get(f"{url}/v1/health", timeout=max(self.deadline / 2, 1.0))
             if answer.status_code != 200:
-                return False
+                return Probe.SILENT
             doc = answer.json()
             self.loads[url] = WorkerLoad(url, str(doc.get("group", DEFAULT_GROUP)), float(doc.get("cpu", 0.0)),
-                                         float(doc.get("memory", 0.0)))
-            return True
+                                         float(doc.get("memory", 0.0)), ready=doc.get("spark", "ready") == "ready")
+            return Probe.OK
+        except httpx.ConnectError as exc:
+            return Probe.REFUSED if _refused(exc) else Probe.SILENT
         except (httpx.HTTPError, ValueError, TypeError):
-            return False
+            return Probe.SILENT
 
     def _beat(self) -> None:
+        refusals = dict.fromkeys(self.ports, 0)
         while not self._stop.wait(self.heartbeat):
             for url in list(self.ports):  # workers may join meanwhile
                 now = time.monotonic()
-                ok = self._probe(url)
-                if ok:
+                probe = self._probe(url)
+                refusals[url] = refusals.get(url, 0) + 1 if probe is Probe.REFUSED else 0
+                if probe is Probe.OK:
                     if not self.alive[url]:
                         log.warning("worker %s answers again; the graphs moved away from it stay where they are", url)
                     self._last_ok[url], self.alive[url] = now, True
-                elif self.alive[url] and now - self._last_ok[url] > self.deadline:
+                    continue
+                silent = now - self._last_ok[url] > self.deadline
+                if self.alive[url] and (silent or refusals[url] >= REFUSALS_FOR_DOWN):
                     self.alive[url] = False
                     graphs = sorted(g for g, (w, _) in self.placements().items() if w == url)
-                    log.error("worker %s missed its heartbeats for %.0f s (NODE_DOWN); moving %s", url, self.deadline,
-                              ", ".join(graphs) or "nothing")
+                    why = (f"missed its heartbeats for {self.deadline:.0f} s" if silent else
+                           f"refused {refusals[url]} heartbeats in a row: nothing listens on its port")
+                    log.error("worker %s %s (NODE_DOWN); moving %s", url, why, ", ".join(graphs) or "nothing")
                     # moving takes as long as starting the graphs elsewhere: heartbeats go on meanwhile
                     threading.Thread(target=self._move, args=(url, graphs), name=f"headwater-failover-{url}",
                                      daemon=True).start()
@@ -192,6 +212,15 @@ class WorkerPool:
             self._thread.join()
         for port in self.ports.values():
             port.close()
+
+
+def _refused(exc: BaseException | None) -> bool:
+    """Whether ``exc`` comes from a refused connection (httpx wraps the OS error in its own ones)."""
+    while exc is not None:
+        if isinstance(exc, ConnectionRefusedError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _complexity(document: str) -> int:

@@ -84,12 +84,23 @@ def add_cluster_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cluster)
 
 
+def configure_logging(level: str) -> None:
+    """Headwater's own log lines on stderr, each with its time: an operator lines up a failover with them."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("headwater")
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
 def serve_master(args: argparse.Namespace) -> int:
     """Serve the API; with PostgreSQL metadata, only while this master holds the leadership (``--standby``: wait
     for it, serving 503 meanwhile)."""
     import uvicorn
 
     from headwater.errors import ConfigurationError
+
+    configure_logging(args.log_level)
     from headwater.service.server import Switchboard, create_standby_app
 
     leadership = None
@@ -213,6 +224,7 @@ def serve_worker(args: argparse.Namespace) -> int:
     from headwater.runtime.worker import Worker
     from headwater.service.worker_http import check_secret, create_worker_app
 
+    configure_logging(args.log_level)
     secret = check_secret(os.environ.get("HEADWATER_WORKER_SECRET"))
     worker = Worker(Path(args.data_dir), spark_master=args.spark,
                     trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"),

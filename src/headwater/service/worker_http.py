@@ -66,7 +66,7 @@ def check_secret(secret: str | None) -> str:
 
 def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP) -> FastAPI:
     """The HTTP face of ``worker``: ``POST /v1/worker/request`` carries one protocol message; ``/v1/health``
-    answers heartbeats with the worker's compute group and load."""
+    answers heartbeats with the worker's compute group, load, and whether its Spark driver is ready."""
     import psutil
 
     app = FastAPI(title="Headwater worker", version="1")
@@ -75,8 +75,8 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
 
     @app.get("/v1/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "name": worker.name, "group": group, "cpu": psutil.cpu_percent() / 100.0,
-                "memory": psutil.virtual_memory().percent / 100.0}
+        return {"status": "ok", "name": worker.name, "group": group, "spark": worker.spark_state,
+                "cpu": psutil.cpu_percent() / 100.0, "memory": psutil.virtual_memory().percent / 100.0}
 
     @app.post("/v1/worker/request")
     def request(body: dict[str, Any], http: Request) -> JSONResponse:
