@@ -112,6 +112,44 @@ for _f, _res in (
 ):
     _register(FunctionSpec(_f, "aggregate", ("x",), result=_res))
 
+
+def _in_double(x: Expr) -> Expr:
+    return x * 1.0  # a product of two longs can overflow; DolphinDB computes these in DOUBLE
+
+
+# -- aggregates written with the ones above (DolphinDB's definitions): every engine that has sum, std and count
+# has them, with the same NULL rules (a row counts when each of its arguments is present)
+AGGREGATE_MACROS: dict[str, Callable[..., Expr]] = {
+    "wsum": lambda x, w: Call("sum", (_in_double(x) * w,)),
+    "wavg": lambda x, w: Call("div", (Call("sum", (_in_double(x) * w,)), Call("sum", (_in_double(w) + x * 0,)))),
+    "sum2": lambda x: Call("sum", (_in_double(x) * x,)),
+    "sum3": lambda x: Call("sum", (_in_double(x) * x * x,)),
+    "sum4": lambda x: Call("sum", (_in_double(x) * x * x * x,)),
+    "sem": lambda x: Call("div", (Call("std", (x,)), Call("sqrt", (Call("count", (x,)),)))),
+}
+for _f, _cols, _doc in (
+    ("wsum", ("x", "w"), "sum of x * w over the rows where both are present"),
+    ("wavg", ("x", "w"), "sum(x * w) / sum(w) over the rows where both are present"),
+    ("sum2", ("x",), "sum of squares"),
+    ("sum3", ("x",), "sum of cubes"),
+    ("sum4", ("x",), "sum of fourth powers"),
+    ("sem", ("x",), "standard error of the mean: std(x) / sqrt(count(x))"),
+):
+    _register(FunctionSpec(_f, "aggregate", _cols, result="double", doc=_doc))
+
+
+def expand_aggregates(expr: Expr) -> Expr:
+    """``expr`` with each aggregate of :data:`AGGREGATE_MACROS` written out, e.g. ``wsum(price, qty)`` as
+    ``sum(price * 1.0 * qty)``: engines accumulate only the basic aggregates."""
+    if not isinstance(expr, Call):
+        return expr
+    args = tuple(expand_aggregates(a) for a in expr.args)
+    if expr.func in AGGREGATE_MACROS:
+        return AGGREGATE_MACROS[expr.func](*args)
+    same = all(a is b for a, b in zip(args, expr.args, strict=True))
+    return expr if same else Call(expr.func, args, expr.params)
+
+
 # -- functions over a cross-section (the cross-sectional engine's keys) ---------------------------------
 _register(FunctionSpec("rank", "cross_section", ("x",), _p(ascending=True, percent=False), result="double",
                        doc="0-based rank of the key's value among the keys of its cross-section (ties share the "

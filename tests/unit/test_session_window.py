@@ -17,21 +17,31 @@ GAP = pd.Timedelta(seconds=10)
 METRICS = ["sum(v) as total", "count(v) as n", "max(v) - min(v) as rng", "first(v) as f", "avg(v) as mean"]
 
 
-def reference(rows: pd.DataFrame, gap: pd.Timedelta, *, start_time: bool = True) -> pd.DataFrame:
-    """Row by row, per key, as C.3 describes it (NULL times skipped, rows older than an earlier one dropped)."""
+def reference(rows: pd.DataFrame, gap: pd.Timedelta, *, start_time: bool = True,
+              force: pd.Timedelta | None = None) -> pd.DataFrame:
+    """Row by row, per key, as C.3 describes it (NULL times skipped, rows older than an earlier one dropped);
+    with ``force``, a kept row of any key at or past a session's end + ``force`` closes it."""
     out, sessions, latest = [], {}, {}
+
+    def emit(key, session, trigger):
+        v = pd.Series([r.v for r in session], dtype=float)
+        out.append({"t": session[0].t if start_time else session[-1].t + gap, "k": key,
+                    "total": v.sum(min_count=1), "n": v.count(), "rng": v.max() - v.min(), "f": v.iloc[0],
+                    "mean": v.mean(), "trigger": trigger})
+        session.clear()
+
     for i, row in enumerate(rows.itertuples(index=False)):
         if pd.isna(row.t):
             continue
         if row.k in latest and row.t < latest[row.k]:
             continue
+        if force is not None:
+            for key, open_session in sessions.items():
+                if key != row.k and open_session and row.t >= open_session[-1].t + gap + force:
+                    emit(key, open_session, i)
         session = sessions.setdefault(row.k, [])
         if session and row.t - session[-1].t >= gap:
-            v = pd.Series([r.v for r in session], dtype=float)
-            out.append({"t": session[0].t if start_time else session[-1].t + gap, "k": row.k,
-                        "total": v.sum(min_count=1), "n": v.count(), "rng": v.max() - v.min(), "f": v.iloc[0],
-                        "mean": v.mean(), "trigger": i})
-            session.clear()
+            emit(row.k, session, i)
         session.append(row)
         latest[row.k] = row.t
     frame = pd.DataFrame(out, columns=["t", "k", "total", "n", "rng", "f", "mean", "trigger"])
@@ -94,6 +104,30 @@ def test_any_split_into_appends_gives_the_same_sessions(session, seed, cuts):
     pd.testing.assert_frame_equal(sort(got), sort(reference(rows, GAP)), check_dtype=False)
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(1, 199), max_size=6, unique=True),
+       force=st.sampled_from([0, 5, 40]))
+def test_force_trigger_time_closes_quiet_sessions_alike_for_any_split(session, seed, cuts, force):
+    rows = make_rows(seed, 200)
+    bounds = [0, *sorted(cuts), len(rows)]
+    parts = [rows.iloc[a:b] for a, b in itertools.pairwise(bounds)]
+    got = graph(session, "forced", force_trigger_time=f"{force}s").run_local({"forced_in": parts})["forced_out"]
+    want = reference(rows, GAP, force=pd.Timedelta(seconds=force))
+    pd.testing.assert_frame_equal(sort(got), sort(want), check_dtype=False)
+
+
+def test_force_trigger_time_emits_the_last_session_of_a_quiet_key(session):
+    t0 = pd.Timestamp("2026-11-25 09:30")
+    rows = pd.DataFrame({"t": [t0, t0 + pd.Timedelta("2s"), t0 + pd.Timedelta("14s"), t0 + pd.Timedelta("40s")],
+                         "k": ["a", "a", "b", "b"], "v": [1.0, 2.0, 4.0, 8.0]})
+    plain = graph(session, "quiet").run_local({"quiet_in": rows})["quiet_out"]
+    # b's row at 40 s closes b's session [14 s] by the gap; a's session [0 s, 2 s] never sees another row of a
+    assert plain[["k", "total"]].values.tolist() == [["b", 4.0]]
+    forced = graph(session, "quiet_forced", force_trigger_time="20s").run_local({"quiet_forced_in": rows})
+    # 40 s is past a's end (2 s + 10 s gap) + 20 s: the same row closes a's session too
+    assert sorted(forced["quiet_forced_out"][["k", "total"]].values.tolist()) == [["a", 3.0], ["b", 4.0]]
+
+
 @pytest.mark.parametrize(("kw", "message"), [
     ({"gap": "0s"}, "session_gap"),
     ({"time_column": "nope"}, "time_column 'nope' is not an input column"),
@@ -101,6 +135,7 @@ def test_any_split_into_appends_gives_the_same_sessions(session, seed, cuts):
     ({"key_column": "kk"}, "key_column 'kk' is not an input column"),
     ({"metrics": ["v"]}, "column 'v' is used outside an aggregate"),
     ({"metrics": []}, "metrics is empty"),
+    ({"force_trigger_time": "-1s"}, "force_trigger_time"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     g = session.stream_graph("bad")

@@ -417,12 +417,15 @@ class DStream(JoinMethods):
         time_column: str,
         key_column: str | Sequence[str] | None = None,
         use_session_start_time: bool = True,
+        force_trigger_time: str | timedelta | None = None,
     ) -> DStream:
         """Aggregate each key's sessions: runs of rows less than ``session_gap`` apart (Orca's sessionWindowEngine).
 
         A session is emitted when the first row of its key at or past its last row + ``session_gap`` arrives;
-        output time is the session's first row (``use_session_start_time=False``: last row + gap). Metrics
-        are as in ``time_series_engine``; see ``headwater.engines.session_window``.
+        output time is the session's first row (``use_session_start_time=False``: last row + gap). With
+        ``force_trigger_time``, a row of any key at or past the session's end + ``force_trigger_time`` closes
+        it too (event time, so replays agree). Metrics are as in ``time_series_engine``; see
+        ``headwater.engines.session_window``.
         """
 
         def make(name: str) -> SessionWindowEngine:
@@ -432,7 +435,9 @@ class DStream(JoinMethods):
                 session_gap=parse_duration(session_gap, where=f"{where} session_gap"),
                 metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
                 time_column=time_column, key_column=_as_tuple(key_column),
-                use_session_start_time=use_session_start_time)
+                use_session_start_time=use_session_start_time,
+                force_trigger_time=None if force_trigger_time is None else parse_duration(
+                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True))
 
         return self._engine(SessionWindowEngine.kind, make)
 

@@ -40,7 +40,7 @@ from headwater.engines.time_series import TimeSeriesEngine
 from headwater.engines.window_metrics import aggregates_of, replace_aggregates
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Expr
-from headwater.functions import infer_type
+from headwater.functions import expand_aggregates, infer_type
 from headwater.types import TEMPORAL, Schema
 
 ROW, WINDOW, MIXED = "row", "window", "mixed"
@@ -77,6 +77,7 @@ class AnomalyDetectionEngine(EngineSpec):
             w = f"{where} metric {i} {clip(metric)}"
             if isinstance(metric, Alias):
                 raise GraphDefinitionError(f"{w}: a condition has no output name; describe it with anomaly_description")
+            metric = expand_aggregates(metric)
             typ = infer_type(metric, schema, where=w, kinds=frozenset({"scalar", "aggregate"}))
             if typ != "bool":
                 raise GraphDefinitionError(f"{w}: a condition must be true or false, got a {typ}; e.g. 'qty < 4'")

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item
-from headwater.functions import default_name
+from headwater.functions import default_name, expand_aggregates
 from headwater.types import Schema
 
 
@@ -129,14 +129,18 @@ def resolve_expr(expr: Expr, schema: Schema) -> Expr:
     return expr
 
 
-def metric_outputs(metrics: Sequence[Expr], *, where: str) -> list[tuple[str, Expr]]:
-    """Flatten metrics into (output name, expression) pairs, checking names are unique."""
+def metric_outputs(metrics: Sequence[Expr], *, where: str, aggregates: bool = True) -> list[tuple[str, Expr]]:
+    """Flatten metrics into (output name, expression) pairs, checking names are unique; with ``aggregates``
+    (engines that aggregate), ``wavg``, ``wsum``, ... are written with the basic aggregates
+    (:func:`~headwater.functions.expand_aggregates`)."""
     out: list[tuple[str, Expr]] = []
     for m in metrics:
         if isinstance(m, Alias):
             out.extend(zip(m.names, m.outputs(), strict=True))
         else:
             out.append((default_name(m, where=where), m))
+    if aggregates:
+        out = [(name, expand_aggregates(expr)) for name, expr in out]
     names = [n for n, _ in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -71,7 +71,7 @@ class ReactiveStateEngine(EngineSpec):
             raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['time', 'ema(close, 20) as ema20']")
         keys = resolve_columns(self.key_column, self.input_schema, what="key_column", where=where)
         object.__setattr__(self, "key_column", keys)
-        outputs = metric_outputs(self.metrics, where=where)
+        outputs = metric_outputs(self.metrics, where=where, aggregates=False)
         clash = [n for n, _ in outputs if n in keys]
         if clash:
             raise GraphDefinitionError(

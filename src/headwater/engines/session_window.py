@@ -6,6 +6,11 @@ first row of the key at or past ``last row + session_gap`` closes the session, w
 older than an earlier row of its key (event time) is dropped. Output time: the session's first row
 (``use_session_start_time=True``, Orca's default) or its last row + ``session_gap``.
 
+``force_trigger_time`` closes a quiet key's session without a row of its own: the first row (any key, in
+arrival order after the session's last row) whose time is at or past the session's end
+(last row + ``session_gap``) + ``force_trigger_time`` closes it, and is its trigger. Orca counts it on the
+wall clock after the engine's last row; event time here, so a replay closes the same sessions.
+
 Metrics are those of the time-series engine (aggregates of row expressions, combined row-wise), with the
 same NULL rules. The rows of each key's open session are the engine's state, so a session's memory grows
 with its length; results are the same for any split of the input into micro-batches, because a session
@@ -71,12 +76,16 @@ class SessionWindowEngine(EngineSpec):
     time_column: str
     key_column: tuple[str, ...] = ()
     use_session_start_time: bool = True
+    force_trigger_time: timedelta | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"session_window_engine {clip(self.name)}"
         if self.session_gap <= timedelta(0):
             raise GraphDefinitionError(f"{where}: session_gap must be positive, got {format_duration(self.session_gap)}")
+        if self.force_trigger_time is not None and self.force_trigger_time < timedelta(0):
+            raise GraphDefinitionError(f"{where}: force_trigger_time must not be negative, got "
+                                       f"{format_duration(self.force_trigger_time)}")
         resolve_window_engine(self, where=where)
 
     @property
@@ -89,7 +98,8 @@ class SessionWindowEngine(EngineSpec):
     def properties(self) -> dict[str, Any]:
         return {"sessionGap": format_duration(self.session_gap), "metrics": [str(m) for m in self.metrics],
                 "timeColumn": self.time_column, "keyColumn": list(self.key_column),
-                "useSessionStartTime": self.use_session_start_time}
+                "useSessionStartTime": self.use_session_start_time,
+                "forceTriggerTime": None if self.force_trigger_time is None else format_duration(self.force_trigger_time)}
 
     def processor(self, input_schema: Schema | None = None) -> SessionWindowProcessor:
         return SessionWindowProcessor(self)
@@ -102,6 +112,7 @@ class SessionWindowProcessor(Processor):
         self.metrics = WindowMetrics(spec._outputs, spec.input_schema,
                                      [t for _, t in self.out_schema.columns[1 + len(spec.key_column):]])
         self.gap = to_micros(spec.session_gap)
+        self.force = None if spec.force_trigger_time is None else to_micros(spec.force_trigger_time)
         self.time_type = spec.input_schema[spec.time_column]
 
     def new_state(self) -> dict[str, Any]:
@@ -130,17 +141,29 @@ class SessionWindowProcessor(Processor):
         for i in range(len(self.metrics.aggs)):
             rows[f"a{i}"] = np.concatenate([old["args"][i], arguments[i]])
         rows = rows.sort_values(["slot", "seq"], kind="stable", ignore_index=True)  # per key, arrival order
-        by_key = rows.groupby("slot", sort=False)["time"]
-        earlier = by_key.cummax().groupby(rows["slot"]).shift(1)
-        late = (rows["time"] < earlier).to_numpy()  # older than an earlier row of its key: dropped and counted
+        # per key: its newest time so far, rows of closed sessions included (a forced close leaves none open)
+        latest = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
+        latest[:len(state.get("latest", ()))] = state.get("latest", ())
+        slot = rows["slot"].to_numpy()
+        earlier = rows.groupby("slot", sort=False)["time"].cummax().groupby(rows["slot"]).shift(1)
+        earlier = np.maximum(earlier.fillna(np.iinfo(np.int64).min).to_numpy(np.int64), latest[slot])
+        kept_before = rows["seq"].to_numpy() < table[SEQ].to_numpy().min()  # open rows of earlier micro-batches
+        late = (rows["time"].to_numpy() < earlier) & ~kept_before  # older than an earlier row of its key: dropped
         rows = rows[~late].reset_index(drop=True)
-        previous = rows.groupby("slot", sort=False)["time"].shift(1)
-        starts = previous.isna() | (rows["time"] - previous >= self.gap)
+        np.maximum.at(latest, rows["slot"].to_numpy(), rows["time"].to_numpy(np.int64))
+        by_key = rows.groupby("slot", sort=False)
+        previous = by_key["time"].shift(1)
+        starts = (previous.isna() | (rows["time"] - previous >= self.gap)).to_numpy()
+        forced = np.full(len(rows), -1, dtype=np.int64)  # per row: the seq of the row forcing its session closed
+        if self.force is not None:
+            starts, forced = self._force(rows, by_key, starts, table[SEQ].to_numpy())
         rows["session"] = starts.cumsum()
         last_session = rows.groupby("slot", sort=False)["session"].transform("max")
-        is_open = rows["session"] == last_session
+        is_open = ((rows["session"] == last_session) &
+                   ~pd.Series(forced >= 0).groupby(rows["session"]).transform("any")).to_numpy()
         new_open = rows[is_open].sort_values("seq", kind="stable")
-        new_state = {"keys": keys.keys, "late_rows": int(state.get("late_rows", 0)) + int(late.sum()), "open": {
+        new_state = {"keys": keys.keys, "late_rows": int(state.get("late_rows", 0)) + int(late.sum()),
+                     "latest": latest, "open": {
             "slot": new_open["slot"].to_numpy(np.int64), "time": new_open["time"].to_numpy(np.int64),
             "seq": new_open["seq"].to_numpy(np.int64),
             "args": [new_open[f"a{i}"].to_numpy(np.float64) for i in range(len(self.metrics.aggs))]}}
@@ -150,8 +173,10 @@ class SessionWindowProcessor(Processor):
         grouped = closed.groupby("session", sort=True)
         first_time, last_time = grouped["time"].first(), grouped["time"].last()
         slot = grouped["slot"].first()
-        # each closed session is closed by the first row of the key's next session
-        trigger = rows[starts].set_index("session")["seq"].reindex(first_time.index + 1).to_numpy(np.int64)
+        # each closed session is closed by the first row of the key's next session, or by a forcing row
+        trigger = rows[starts].set_index("session")["seq"].reindex(first_time.index + 1).to_numpy(np.float64)
+        force_by = pd.Series(forced).groupby(rows["session"].to_numpy()).max().reindex(first_time.index).to_numpy()
+        trigger = np.where(force_by >= 0, force_by, trigger).astype(np.int64)
         values = [reduce_groups(grouped[f"a{i}"], a.func).to_numpy(np.float64) for i, a in enumerate(self.metrics.aggs)]
         out_times = (first_time if spec.use_session_start_time else last_time + self.gap).to_numpy(np.int64)
         order = np.argsort(trigger, kind="stable")
@@ -167,3 +192,43 @@ class SessionWindowProcessor(Processor):
         arrays.extend(self.metrics.results([v[order] for v in values], m))
         arrays.append(pa.array(trigger[order], type=pa.int64()))
         return new_state, pa.table(arrays, schema=self._arrow_schema())
+
+    def _force(self, rows: pd.DataFrame, by_key: Any, starts: np.ndarray,
+               batch_seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sessions closed by ``force_trigger_time``: per row (in key, arrival order), whether it starts a session,
+        and for a session's last row the seq of the batch row that forces it closed (-1: none). A row of an
+        earlier micro-batch never forces: the session it would have forced was closed then."""
+        batch = np.isin(rows["seq"].to_numpy(), batch_seq)
+        order = np.argsort(rows["seq"].to_numpy()[batch], kind="stable")
+        seqs, times = rows["seq"].to_numpy()[batch][order], rows["time"].to_numpy()[batch][order]
+        seq, time = rows["seq"].to_numpy(), rows["time"].to_numpy()
+        first = first_at_least(times, np.searchsorted(seqs, seq, side="right"), time + self.gap + self.force)
+        next_seq = by_key["seq"].shift(-1).to_numpy()
+        has_next = ~np.isnan(next_seq)
+        next_at = np.searchsorted(seqs, np.where(has_next, next_seq, 0), side="left")  # 0 for a row of an earlier batch
+        forcing = np.where(has_next, first < next_at, first < len(seqs))
+        starts = starts.copy()
+        starts[1:] |= forcing[:-1] & has_next[:-1]  # the key's next row starts a new session
+        forced = np.where(forcing, seqs[np.minimum(first, max(len(seqs) - 1, 0))] if len(seqs) else -1, -1)
+        return starts, forced.astype(np.int64)
+
+
+def first_at_least(values: np.ndarray, starts: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """For each query, the first index ``i >= starts[q]`` with ``values[i] >= thresholds[q]`` (``len(values)`` if
+    none): a sparse table of range maxima, descended by halving steps (O((n + queries) log n)).
+
+    >>> first_at_least(np.array([5, 1, 9, 3]), np.array([0, 1, 3, 0]), np.array([6, 2, 4, 1]))
+    array([2, 2, 4, 0])
+    """
+    n = len(values)
+    levels = [values]  # levels[k][i]: the maximum of values[i : i + 2**k]
+    while (2 << (len(levels) - 1)) <= n:
+        prev, half = levels[-1], 1 << (len(levels) - 1)
+        levels.append(np.maximum(prev[:-half], prev[half:]))
+    pos = np.asarray(starts, dtype=np.int64).copy()
+    for k in range(len(levels) - 1, -1, -1):
+        size, level = 1 << k, levels[k]
+        fits = pos + size <= n
+        skip = fits & (level[np.where(fits, pos, 0)] < thresholds) if len(level) else fits
+        pos = np.where(skip, pos + size, pos)
+    return pos
