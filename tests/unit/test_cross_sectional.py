@@ -3,6 +3,7 @@ holds for any grouping of appends into micro-batches, and clear errors at defini
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -130,6 +131,45 @@ def test_context_by_groups_and_data_time(session):
     assert out.to_dict("list") == {
         "time": [t, t, t + pd.Timedelta("1s"), t + pd.Timedelta("1s")], "sector": ["x", "y", "x", "y"],
         "avg_price": [1.0, 3.0, 3.0, 3.0], "n": [1, 1, 2, 1]}
+
+
+def updated_groups_reference(rows: pd.DataFrame) -> list[tuple]:
+    """Per row: the groups whose members changed (the row's group, and the key's previous group), each
+    aggregated over its keys' latest rows."""
+    latest: dict[str, tuple[str, float]] = {}
+    out = []
+    for row in rows.itertuples(index=False):
+        touched = {row.sector} | ({latest[row.sym][0]} if row.sym in latest else set())
+        latest[row.sym] = (row.sector, row.price)
+        members = pd.DataFrame(latest.values(), columns=["sector", "price"])
+        for sector in sorted(touched & set(members["sector"])):
+            prices = members.loc[members["sector"] == sector, "price"]
+            out.append((sector, round(prices.mean(), 9), len(prices)))
+    return out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(1, 39), max_size=4, unique=True))
+def test_updated_context_groups_only_emits_the_changed_groups_for_any_split(session, seed, cuts):
+    rng = np.random.default_rng(seed)
+    rows = pd.DataFrame({"sym": rng.choice(list("abcdef"), 40), "sector": rng.choice(["x", "y", "z"], 40),
+                         "price": rng.integers(1, 100, 40).astype(float)})
+    g = session.stream_graph("upd")
+    (g.source("upd_in", schema={"sym": "string", "sector": "string", "price": "double"})
+       .cross_sectional_engine(metrics=["avg(price) as avg_price", "count(price) as n"], key_column="sym",
+                               context_by_column="sector", triggering_pattern="per_row",
+                               updated_context_groups_only=True)
+       .sink("upd_out"))
+    bounds = [0, *sorted(cuts), len(rows)]
+    out = g.run_local({"upd_in": [rows.iloc[a:b] for a, b in itertools.pairwise(bounds)]})["upd_out"]
+    got = [(s, round(a, 9), int(n)) for s, a, n in out[["sector", "avg_price", "n"]].itertuples(index=False)]
+    assert got == updated_groups_reference(rows)
+
+
+def test_updated_context_groups_only_needs_context_by_column(session):
+    src = session.stream_graph("upd_bad").source("upd_bad_in", schema=SCHEMA)
+    with pytest.raises(hw.GraphDefinitionError, match=r"updated_context_groups_only.*context_by_column"):
+        src.cross_sectional_engine(metrics=METRICS, key_column="sym", updated_context_groups_only=True)
 
 
 def rank_reference(latest: pd.Series) -> pd.Series:

@@ -570,6 +570,7 @@ class DStream(JoinMethods):
         context_by_column: str | None = None,
         round_time: bool = True,
         key_filter: Expr | str | None = None,
+        updated_context_groups_only: bool = False,
     ) -> DStream:
         """Aggregate the latest row of every key on each trigger (Orca's crossSectionalEngine).
 
@@ -577,8 +578,9 @@ class DStream(JoinMethods):
         once ``triggering_interval`` keys reached it, or a newer one arrived) or ``"data_interval"`` (windows
         of ``triggering_interval`` of data time, e.g. ``"1s"``). ``use_system_time`` defaults to True for the
         first two and must be False for the data-time ones. ``key_filter`` (a condition on a key's latest row)
-        keeps keys out of the computation. Every key must meet in one task, so it cannot follow
-        ``parallelize``. See ``headwater.engines.cross_sectional``.
+        keeps keys out of the computation. With ``context_by_column``, metrics are per group of that column;
+        ``updated_context_groups_only=True`` emits only the groups updated since the last output. Every key must
+        meet in one task, so it cannot follow ``parallelize``. See ``headwater.engines.cross_sectional``.
         """
         if self.parallelism is not None:
             raise GraphDefinitionError(
@@ -597,7 +599,8 @@ class DStream(JoinMethods):
                 else use_system_time,
                 context_by_column=context_by_column, last_batch_only=last_batch_only, round_time=round_time,
                 key_filter=key_filter if key_filter is None or isinstance(key_filter, Expr)
-                else parse_expr(key_filter, where=f"{where} key_filter"))
+                else parse_expr(key_filter, where=f"{where} key_filter"),
+                updated_context_groups_only=updated_context_groups_only)
 
         return self._engine(CrossSectionalEngine.kind, make)
 

@@ -116,6 +116,7 @@ class CrossSectionalEngine(EngineSpec):
     last_batch_only: bool = False
     round_time: bool = True
     key_filter: Expr | None = None
+    updated_context_groups_only: bool = False
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +142,9 @@ class CrossSectionalEngine(EngineSpec):
         if self.context_by_column is not None:
             (ctx,) = resolve_columns((self.context_by_column,), schema, what="context_by_column", where=where)
             object.__setattr__(self, "context_by_column", ctx)
+        elif self.updated_context_groups_only:
+            raise GraphDefinitionError(f"{where}: updated_context_groups_only=True computes only the context groups "
+                                       "updated since the last output; name the groups with context_by_column")
         if self.key_filter is not None:
             w = f"{where} key_filter {clip(str(self.key_filter))}"
             typ = infer_type(self.key_filter, schema, where=w, kinds=frozenset({"scalar"}))
@@ -228,7 +232,9 @@ class CrossSectionalEngine(EngineSpec):
                 list(interval) if isinstance(interval, tuple) else interval,
                 "timeColumn": self.time_column, "useSystemTime": self.use_system_time,
                 "contextByColumn": self.context_by_column, "lastBatchOnly": self.last_batch_only,
-                "roundTime": self.round_time, "keyFilter": None if self.key_filter is None else str(self.key_filter)}
+                "roundTime": self.round_time, "keyFilter": None if self.key_filter is None else str(self.key_filter),
+                # absent when False, so graphs stored before it existed resume with an unchanged plan
+                **({"updatedContextGroupsOnly": True} if self.updated_context_groups_only else {})}
 
     def processor(self, input_schema: Schema | None = None) -> CrossSectionalProcessor:
         return CrossSectionalProcessor(self)
@@ -389,6 +395,7 @@ class _Section:
         self.time[:old] = state.get("time", np.full(old, np.nan))
         self.context: list[Any] | None = (list(state["context"]) + [None] * (n_keys - len(state["context"]))
                                           if context else None)
+        self.touched: set[Any] = set(state.get("touched", ()))  # context groups updated since the last output
 
     def put(self, slots: np.ndarray, args: np.ndarray, passes: np.ndarray, times: np.ndarray,
             context: list[Any] | None) -> None:
@@ -397,6 +404,9 @@ class _Section:
             return
         keys, last_from_end = np.unique(slots[::-1], return_index=True)
         last = len(slots) - 1 - last_from_end
+        if self.context is not None and context is not None:  # a key that changes group changes both groups
+            self.touched.update(self.context[k] for k in keys[self.present[keys]].tolist())
+            self.touched.update(context[i] for i in last.tolist())
         self.args[keys] = args[last]
         self.passes[keys] = passes[last]
         self.time[keys] = times[last]
@@ -414,7 +424,7 @@ class _Section:
 
     def state(self, keys: list[Any]) -> dict[str, Any]:
         return {"keys": keys, "args": self.args, "context": self.context or [], "present": self.present,
-                "passes": self.passes, "time": self.time}
+                "passes": self.passes, "time": self.time, "touched": sorted(self.touched, key=lambda g: (g is None, g))}
 
 
 class CrossSectionalProcessor(Processor):
@@ -629,7 +639,10 @@ class _Output:
             context = np.empty(len(section.context), dtype=object)
             context[:] = section.context
             values = sorted({context[s] for s in np.flatnonzero(members)}, key=lambda g: (g is None, g))
+            if self.processor.spec.updated_context_groups_only:
+                values = [g for g in values if g in section.touched]
             groups = [(g, members & np.array([c == g for c in context], dtype=bool)) for g in values]
+            section.touched.clear()
         for group, rows in groups:
             slots = np.flatnonzero(rows)
             if per_key and len(slots) == 0:
