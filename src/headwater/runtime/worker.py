@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -41,6 +42,11 @@ from headwater.sql.policy import PreparedQuery
 from headwater.tuning import DRIVER_BATCH_ROWS
 
 log = logging.getLogger(__name__)
+
+# Spark waits a fixed 10 s for a Python process it starts to connect back; on a loaded machine importing PySpark
+# can take longer. A query that failed so has done nothing yet: starting it again is safe (its checkpoint replays).
+TRANSIENT_START_ERRORS = ("Python worker failed to connect back",)
+START_ATTEMPTS = 3
 
 EPOCH_FILE = "epoch"  # in a graph's checkpoint directory: the epoch of its current placement
 
@@ -119,6 +125,7 @@ class Worker:
                                start_args=(fqn, physical, table_paths, checkpoints, run_id, epoch, keep_snapshots))
         self._graphs[fqn] = running
         run = run_id or "0"
+        starters: dict[int, Callable[[], Any]] = {}
         for sg in physical.subgraphs:
             def record(batch_id: int, rows: int, stats: dict[str, float] | None = None, sg_id: int = sg.id) -> None:
                 running.batches[sg_id] = batch_id
@@ -128,27 +135,38 @@ class Worker:
                 for k, v in (stats or {}).items():
                     total[k] = total.get(k, 0.0) + v
 
-            running.queries[sg.id] = start_fused_subgraph(
+            starters[sg.id] = functools.partial(
+                start_fused_subgraph,
                 spark, subgraph_task(physical, sg, table_paths, checkpoints, run, keep_snapshots=keep_snapshots),
                 checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
                 trigger_interval=self.trigger_interval, on_batch=record, driver_batch_rows=self.driver_batch_rows,
                 fence=(checkpoints / EPOCH_FILE, epoch) if epoch else None)
+            running.queries[sg.id] = _retrying(starters[sg.id], f"stream graph {fqn} subgraph {sg.id}")
 
         queries_started = time.monotonic()
-        self._wait_until_started(fqn, running)
+        self._wait_until_started(fqn, running, starters)
         log.info("stream graph %s (run %s) started in %.1f s: Spark ready after %.1f s, %d queries started after "
                  "%.1f s, their first micro-batches done after %.1f s", fqn, run, time.monotonic() - began,
                  spark_ready - began, len(running.queries), queries_started - began, time.monotonic() - began)
 
-    def _wait_until_started(self, fqn: str, running: RunningGraph, timeout: float = 600.0) -> None:
-        """Return once every query has completed its first trigger: the graph is then really running."""
+    def _wait_until_started(self, fqn: str, running: RunningGraph, starters: dict[int, Callable[[], Any]],
+                            timeout: float = 600.0) -> None:
+        """Return once every query has completed its first trigger: the graph is then really running. A query
+        that died of a transient start failure is started again (``START_ATTEMPTS`` in all)."""
         deadline = time.monotonic() + timeout
-        for sg_id, query in running.queries.items():
-            while query.lastProgress is None:
+        for sg_id in list(running.queries):
+            attempts = 1
+            while (query := running.queries[sg_id]).lastProgress is None:
                 if not query.isActive:
                     exc = query.exception()
-                    raise ExecutionError(f"stream graph {fqn} subgraph {sg_id} stopped while starting: "
-                                         f"{_short(exc) if exc else 'no reason given'}")
+                    reason = _short(exc) if exc else "no reason given"
+                    if attempts < START_ATTEMPTS and any(e in reason for e in TRANSIENT_START_ERRORS):
+                        log.warning("stream graph %s subgraph %d failed to start (%s); starting it again", fqn, sg_id,
+                                    reason)
+                        attempts += 1
+                        running.queries[sg_id] = starters[sg_id]()
+                        continue
+                    raise ExecutionError(f"stream graph {fqn} subgraph {sg_id} stopped while starting: {reason}")
                 if time.monotonic() > deadline:
                     raise ExecutionError(f"stream graph {fqn} subgraph {sg_id} did not start within {timeout:.0f}s")
                 with contextlib.suppress(Exception):  # a query that died is reported by the check above
@@ -312,6 +330,18 @@ class Worker:
 _ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)):\s*(.*)$")
 _WRAPPERS = ("org.apache.", "py4j", "pyspark", "java.", "scala.", "StreamingQueryException", "PythonException",
              "Py4JJavaError", "ForeachBatchUserFuncException")
+
+
+def _retrying(start: Callable[[], Any], what: str) -> Any:
+    """``start()``, again after a transient start failure (see ``TRANSIENT_START_ERRORS``)."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return start()
+        except Exception as exc:
+            if attempt == START_ATTEMPTS or not any(e in str(exc) for e in TRANSIENT_START_ERRORS):
+                raise
+            log.warning("%s failed to start (%s); starting it again", what, _short(exc))
+    raise AssertionError("unreachable")
 
 
 def _short(exc: BaseException) -> str:
