@@ -287,6 +287,49 @@ def cross_spark(spark: Any, inputs: dict[str, Any], out: Path, ck: Path, w: Work
     return [q], lambda: pd.DataFrame(rows).drop(columns="batch")
 
 
+# -- cross_rank: every key's rank among the latest rows, once per append ------------------------------------
+def rank_workload(args: argparse.Namespace, warm: bool) -> Workload:
+    """The cross-sectional rows; per append, each key's 0-based price rank (ties share the lowest)."""
+    w = cross_workload(args, warm)
+    latest = pd.Series(dtype=float)
+    out = []
+    for _, part in w.appends:
+        df = pandas_of(part)
+        last = df.groupby("sym", sort=False)["price"].last().astype(float)
+        latest = pd.concat([latest[~latest.index.isin(last.index)], last])
+        out.append(pd.DataFrame({"time": df["time"].iloc[-1], "sym": latest.index,
+                                 "rnk": (latest.rank(method="min") - 1).to_numpy()}))
+    reference = pd.concat(out, ignore_index=True)
+    return Workload(w.schemas, w.appends, w.rows, reference, {**w.params, "outputs": len(reference)})
+
+
+def rank_graph(g: Any, p: str, w: Workload, tasks: int) -> None:
+    (g.source(f"{p}ticks", schema=TICKS)
+      .cross_sectional_engine(metrics=["rank(price) as rnk"], key_column="sym", triggering_pattern="per_batch",
+                              time_column="time", use_system_time=False)
+      .sink(f"{p}out"))
+
+
+def rank_spark(spark: Any, inputs: dict[str, Any], out: Path, ck: Path, w: Workload) -> tuple[list, Callable]:
+    """Latest row per key as for ``cross_sectional``, then ``foreachBatch``: ``rank()`` over all keys by price
+    (SQL's rank: ties share the lowest), less one, collected."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    latest = inputs["ticks"].groupBy("sym").agg(F.max("time").alias("time"), F.max_by("price", "time").alias("price"))
+    frames: list[pd.DataFrame] = []
+
+    def each(df: Any, batch_id: int) -> None:
+        everyone = Window.partitionBy(F.lit(1)).orderBy("price")  # one cross-section: every key together
+        ranked = df.select(F.max("time").over(Window.partitionBy(F.lit(1))).alias("time"), "sym",
+                           (F.rank().over(everyone) - 1).cast("double").alias("rnk"))
+        frames.append(ranked.toPandas())
+
+    q = (latest.writeStream.outputMode("complete").foreachBatch(each)
+         .option("checkpointLocation", str(ck)).trigger(processingTime=TRIGGER).start())
+    return [q], lambda: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["time", "sym", "rnk"])
+
+
 # -- joins: trades and quotes -------------------------------------------------------------------------------
 SPAN_US = 23_400_000_000  # a 6.5-hour trading day
 
@@ -509,6 +552,9 @@ FAMILIES = {f.name: f for f in [
     Family("cross_sectional", "cs", "count/avg/std/max/min/vwap over every key's latest row, per append",
            "groupBy(key) complete mode + foreachBatch", 1e6, ("time",), cross_workload, cross_graph, cross_spark,
            max_files_per_trigger=1),
+    Family("cross_rank", "cr", "each key's price rank among every key's latest row, per append",
+           "groupBy(key) complete mode + foreachBatch rank()", 1e6, ("time", "sym"), rank_workload, rank_graph,
+           rank_spark, max_files_per_trigger=1),
     Family("asof_join", "aj", "each trade with its symbol's latest quote", "bucketed range join + latest quote", 1e6,
            ("time",), asof_workload, asof_graph, asof_spark, max_files_per_trigger=1),
     Family("window_join", "wj", "each trade with avg/count/max of its symbol's quotes in [t - 1 s, t]",
