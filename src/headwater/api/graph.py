@@ -337,7 +337,18 @@ class DStream(JoinMethods):
         fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
         node = EngineNode(self.graph._graph.next_id(), name, spec.output_schema(), parallelism=self.parallelism,
                           spec=spec, fqn=str(fqn))
-        return self._add(node)
+        late = None if spec.late_rows_fqn is None else self.graph._table_fqn(spec.late_rows_fqn)
+        if late is not None and self.graph._find_table(late) is not None:
+            raise GraphDefinitionError(f"{kind} {clip(name)}: late_rows_table {clip(late.name)} is already a table "
+                                       "of this graph; give the engine's late rows a table of their own")
+        stream = self._add(node)
+        if late is not None:  # beside the engine, not downstream of it: no edge, no stream task of its own
+            self.graph._graph.add(TableNode(self.graph._graph.next_id(), late.name, self.node.schema, fqn=str(late),
+                                            role=TableRole.LATE_ROWS))
+        return stream
+
+    def _late_rows_fqn(self, table: str | None) -> str | None:
+        return None if table is None else str(self.graph._table_fqn(table))
 
     def time_series_engine(
         self,
@@ -418,6 +429,7 @@ class DStream(JoinMethods):
         key_column: str | Sequence[str] | None = None,
         use_session_start_time: bool = True,
         force_trigger_time: str | timedelta | None = None,
+        late_rows_table: str | None = None,
     ) -> DStream:
         """Aggregate each key's sessions: runs of rows less than ``session_gap`` apart (Orca's sessionWindowEngine).
 
@@ -425,7 +437,8 @@ class DStream(JoinMethods):
         output time is the session's first row (``use_session_start_time=False``: last row + gap). With
         ``force_trigger_time``, a row of any key at or past the session's end + ``force_trigger_time`` closes
         it too (event time, so replays agree). Metrics are as in ``time_series_engine``; see
-        ``headwater.engines.session_window``.
+        ``headwater.engines.session_window``. ``late_rows_table``: a table of this graph's catalog that
+        receives the rows dropped as late, with the engine's input columns (else they are only counted).
         """
 
         def make(name: str) -> SessionWindowEngine:
@@ -437,7 +450,8 @@ class DStream(JoinMethods):
                 time_column=time_column, key_column=_as_tuple(key_column),
                 use_session_start_time=use_session_start_time,
                 force_trigger_time=None if force_trigger_time is None else parse_duration(
-                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True))
+                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
+                late_rows_table=self._late_rows_fqn(late_rows_table))
 
         return self._engine(SessionWindowEngine.kind, make)
 

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from headwater.dataplane.task import OutputFile, SubgraphTask, reader_bucketing, subgraph_task
 from headwater.errors import GraphDefinitionError
+from headwater.plan.logical import TableRole
 from headwater.plan.physical import PhysicalGraph
 from headwater.storage.stream_table import StreamTable, latest_version, read_files
 
@@ -100,8 +101,8 @@ class LocalRunner:
 def run_local(physical: PhysicalGraph, inputs: Mapping[str, Frames | Sequence[Frames]], root: Path) -> dict[str, Any]:
     """Feed ``inputs`` (table name -> frame, or a list of frames: one micro-batch each) through the graph.
 
-    Returns every table the graph writes (sinks, buffers, private tables excluded) as a pandas DataFrame
-    in commit order.
+    Returns every table the graph writes (sinks, buffers, engines' late rows tables; private tables excluded)
+    as a pandas DataFrame in commit order.
     """
     runner = LocalRunner(physical, root)
     sources = {physical.nodes[sg.input].name for sg in physical.subgraphs}
@@ -117,4 +118,5 @@ def run_local(physical: PhysicalGraph, inputs: Mapping[str, Frames | Sequence[Fr
         runner.step()
     runner.run_until_idle()
     written = {physical.nodes[o].name for sg in physical.subgraphs for o in sg.outputs}
+    written |= {n.name for n in physical.tables() if n.role == TableRole.LATE_ROWS}
     return {n.name: runner.read(n.name) for n in physical.tables() if n.name in written and not n.private}

@@ -91,6 +91,9 @@ class SubgraphTask:
     outputs: tuple[tuple[str, Schema], ...]
     state_root: str
     output_buckets: tuple[Bucketing | None, ...] = ()  # per output: how its parallel reader partitions it
+    # per engine of the chain with a late_rows_table: (engine name, table path, table schema); the files of the
+    # j-th are numbered len(outputs) + j, and committed with the outputs' in the same micro-batch
+    late_outputs: tuple[tuple[str, str, Schema], ...] = ()
     keep_snapshots: int = KEEP_SNAPSHOTS  # per engine and task (checkpoint_config's max_retained_checkpoints)
 
     # -- helpers -------------------------------------------------------------------------------------
@@ -198,20 +201,28 @@ class SubgraphTask:
         """Process versions ``(start, end]`` for each of ``tasks`` in turn (each with its own share of the rows
         and its own state) and write their output together: one file per output table, rows in task order."""
         stats, outputs = [], []
+        late: dict[str, list[pa.Table]] = {}
         for task in tasks:
             seconds = dict.fromkeys(STAGES, 0.0)
-            rows, n = self._compute(task, start, end, seconds)
+            rows, n = self._compute(task, start, end, seconds, late)
             stats.append(TaskStats(task, n, seconds))
             if rows is not None and rows.num_rows:
                 outputs.append(rows)
         t = time.perf_counter()
         files = self.write(pa.concat_tables(outputs, promote_options="permissive"), tasks, end) if outputs else []
+        for j, (engine, path, schema) in enumerate(self.late_outputs):
+            if late.get(engine):
+                files.append(self._write_file(len(self.outputs) + j, path, schema, pa.concat_tables(late[engine]),
+                                              tasks, end, None))
         stats[0].seconds["write"] = time.perf_counter() - t
         return TaskReport(files, stats)
 
-    def _compute(self, task: int, start: int, end: int, seconds: dict[str, float]) -> tuple[pa.Table | None, int]:
+    def _compute(self, task: int, start: int, end: int, seconds: dict[str, float],
+                 late: dict[str, list[pa.Table]]) -> tuple[pa.Table | None, int]:
         """One stream task's read → partition → engines over ``(start, end]``, its new state saved; returns its
-        output rows (None when it had no input) and its input row count. Adds its time to ``seconds``."""
+        output rows (None when it had no input) and its input row count. Adds its time to ``seconds``, and the
+        late rows of engines with a late rows table to ``late`` (by engine name)."""
+        routed = {engine: schema for engine, _, schema in self.late_outputs}
         clock = time.perf_counter
         t = clock()
         first = self.partition_after()
@@ -238,8 +249,13 @@ class SubgraphTask:
                 state = store.load(task, start + 1)
                 seconds["state"] += clock() - t
                 t = clock()
-                state, rows = processor.process(processor.new_state() if state is None else state, rows,
-                                                batch_time=batch_time)
+                state, out, dropped = processor.process_routed(processor.new_state() if state is None else state,
+                                                               rows, batch_time=batch_time)
+                if node.name in routed and dropped is not None and dropped.any():
+                    schema = routed[node.name]
+                    late.setdefault(node.name, []).append(
+                        rows.filter(pa.array(dropped)).select(list(schema.names)).cast(schema.to_arrow()))
+                rows = out
                 seconds["kernel"] += clock() - t
                 new_states.append((store, state))
             else:
@@ -256,18 +272,20 @@ class SubgraphTask:
     def write(self, rows: pa.Table, tasks: Sequence[int], end: int) -> list[OutputFile]:
         if rows.num_rows == 0:
             return []
-        files = []
-        for index, (path, schema) in enumerate(self.outputs):
-            name = self.file_name(end, tasks)
-            target = os.path.join(path, name)
-            if not os.path.exists(target):  # a replay finds the identical file already written
-                tmp = os.path.join(path, f".{name}.{os.getpid()}.tmp")
-                write_table(rows.select(list(schema.names)).cast(schema.to_arrow()), tmp,
-                            bucketing=self.output_buckets[index] if self.output_buckets else None,
-                            text_columns=[n for n, t in schema if t == "string"])
-                os.replace(tmp, target)
-            files.append(OutputFile(index, name, os.path.getsize(target), rows.num_rows, tasks[0]))
-        return files
+        return [self._write_file(index, path, schema, rows, tasks, end,
+                                 self.output_buckets[index] if self.output_buckets else None)
+                for index, (path, schema) in enumerate(self.outputs)]
+
+    def _write_file(self, index: int, path: str, schema: Schema, rows: pa.Table, tasks: Sequence[int], end: int,
+                    bucketing: Bucketing | None) -> OutputFile:
+        name = self.file_name(end, tasks)
+        target = os.path.join(path, name)
+        if not os.path.exists(target):  # a replay finds the identical file already written
+            tmp = os.path.join(path, f".{name}.{os.getpid()}.tmp")
+            write_table(rows.select(list(schema.names)).cast(schema.to_arrow()), tmp, bucketing=bucketing,
+                        text_columns=[n for n, t in schema if t == "string"])
+            os.replace(tmp, target)
+        return OutputFile(index, name, os.path.getsize(target), rows.num_rows, tasks[0])
 
     def warm(self, engine: str, data: pa.Table, version: int) -> int:
         """Advance ``engine``'s state by ``data`` without output (Orca's warmupOrcaStreamEngine).
@@ -320,11 +338,13 @@ class SubgraphTask:
         from headwater.storage.stream_table import StreamTable
 
         rows_out = 0
-        for index, (path, _schema) in enumerate(self.outputs):
+        paths = [path for path, _ in self.outputs] + [path for _, path, _ in self.late_outputs]
+        for index, path in enumerate(paths):
             mine = sorted((f for f in files if f.table == index), key=lambda f: (f.task, f.name))
             if mine:
                 StreamTable.open(path).commit_files([(f.name, f.size, f.rows) for f in mine], txn=txn)
-                rows_out = sum(f.rows for f in mine)
+                if index < len(self.outputs):
+                    rows_out = sum(f.rows for f in mine)
         return rows_out
 
 
@@ -338,7 +358,20 @@ def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[in
         chain=tuple(physical.nodes[n] for n in sg.chain),
         outputs=tuple((table_paths[o], physical.nodes[o].schema) for o in sg.outputs),
         state_root=str(checkpoints / sg.key(physical) / "state"),
-        output_buckets=tuple(reader_bucketing(physical, o) for o in sg.outputs), keep_snapshots=keep_snapshots)
+        output_buckets=tuple(reader_bucketing(physical, o) for o in sg.outputs), keep_snapshots=keep_snapshots,
+        late_outputs=tuple(_late_outputs(physical, sg, table_paths)))
+
+
+def _late_outputs(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[int, str]) -> list[tuple[str, str, Schema]]:
+    """(engine name, table path, table schema) of each engine of ``sg`` that routes its late rows to a table."""
+    tables = {node.fqn: node for node in physical.tables()}
+    out = []
+    for nid in sg.chain:
+        node = physical.nodes[nid]
+        fqn = node.spec.late_rows_fqn if isinstance(node, EngineNode) and node.spec is not None else None
+        if fqn is not None:
+            out.append((node.name, table_paths[tables[fqn].id], tables[fqn].schema))
+    return out
 
 
 def reader_bucketing(physical: PhysicalGraph, table: int) -> Bucketing | None:

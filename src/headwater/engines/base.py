@@ -68,6 +68,14 @@ class Processor(abc.ABC):
         the wall clock, so a replayed batch leaves exactly the same state.
         """
 
+    def process_routed(self, state: Any, table: pa.Table, *,
+                       batch_time: float = 0.0) -> tuple[Any, pa.Table, np.ndarray | None]:
+        """:meth:`process`, and which input rows it dropped as late: a boolean mask over ``table``'s rows, or
+        None when it drops none. The data plane calls this, and writes those rows to the engine's
+        ``late_rows_table`` if it has one; engines that drop late rows override it (and ``process`` calls it)."""
+        state, out = self.process(state, table, batch_time=batch_time)
+        return state, out, None
+
     def stats(self, state: Any) -> dict[str, int]:
         """Counters of one task's state for ``stream_engine_stat``: ``keys`` (groups kept) and ``late_rows``
         (rows dropped as late or out of order) where the engine has them."""
@@ -103,6 +111,11 @@ class EngineSpec(abc.ABC):
     @property
     def key_columns(self) -> tuple[str, ...]:
         return ()
+
+    @property
+    def late_rows_fqn(self) -> str | None:
+        """The public table the engine's late rows go to (engines with ``late_rows_table``), else None."""
+        return None
 
 
 def resolve_columns(names: Sequence[str], schema: Schema, *, what: str, where: str) -> tuple[str, ...]:

@@ -77,6 +77,7 @@ class SessionWindowEngine(EngineSpec):
     key_column: tuple[str, ...] = ()
     use_session_start_time: bool = True
     force_trigger_time: timedelta | None = None
+    late_rows_table: str | None = None  # the FQN of the table the late rows go to
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -92,6 +93,10 @@ class SessionWindowEngine(EngineSpec):
     def key_columns(self) -> tuple[str, ...]:
         return self.key_column
 
+    @property
+    def late_rows_fqn(self) -> str | None:
+        return self.late_rows_table
+
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
         return window_output_schema(self, where=f"session_window_engine {clip(self.name)}")
 
@@ -99,7 +104,8 @@ class SessionWindowEngine(EngineSpec):
         return {"sessionGap": format_duration(self.session_gap), "metrics": [str(m) for m in self.metrics],
                 "timeColumn": self.time_column, "keyColumn": list(self.key_column),
                 "useSessionStartTime": self.use_session_start_time,
-                "forceTriggerTime": None if self.force_trigger_time is None else format_duration(self.force_trigger_time)}
+                "forceTriggerTime": None if self.force_trigger_time is None else format_duration(self.force_trigger_time),
+                "lateRowsTable": self.late_rows_table}
 
     def processor(self, input_schema: Schema | None = None) -> SessionWindowProcessor:
         return SessionWindowProcessor(self)
@@ -125,10 +131,18 @@ class SessionWindowProcessor(Processor):
         return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
 
     def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
+        return state, out
+
+    def process_routed(self, state: dict[str, Any], table: pa.Table, *,
+                       batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table, np.ndarray | None]:
+        """The late rows: older than an earlier row of their key. Rows with a NULL time are dropped, not late."""
         spec = self.spec
+        n_in = table.num_rows
+        input_seq = table[SEQ].to_numpy()
         table = table.filter(table[spec.time_column].is_valid())
         if table.num_rows == 0:
-            return state, self._arrow_schema().empty_table()
+            return state, self._arrow_schema().empty_table(), None
         keys = KeyTable(state["keys"])
         key_columns = [table[k] for k in spec.key_column]
         slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(table.num_rows, dtype=np.int64)
@@ -149,6 +163,7 @@ class SessionWindowProcessor(Processor):
         earlier = np.maximum(earlier.fillna(np.iinfo(np.int64).min).to_numpy(np.int64), latest[slot])
         kept_before = rows["seq"].to_numpy() < table[SEQ].to_numpy().min()  # open rows of earlier micro-batches
         late = (rows["time"].to_numpy() < earlier) & ~kept_before  # older than an earlier row of its key: dropped
+        late_seqs = rows["seq"].to_numpy()[late]
         rows = rows[~late].reset_index(drop=True)
         np.maximum.at(latest, rows["slot"].to_numpy(), rows["time"].to_numpy(np.int64))
         by_key = rows.groupby("slot", sort=False)
@@ -167,9 +182,11 @@ class SessionWindowProcessor(Processor):
             "slot": new_open["slot"].to_numpy(np.int64), "time": new_open["time"].to_numpy(np.int64),
             "seq": new_open["seq"].to_numpy(np.int64),
             "args": [new_open[f"a{i}"].to_numpy(np.float64) for i in range(len(self.metrics.aggs))]}}
+        dropped = np.isin(input_seq, late_seqs) if len(late_seqs) else None
+        assert dropped is None or len(dropped) == n_in
         closed = rows[~is_open]
         if closed.empty:
-            return new_state, self._arrow_schema().empty_table()
+            return new_state, self._arrow_schema().empty_table(), dropped
         grouped = closed.groupby("session", sort=True)
         first_time, last_time = grouped["time"].first(), grouped["time"].last()
         slot = grouped["slot"].first()
@@ -191,7 +208,7 @@ class SessionWindowProcessor(Processor):
             arrays.append(pa.array(keys.values(slot_values, i, len(spec.key_column)), type=schema.field(k).type))
         arrays.extend(self.metrics.results([v[order] for v in values], m))
         arrays.append(pa.array(trigger[order], type=pa.int64()))
-        return new_state, pa.table(arrays, schema=self._arrow_schema())
+        return new_state, pa.table(arrays, schema=self._arrow_schema()), dropped
 
     def _force(self, rows: pd.DataFrame, by_key: Any, starts: np.ndarray,
                batch_seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

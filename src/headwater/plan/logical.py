@@ -22,6 +22,7 @@ class TableRole(StrEnum):
     SOURCE_BY_NAME = "source_by_name"
     BUFFER = "buffer"
     SINK = "sink"
+    LATE_ROWS = "late_rows"  # an engine's late rows (``late_rows_table``): written beside the engine's output
 
 
 @dataclass(frozen=True)

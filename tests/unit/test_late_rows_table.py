@@ -1,0 +1,81 @@
+"""``late_rows_table``: the rows a time engine drops as late go to a table the user names, with the engine's
+input columns, exactly once (any split into appends, a crash and replay), and are still counted."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import headwater as hw
+from headwater.dataplane.local import LocalRunner
+
+SCHEMA = {"t": "timestamp", "k": "string", "v": "double"}
+T0 = pd.Timestamp("2026-11-25 09:30")
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    s = hw.connect(tmp_path_factory.mktemp("late"), start_spark=False)
+    s.use_catalog("demo")
+    yield s
+    s.close()
+
+
+def make_rows(seed: int, n: int = 120) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    t = T0 + pd.to_timedelta(np.cumsum(rng.choice([1, 2, 3, 12], n)), unit="s")
+    frame = pd.DataFrame({"t": t, "k": rng.choice(["a", "b", "c"], n), "v": np.arange(n, dtype=float)})
+    late = rng.random(n) < 0.15  # out of order: 40 s in the past
+    frame.loc[late, "t"] = frame.loc[late, "t"] - pd.Timedelta(seconds=40)
+    return frame
+
+
+def older_than_their_key(rows: pd.DataFrame) -> pd.DataFrame:
+    """The session window engine's late rows: older than an earlier kept row of their key."""
+    latest: dict[str, pd.Timestamp] = {}
+    late = []
+    for i, row in enumerate(rows.itertuples(index=False)):
+        if row.k in latest and row.t < latest[row.k]:
+            late.append(i)
+        else:
+            latest[row.k] = row.t
+    return rows.iloc[late].reset_index(drop=True)
+
+
+def session_graph(session: hw.Session, name: str) -> hw.StreamGraph:
+    g = session.stream_graph(name)
+    (g.source(f"{name}_in", schema=SCHEMA)
+      .session_window_engine(session_gap="10s", metrics=["sum(v) as total"], time_column="t", key_column="k",
+                             late_rows_table=f"{name}_late")
+      .sink(f"{name}_out"))
+    return g
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 119), max_size=5, unique=True),
+       crash=st.one_of(st.none(), st.integers(0, 5)))
+def test_session_window_late_rows_reach_the_table_once(session, tmp_path_factory, seed, cuts, crash):
+    rows = make_rows(seed)
+    runner = LocalRunner(session_graph(session, "sw").plan(), tmp_path_factory.mktemp("sw"))
+    bounds = [0, *sorted(cuts), len(rows)]
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        runner.append("sw_in", rows.iloc[a:b])
+        if crash == i:
+            runner.step(crash_after_tasks=1)  # ran and wrote its files, never committed: replayed next
+        runner.step()
+    want = older_than_their_key(rows)
+    assert len(want) > 3
+    pd.testing.assert_frame_equal(runner.read("sw_late"), want, check_dtype=False)
+
+
+def test_the_table_must_be_the_engines_own(session):
+    g = session.stream_graph("own")
+    src = g.source("own_in", schema=SCHEMA)
+    with pytest.raises(hw.GraphDefinitionError, match="late_rows_table 'own_in' is already a table of this graph"):
+        src.session_window_engine(session_gap="10s", metrics=["sum(v) as total"], time_column="t", key_column="k",
+                                  late_rows_table="own_in")
