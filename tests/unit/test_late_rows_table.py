@@ -79,3 +79,48 @@ def test_the_table_must_be_the_engines_own(session):
     with pytest.raises(hw.GraphDefinitionError, match="late_rows_table 'own_in' is already a table of this graph"):
         src.session_window_engine(session_gap="10s", metrics=["sum(v) as total"], time_column="t", key_column="k",
                                   late_rows_table="own_in")
+
+
+def minute_rows(seed: int, n: int = 150) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    t = T0 + pd.to_timedelta(np.cumsum(rng.choice([5, 10, 20], n)), unit="s")
+    frame = pd.DataFrame({"t": t, "k": rng.choice(["a", "b"], n), "v": np.arange(n, dtype=float)})
+    late = rng.random(n) < 0.15  # two minutes in the past: usually in a window already emitted for the key
+    frame.loc[late, "t"] = frame.loc[late, "t"] - pd.Timedelta(minutes=2)
+    return frame
+
+
+def emitted_window_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The time-series engine's late rows (1-minute windows, no accepted delay): a row whose key's window
+    holding it was emitted, i.e. earlier than the key's open window."""
+    open_start: dict[str, pd.Timestamp] = {}
+    late = []
+    for i, row in enumerate(rows.itertuples(index=False)):
+        start = row.t.floor("1min")
+        if row.k in open_start and start < open_start[row.k]:
+            late.append(i)
+        elif row.k not in open_start or start > open_start[row.k]:
+            open_start[row.k] = start  # the key's earlier windows close
+    return rows.iloc[late].reset_index(drop=True)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 149), max_size=5, unique=True),
+       crash=st.one_of(st.none(), st.integers(0, 5)))
+def test_time_series_late_rows_reach_the_table_once(session, tmp_path_factory, seed, cuts, crash):
+    rows = minute_rows(seed)
+    g = session.stream_graph("ts")
+    (g.source("ts_in", schema=SCHEMA)
+      .time_series_engine(window="1m", step="1m", metrics=["sum(v) as total"], time_column="t", key_column="k",
+                          late_rows_table="ts_late")
+      .sink("ts_out"))
+    runner = LocalRunner(g.plan(), tmp_path_factory.mktemp("ts"))
+    bounds = [0, *sorted(cuts), len(rows)]
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        runner.append("ts_in", rows.iloc[a:b])
+        if crash == i:
+            runner.step(crash_after_tasks=1)
+        runner.step()
+    want = emitted_window_rows(rows)
+    assert len(want) > 3
+    pd.testing.assert_frame_equal(runner.read("ts_late"), want, check_dtype=False)

@@ -368,6 +368,7 @@ class DStream(JoinMethods):
         sub_window: str | tuple[str | timedelta, str | timedelta] | None = None,
         key_purge_freq: str | timedelta | None = None,
         use_system_time: bool = False,
+        late_rows_table: str | None = None,
     ) -> DStream:
         """Aggregate tumbling/sliding event-time windows per key (Orca's timeSeriesEngine).
 
@@ -377,7 +378,9 @@ class DStream(JoinMethods):
         the open window as it fills (emit on update; ``0``: at the end of every micro-batch);
         ``sub_window=("0s", "10s")`` aggregates only that part of each window. ``fill`` is one
         rule or one per metric. ``use_system_time=True`` (no ``time_column``) cuts windows by the
-        micro-batches' input commit time instead; the output time column is ``time``. See ``docs/engines.md``.
+        micro-batches' input commit time instead; the output time column is ``time``. ``late_rows_table``
+        names a table of the graph's catalog for the rows dropped as late (else they are only counted). See
+        ``docs/engines.md``.
 
         >>> import headwater as hw, tempfile
         >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
@@ -416,6 +419,7 @@ class DStream(JoinMethods):
                 key_purge_freq=None if key_purge_freq is None else parse_duration(
                     key_purge_freq, where=f"{where} key_purge_freq"),
                 use_system_time=use_system_time,
+                late_rows_table=self._late_rows_fqn(late_rows_table),
             )
 
         return self._engine(TimeSeriesEngine.kind, make)

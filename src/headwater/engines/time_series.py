@@ -86,6 +86,7 @@ class TimeSeriesEngine(EngineSpec):
     sub_window: tuple[timedelta, timedelta] | None = None
     key_purge_freq: timedelta | None = None
     use_system_time: bool = False
+    late_rows_table: str | None = None  # the FQN of the table the late rows go to
     metric_windows: tuple[int, ...] = ()  # with several windows: the window of each metric, by position
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -235,7 +236,12 @@ class TimeSeriesEngine(EngineSpec):
             **({"keyPurgeFreq": format_duration(self.key_purge_freq)} if self.key_purge_freq is not None else {}),
             **({"useSystemTime": True} if self.use_system_time else {}),
             **({"metricWindows": list(self.metric_windows)} if self.metric_windows else {}),
+            **({"lateRowsTable": self.late_rows_table} if self.late_rows_table else {}),
         }
+
+    @property
+    def late_rows_fqn(self) -> str | None:
+        return self.late_rows_table
 
     def processor(self, input_schema: Schema | None = None) -> TimeSeriesProcessor:
         return TimeSeriesProcessor(self)
@@ -291,12 +297,20 @@ class TimeSeriesProcessor(Processor):
         return self._arrow_schema().empty_table()
 
     def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
+        return state, out
+
+    def process_routed(self, state: dict[str, Any], table: pa.Table, *,
+                       batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table, np.ndarray | None]:
+        """The late rows: those every window (of every size) had emitted; rows with a NULL time are not late."""
         spec = self.spec
+        valid = None
         if spec.time_column is not None:
-            table = table.filter(table[spec.time_column].is_valid())
+            valid = table[spec.time_column].is_valid().to_numpy(zero_copy_only=False)
+            table = table.filter(pa.array(valid))
         n = table.num_rows
         if n == 0:
-            return state, self.empty_output()
+            return state, self.empty_output(), None
         schema = spec.input_schema
         keys = KeyTable(state["keys"])
         key_columns = [table[k] for k in spec.key_column]
@@ -309,14 +323,20 @@ class TimeSeriesProcessor(Processor):
         olds = state["windows"] if self.several else [state["windows"]]
         runs = [agg.run(old, slots, max(len(keys), 1), times, metrics.arguments(table))
                 for (_, metrics, agg), old in zip(self.groups, olds, strict=True)]
+        dropped = np.logical_and.reduce([r[1].dropped for r in runs])
+        if valid is not None and dropped.any():
+            full = np.zeros(len(valid), dtype=np.bool_)
+            full[valid] = dropped
+            dropped = full
         windows_state = [r[0] for r in runs]
         new_state = {**state, "keys": keys.keys, "windows": windows_state if self.several else windows_state[0]}
         if spec.key_purge_freq is not None:  # after the output is made: the purged keys' names are still known
             new_state = self._purge(new_state, batch_time)
         slots_out, times_out, trigger, columns = self._metric_columns([r[1] for r in runs])
+        routed = dropped if dropped.any() else None
         m = len(slots_out)
         if m == 0:
-            return new_state, self.empty_output()
+            return new_state, self.empty_output(), routed
         if time_type == "date":
             times_out = times_out // 86_400_000_000
         arrays: list[pa.Array] = [to_arrow(times_out.astype(np.float64), time_type)]
@@ -325,7 +345,7 @@ class TimeSeriesProcessor(Processor):
         arrays.extend(columns)
         seq = table[SEQ].to_numpy()
         arrays.append(pa.array(seq[trigger], type=pa.int64()))
-        return new_state, pa.table(arrays, schema=self._arrow_schema())
+        return new_state, pa.table(arrays, schema=self._arrow_schema()), routed
 
     def _metric_columns(self, outs: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[pa.Array]]:
         """The emitted windows' slots, times, trigger rows and metric columns. With several window sizes a

@@ -211,6 +211,8 @@ class WindowOutput:
     # a filled window (no rows of its own); ``final`` is False for an update of a window still open
     empty: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
     final: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
+    # per input row of the run: dropped as late (every window holding it had been emitted)
+    dropped: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.bool_))
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -325,6 +327,7 @@ class WindowAggregator:
         o_flags = np.empty((cap, 2), dtype=np.bool_)
         close_off, force, update = spec.close_offset, spec.force_trigger, spec.update
         sub_lo = 0 if spec.sub_window is None else spec.sub_window[0]
+        dropped = np.zeros(n, dtype=np.bool_)
         row, n_out = 0, 0
         while True:
             row, n_out = _run_kernel(
@@ -359,6 +362,7 @@ class WindowAggregator:
                 new["pending"],
                 new["mark"],
                 new["late"],
+                dropped,
                 o_slot,
                 o_time,
                 o_trig,
@@ -386,6 +390,7 @@ class WindowAggregator:
             trigger_rows=o_trig[:n_out].copy(),
             empty=o_flags[:n_out, 0].copy(),
             final=o_flags[:n_out, 1].copy(),
+            dropped=dropped,
         )
         if update == 0 and n:
             out = _concat_outputs(out, self._flush_pending(new, trigger_row=n - 1))
@@ -454,6 +459,7 @@ def _concat_outputs(a: WindowOutput, b: WindowOutput) -> WindowOutput:
         trigger_rows=np.concatenate([a.trigger_rows, b.trigger_rows]),
         empty=np.concatenate([a.empty, b.empty]),
         final=np.concatenate([a.final, b.final]),
+        dropped=a.dropped,  # b: windows flushed at the batch's end, no rows of its own
     )
 
 
@@ -705,6 +711,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
     pending,
     mark,
     late,
+    dropped,
     o_slot,
     o_time,
     o_trig,
@@ -772,6 +779,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
         seq[s] = q + 1
         if j < 0:
             late[s] += 1  # every window holding this row was already emitted
+            dropped[i] = True
             continue
         if j >= n_panes:  # cannot happen (the row would have closed that window); guards the raw writes
             raise RuntimeError("window aggregator: pane index out of range")
