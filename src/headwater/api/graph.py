@@ -470,6 +470,7 @@ class DStream(JoinMethods):
         closed: str = "left",
         fill: str | float = "none",
         key_purge_freq_in_second: float | None = None,
+        late_rows_table: str | None = None,
     ) -> DStream:
         """Aggregate per key the windows between consecutive times of day (Orca's timeBucketEngine).
 
@@ -479,7 +480,7 @@ class DStream(JoinMethods):
         on its key's first row at or past ``b - 1 unit`` (so a 5-minute bar from 1-minute bars closes a
         minute early); ``closed="right"``: ``(a, b]``, closing at ``b``. Output: window end (or start), keys,
         metrics. ``fill`` (``"null"``, ``"ffill"``, a number) also emits empty windows, on the days a key
-        has rows. See ``headwater.engines.time_bucket``.
+        has rows. ``late_rows_table`` as in ``time_series_engine``. See ``headwater.engines.time_bucket``.
 
         >>> import pandas as pd, headwater as hw, tempfile
         >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
@@ -503,7 +504,8 @@ class DStream(JoinMethods):
                 metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
                 time_column=time_column, key_column=_as_tuple(key_column),
                 use_window_start_time=use_window_start_time, closed=closed, fill=fill,
-                key_purge_freq_in_second=key_purge_freq_in_second)
+                key_purge_freq_in_second=key_purge_freq_in_second,
+                late_rows_table=self._late_rows_fqn(late_rows_table))
 
         return self._engine(TimeBucketEngine.kind, make)
 
@@ -524,6 +526,7 @@ class DStream(JoinMethods):
         fill: str | float = "none",
         key_purge_daily: bool = True,
         force_trigger_session_end_time: str | timedelta | None = None,
+        late_rows_table: str | None = None,
     ) -> DStream:
         """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
 
@@ -533,8 +536,8 @@ class DStream(JoinMethods):
         rows before a session are in its first window, rows after the day's last session in none.
         ``merge_session_end=True`` puts a row stamped exactly at a session's end into its last window.
         ``force_trigger_session_end_time`` closes every key's windows of a session when a row of any key is
-        that long past the session's end (event time, not Orca's wall clock). Other arguments as in
-        ``time_series_engine``; see ``headwater.engines.daily_time_series``.
+        that long past the session's end (event time, not Orca's wall clock). Other arguments (and
+        ``late_rows_table``) as in ``time_series_engine``; see ``headwater.engines.daily_time_series``.
 
         >>> import pandas as pd, headwater as hw, tempfile
         >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
@@ -571,7 +574,8 @@ class DStream(JoinMethods):
                 closed=closed, use_window_start_time=use_window_start_time, fill=fill,
                 key_purge_daily=key_purge_daily,
                 force_trigger_session_end_time=None if force_trigger_session_end_time is None else parse_duration(
-                    force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True))
+                    force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True),
+                late_rows_table=self._late_rows_fqn(late_rows_table))
 
         return self._engine(DailyTimeSeriesEngine.kind, make)
 

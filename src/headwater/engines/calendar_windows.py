@@ -470,11 +470,19 @@ class CalendarWindowProcessor(Processor):
         }
 
     def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
+        return state, out
+
+    def process_routed(self, state: dict[str, Any], table: pa.Table, *,
+                       batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table, np.ndarray | None]:
+        """The late rows: in a window already emitted for their key. Rows outside every window (before the
+        first cut point or session, after the last) and rows with a NULL time are dropped, not late."""
         spec = self.spec
-        table = table.filter(table[spec.time_column].is_valid())
+        valid = table[spec.time_column].is_valid().to_numpy(zero_copy_only=False)
+        table = table.filter(pa.array(valid))
         n = table.num_rows
         if n == 0:
-            return state, self._arrow_schema().empty_table()
+            return state, self._arrow_schema().empty_table(), None
         keys = KeyTable(state["keys"])
         key_columns = [table[k] for k in spec.key_column]
         slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(n, dtype=np.int64)
@@ -516,12 +524,16 @@ class CalendarWindowProcessor(Processor):
         d = np.floor_divide(q, k)
         window_end = np.minimum(q + self.m - 1, d * k + layout.last[q - d * k])
         panes = take(panes, np.flatnonzero(window_end > per_key["closed"][panes["slot"]]))
-        late = int(np.count_nonzero(in_pane & (taken < 0)))  # in a window, but one already emitted for its key
+        late = in_pane & (taken < 0)  # in a window, but one already emitted for its key
         new_state = {"keys": keys.keys, **per_key, "glob": glob, "last_purge": last_purge, "panes": panes,
-                     "late_rows": int(state.get("late_rows", 0)) + late}
+                     "late_rows": int(state.get("late_rows", 0)) + int(np.count_nonzero(late))}
         if (self.purge_daily or self.purge_every is not None) and spec.key_column:
             new_state = self._compact(new_state)
-        return new_state, out
+        dropped = None
+        if late.any():
+            dropped = np.zeros(len(valid), dtype=np.bool_)
+            dropped[valid] = late
+        return new_state, out, dropped
 
     def _emitted(self, parts: Partials, per_key: dict[str, np.ndarray], o_slot: np.ndarray, o_pane: np.ndarray,
                  o_trig: np.ndarray, o_filled: np.ndarray, seq: np.ndarray, keys: KeyTable) -> pa.Table:

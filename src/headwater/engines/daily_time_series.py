@@ -124,6 +124,7 @@ class DailyTimeSeriesEngine(EngineSpec):
     fill: str | float = "none"
     key_purge_daily: bool = True
     force_trigger_session_end_time: timedelta | None = None
+    late_rows_table: str | None = None  # the FQN of the table the late rows go to
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -174,6 +175,10 @@ class DailyTimeSeriesEngine(EngineSpec):
     def key_columns(self) -> tuple[str, ...]:
         return self.key_column
 
+    @property
+    def late_rows_fqn(self) -> str | None:
+        return self.late_rows_table
+
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
         return window_output_schema(self, where=f"daily_time_series_engine {clip(self.name)}")
 
@@ -191,6 +196,7 @@ class DailyTimeSeriesEngine(EngineSpec):
             "forceTriggerSessionEndTime": (None if self.force_trigger_session_end_time is None else "0s"
                                            if not self.force_trigger_session_end_time
                                            else format_duration(self.force_trigger_session_end_time)),
+            **({"lateRowsTable": self.late_rows_table} if self.late_rows_table else {}),
         }
 
     def layout(self) -> DayLayout:

@@ -88,6 +88,7 @@ class TimeBucketEngine(EngineSpec):
     closed: str = "left"
     fill: str | float = "none"
     key_purge_freq_in_second: float | None = None
+    late_rows_table: str | None = None  # the FQN of the table the late rows go to
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _cuts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
     _unit: int = field(default=0, init=False, repr=False, compare=False)
@@ -133,6 +134,10 @@ class TimeBucketEngine(EngineSpec):
     def key_columns(self) -> tuple[str, ...]:
         return self.key_column
 
+    @property
+    def late_rows_fqn(self) -> str | None:
+        return self.late_rows_table
+
     def output_schema(self, input_schema: Schema | None = None) -> Schema:
         return window_output_schema(self, where=f"time_bucket_engine {clip(self.name)}")
 
@@ -140,7 +145,8 @@ class TimeBucketEngine(EngineSpec):
         return {"timeCutPoints": list(self.time_cut_points), "metrics": [str(m) for m in self.metrics],
                 "timeColumn": self.time_column, "keyColumn": list(self.key_column),
                 "useWindowStartTime": self.use_window_start_time, "closed": self.closed, "fill": self.fill,
-                "keyPurgeFreqInSecond": self.key_purge_freq_in_second}
+                "keyPurgeFreqInSecond": self.key_purge_freq_in_second,
+                **({"lateRowsTable": self.late_rows_table} if self.late_rows_table else {})}
 
     def layout(self) -> DayLayout:
         """The windows of a day: ``[a, b - unit]`` (left) or ``(a, b]`` (right) between consecutive cut points."""

@@ -77,12 +77,23 @@ def same_definition(a: str, b: str) -> bool:
     """Whether two stored documents declare the same graph (user functions compared by name, not bytes).
 
     A function pickled in another process may pickle to other bytes; a graph resubmitted after a crash
-    must still be recognised as the one already stored.
+    must still be recognised as the one already stored. A null field counts as absent: a graph stored before
+    an engine option existed is the same graph as one declaring that option unset.
+
+    >>> same_definition('{"spec": {"w": 1}}', '{"spec": {"w": 1, "late_rows_table": null}}')
+    True
     """
+    def without_nulls(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: without_nulls(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [without_nulls(v) for v in value]
+        return value
+
     def strip(text: str) -> Any:
         doc = json.loads(text)
         doc.pop("callables", None)
-        return doc
+        return without_nulls(doc)
 
     return bool(strip(a) == strip(b))
 
