@@ -97,7 +97,7 @@ def test_any_grouping_of_appends_into_micro_batches_gives_one_row_per_append(ses
 
 @pytest.mark.parametrize(("kw", "message"), [
     ({"key_column": "nope"}, "key_column 'nope' is not an input column"),
-    ({"triggering_pattern": "sometimes"}, "triggering_pattern must be one of per_batch, per_row, key_count, "
+    ({"triggering_pattern": "sometimes"}, "triggering_pattern must be one of per_batch, per_row, interval, key_count, "
                                           "data_interval"),
     ({"metrics": ["first(price) as p"]}, "has no order across keys"),
     ({"use_system_time": False}, "takes the output time from time_column"),

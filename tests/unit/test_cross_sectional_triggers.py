@@ -340,6 +340,23 @@ def test_rows_out_of_order_or_without_time_are_counted_in_the_state():
     assert out["avg_price"].to_pylist() == [1.0]  # 09:30:02, computed when 09:30:03 arrived
 
 
+def test_interval_computes_each_window_of_commit_time_once_as_it_stood_at_its_end():
+    spec = CrossSectionalEngine(name="x", input_schema=Schema.parse({"sym": "string", "price": "double"}),
+                                metrics=(parse_metric("avg(price) as avg_price"), parse_metric("count(price) as n")),
+                                key_column=("sym",), triggering_pattern="interval",
+                                triggering_interval=timedelta(seconds=1))
+    p = spec.processor()
+    state, emitted = p.new_state(), []
+    for batch_time, syms, prices in [(100.2, ["a", "b"], [1.0, 3.0]), (100.7, ["a"], [5.0]),
+                                     (101.4, ["c"], [9.0]), (103.1, ["b"], [1.0])]:
+        seq = np.arange(len(syms)) + (int(batch_time * 10) << 32)
+        state, out = p.process(state, pa.table({"sym": syms, "price": prices, SEQ: seq}), batch_time=batch_time)
+        seconds = out["time"].cast(pa.int64()).to_numpy() / 1e6  # naive UTC microseconds
+        emitted += list(zip(seconds.tolist(), out["avg_price"].to_pylist(), out["n"].to_pylist(), strict=True))
+    # the window [100 s, 101 s) computed at 101.4 over a=5, b=3; [101 s, 102 s) at 103.1 over a, b, c
+    assert emitted == [(101.0, 4.0, 2), (102.0, 17 / 3, 3)]
+
+
 def test_new_arguments_round_trip_through_the_plan_document(session):
     for kw in ({"triggering_pattern": "key_count", "triggering_interval": (4, 2), "last_batch_only": True,
                 "key_filter": "volume > 10"},
@@ -351,7 +368,10 @@ def test_new_arguments_round_trip_through_the_plan_document(session):
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"triggering_pattern": "interval"}, "'interval' fires on the wall clock.*use triggering_pattern='data_interval'"),
+    ({"triggering_pattern": "interval"}, "'interval' needs triggering_interval, a positive duration of system time"),
+    ({"triggering_pattern": "interval", "triggering_interval": 1000}, "bare number 1000.*'1s'"),
+    ({"triggering_pattern": "interval", "triggering_interval": "1s", "use_system_time": False},
+     "'interval' works on system time"),
     ({"triggering_pattern": "key_count", "time_column": None, "triggering_interval": 3},
      "'key_count' works on data time; name the time_column"),
     ({"triggering_pattern": "key_count", "triggering_interval": 3, "use_system_time": True},

@@ -596,7 +596,8 @@ class DStream(JoinMethods):
     ) -> DStream:
         """Aggregate the latest row of every key on each trigger (Orca's crossSectionalEngine).
 
-        ``triggering_pattern``: ``"per_batch"`` (once per append), ``"per_row"``, ``"key_count"`` (a timestamp
+        ``triggering_pattern``: ``"per_batch"`` (once per append), ``"per_row"``, ``"interval"`` (windows of
+        ``triggering_interval`` of the micro-batches' commit time, e.g. ``"1s"``), ``"key_count"`` (a timestamp
         once ``triggering_interval`` keys reached it, or a newer one arrived) or ``"data_interval"`` (windows
         of ``triggering_interval`` of data time, e.g. ``"1s"``). ``use_system_time`` defaults to True for the
         first two and must be False for the data-time ones. ``key_filter`` (a condition on a key's latest row)

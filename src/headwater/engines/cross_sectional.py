@@ -17,13 +17,17 @@ that pass ``key_filter`` and emits one row (one per group with ``context_by_colu
 - ``data_interval`` (data time): windows of ``triggering_interval`` aligned like the time-series
   engine's; the first row at or past a window's end computes the cross-section as it stood before that
   row, with the window's end as output time. Only windows that received rows emit; rows of a window
-  already computed are dropped.
+  already computed are dropped;
+- ``interval`` (system time): the same windows over the micro-batches' input commit time, which every row
+  of a micro-batch shares: the first micro-batch committed past a window's end computes the cross-section
+  as it stood at that end, with the end as output time. Orca's timer also fires when no row comes; here
+  the next micro-batch does, so a replay computes the same rows.
 
 Output time: the micro-batch's input commit time (``use_system_time=True``, Orca's default "system time";
 the same on every replay, unlike the wall clock; appends processed in one micro-batch share it), or data
 time: the triggering row's ``time_column`` (``per_batch``/``per_row``), the timestamp computed
-(``key_count``), the window's end (``data_interval``). Orca's ``interval`` trigger and the wall-clock wait
-of ``key_count``'s ``(c1, duration)`` are refused: a replay after a restart must compute the same rows.
+(``key_count``), the window's end (``data_interval``, ``interval``). The wall-clock wait of ``key_count``'s
+``(c1, duration)`` is refused: a replay after a restart must compute the same rows.
 Aggregates skip NULLs (``count`` counts non-NULL values; the others of no value are NULL); ``std``/``var``
 are sample statistics. Every key must meet in one task, so the engine cannot follow ``parallelize``.
 
@@ -70,7 +74,7 @@ from headwater.expr import Call, Col, Expr, Lit
 from headwater.functions import FUNCTIONS, infer_type
 from headwater.types import NUMERIC, Schema
 
-TRIGGERS = ("per_batch", "per_row", "key_count", "data_interval")
+TRIGGERS = ("per_batch", "per_row", "interval", "key_count", "data_interval")
 DATA_TIME_TRIGGERS = ("key_count", "data_interval")
 AGGREGATES = ("count", "sum", "avg", "max", "min", "std", "var")  # first/last have no order across keys
 SEQ_SHIFT = 32  # _hw_seq = (input version << 32) | row: the append a row came in
@@ -84,7 +88,7 @@ def triggering_interval_arg(pattern: str, value: Any, *, where: str) -> Triggeri
     if value is None:
         return None
     what = f"{where} triggering_interval"
-    if pattern == "data_interval":
+    if pattern in ("data_interval", "interval"):
         if isinstance(value, int | float) and not isinstance(value, bool):
             raise GraphDefinitionError(
                 f"{what}: got the bare number {clip(value)}; give a duration of the time column, e.g. '1s' (Orca "
@@ -165,11 +169,13 @@ class CrossSectionalEngine(EngineSpec):
     def _check_trigger(self, where: str) -> None:
         pattern, interval = self.triggering_pattern, self.triggering_interval
         if pattern == "interval":
-            raise GraphDefinitionError(
-                f"{where}: triggering_pattern 'interval' fires on the wall clock (Orca: every triggering_interval ms "
-                "of system time), so a replay after a restart would compute other cross-sections; use "
-                "triggering_pattern='data_interval' with time_column and a duration of data time, e.g. "
-                "triggering_interval='1s'")
+            if not isinstance(interval, timedelta) or interval <= timedelta(0):
+                raise GraphDefinitionError(f"{where}: triggering_pattern 'interval' needs triggering_interval, a "
+                                           f"positive duration of system time, e.g. '1s'; got {clip(interval)}")
+            if not self.use_system_time:
+                raise GraphDefinitionError(f"{where}: triggering_pattern 'interval' works on system time (the "
+                                           "micro-batches' input commit time): leave use_system_time=True")
+            return
         if pattern not in TRIGGERS:
             raise GraphDefinitionError(f"{where}: triggering_pattern must be one of {', '.join(TRIGGERS)}, got "
                                        f"{clip(pattern)}")
@@ -467,6 +473,9 @@ class CrossSectionalProcessor(Processor):
             case "key_count":
                 trigger = self._key_count(trigger, rows, section, out)
             case "data_interval":
+                trigger = self._data_interval(trigger, rows, section, out)
+            case "interval":  # data_interval's windows over system time: every row at the batch's commit time
+                rows.times = np.full(n, float(int(batch_time * 1e6)))
                 trigger = self._data_interval(trigger, rows, section, out)
             case pattern:
                 if pattern == "per_row":
