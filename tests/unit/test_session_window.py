@@ -160,3 +160,35 @@ def test_out_of_order_rows_are_counted_in_the_engine_stats(session, tmp_path):
     [stat] = engine_rows(runner.physical, tmp_path / "checkpoints")
     assert stat["late_rows"] == late > 0
     assert stat["keys"] == valid.k.nunique()
+
+
+def test_system_time_sessions_follow_the_micro_batches_commit_times():
+    from datetime import timedelta
+
+    import pyarrow as pa
+
+    from headwater.engines.base import SEQ
+    from headwater.engines.session_window import SessionWindowEngine
+    from headwater.parse import parse_metric
+    from headwater.types import Schema
+
+    spec = SessionWindowEngine(name="s", input_schema=Schema.parse({"k": "string", "v": "double"}),
+                               session_gap=timedelta(seconds=5), metrics=(parse_metric("sum(v) as total"),),
+                               time_column=None, key_column=("k",), use_system_time=True)
+    assert spec.output_schema().names == ("time", "k", "total")
+    p = spec.processor()
+    state, totals = p.new_state(), []
+    for batch_time, ks, vs in [(100.0, ["a", "b"], [1.0, 2.0]), (103.0, ["a"], [4.0]), (109.5, ["a", "b"], [8.0, 16.0])]:
+        table = pa.table({"k": ks, "v": vs, SEQ: np.arange(len(ks)) + int(batch_time * 10) * 100})
+        state, out = p.process(state, table, batch_time=batch_time)
+        totals += list(zip(out["k"].to_pylist(), out["total"].to_pylist(), strict=True))
+    # at 109.5 s: a's session (100 s, 103 s) and b's (100 s) are over 5 s old; their new rows start new sessions
+    assert sorted(totals) == [("a", 5.0), ("b", 2.0)]
+
+
+def test_system_time_and_a_time_column_are_exclusive(session):
+    g = session.stream_graph("sys_both")
+    src = g.source("sys_both_in", schema={"t": "timestamp", "k": "string", "v": "double"})
+    with pytest.raises(hw.GraphDefinitionError, match=r"use_system_time=True .* leave time_column out"):
+        src.session_window_engine(session_gap="5s", metrics=["sum(v) as total"], time_column="t", key_column="k",
+                                  use_system_time=True)

@@ -429,11 +429,12 @@ class DStream(JoinMethods):
         *,
         session_gap: str | timedelta,
         metrics: Sequence[Expr | str],
-        time_column: str,
+        time_column: str | None = None,
         key_column: str | Sequence[str] | None = None,
         use_session_start_time: bool = True,
         force_trigger_time: str | timedelta | None = None,
         late_rows_table: str | None = None,
+        use_system_time: bool = False,
     ) -> DStream:
         """Aggregate each key's sessions: runs of rows less than ``session_gap`` apart (Orca's sessionWindowEngine).
 
@@ -443,6 +444,7 @@ class DStream(JoinMethods):
         it too (event time, so replays agree). Metrics are as in ``time_series_engine``; see
         ``headwater.engines.session_window``. ``late_rows_table``: a table of this graph's catalog that
         receives the rows dropped as late, with the engine's input columns (else they are only counted).
+        ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
         """
 
         def make(name: str) -> SessionWindowEngine:
@@ -455,7 +457,7 @@ class DStream(JoinMethods):
                 use_session_start_time=use_session_start_time,
                 force_trigger_time=None if force_trigger_time is None else parse_duration(
                     force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
-                late_rows_table=self._late_rows_fqn(late_rows_table))
+                late_rows_table=self._late_rows_fqn(late_rows_table), use_system_time=use_system_time)
 
         return self._engine(SessionWindowEngine.kind, make)
 

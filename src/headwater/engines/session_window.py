@@ -4,7 +4,9 @@ Rows of a key form a session while each follows the previous one by less than ``
 first row of the key at or past ``last row + session_gap`` closes the session, which is emitted then
 (that row starts the next session); a key's last session stays open until such a row arrives. A row
 older than an earlier row of its key (event time) is dropped. Output time: the session's first row
-(``use_session_start_time=True``, Orca's default) or its last row + ``session_gap``.
+(``use_session_start_time=True``, Orca's default) or its last row + ``session_gap``. With
+``use_system_time=True`` (no ``time_column``) a row's time is its micro-batch's input commit time (in ms, as
+Orca's system time; the same on replay), and the output time column is ``time``.
 
 ``force_trigger_time`` closes a quiet key's session without a row of its own: the first row (any key, in
 arrival order after the session's last row) whose time is at or past the session's end
@@ -73,11 +75,12 @@ class SessionWindowEngine(EngineSpec):
     input_schema: Schema
     session_gap: timedelta
     metrics: tuple[Expr, ...]
-    time_column: str
+    time_column: str | None  # None with use_system_time
     key_column: tuple[str, ...] = ()
     use_session_start_time: bool = True
     force_trigger_time: timedelta | None = None
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
+    use_system_time: bool = False
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -105,7 +108,7 @@ class SessionWindowEngine(EngineSpec):
                 "timeColumn": self.time_column, "keyColumn": list(self.key_column),
                 "useSessionStartTime": self.use_session_start_time,
                 "forceTriggerTime": None if self.force_trigger_time is None else format_duration(self.force_trigger_time),
-                "lateRowsTable": self.late_rows_table}
+                "lateRowsTable": self.late_rows_table, **({"useSystemTime": True} if self.use_system_time else {})}
 
     def processor(self, input_schema: Schema | None = None) -> SessionWindowProcessor:
         return SessionWindowProcessor(self)
@@ -119,7 +122,7 @@ class SessionWindowProcessor(Processor):
                                      [t for _, t in self.out_schema.columns[1 + len(spec.key_column):]])
         self.gap = to_micros(spec.session_gap)
         self.force = None if spec.force_trigger_time is None else to_micros(spec.force_trigger_time)
-        self.time_type = spec.input_schema[spec.time_column]
+        self.time_type = "timestamp" if spec.time_column is None else spec.input_schema[spec.time_column]
 
     def new_state(self) -> dict[str, Any]:
         # the rows of every key's open session, in arrival order: slot, time (µs), seq, each aggregate's argument
@@ -140,13 +143,15 @@ class SessionWindowProcessor(Processor):
         spec = self.spec
         n_in = table.num_rows
         input_seq = table[SEQ].to_numpy()
-        table = table.filter(table[spec.time_column].is_valid())
+        if spec.time_column is not None:
+            table = table.filter(table[spec.time_column].is_valid())
         if table.num_rows == 0:
             return state, self._arrow_schema().empty_table(), None
         keys = KeyTable(state["keys"])
         key_columns = [table[k] for k in spec.key_column]
         slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(table.num_rows, dtype=np.int64)
-        times = times_us(table[spec.time_column], self.time_type)
+        times = (times_us(table[spec.time_column], self.time_type) if spec.time_column is not None else
+                 np.full(table.num_rows, int(batch_time * 1000) * 1000, dtype=np.int64))  # system time, in ms
         old = state["open"]
         rows = pd.DataFrame({"slot": np.concatenate([old["slot"], slots]),
                              "time": np.concatenate([old["time"], times]),
