@@ -18,10 +18,15 @@ METRICS = ["sum(v) as total", "count(v) as n", "max(v) - min(v) as rng", "first(
 
 
 def reference(rows: pd.DataFrame, gap: pd.Timedelta, *, start_time: bool = True,
-              force: pd.Timedelta | None = None) -> pd.DataFrame:
+              force: pd.Timedelta | None = None, update: pd.Timedelta | None = None,
+              appends: list[int] | None = None) -> pd.DataFrame:
     """Row by row, per key, as C.3 describes it (NULL times skipped, rows older than an earlier one dropped);
-    with ``force``, a kept row of any key at or past a session's end + ``force`` closes it."""
+    with ``force``, a kept row of any key at or past a session's end + ``force`` closes it. ``update`` > 0: a
+    row in a later period (from its session's start) than the session's previous row emits the session so
+    far; ``update`` == 0: the end of each append (``appends``: the index of each append's last row) emits the
+    open sessions that grew in it."""
     out, sessions, latest = [], {}, {}
+    grew: set[str] = set()
 
     def emit(key, session, trigger):
         v = pd.Series([r.v for r in session], dtype=float)
@@ -30,20 +35,29 @@ def reference(rows: pd.DataFrame, gap: pd.Timedelta, *, start_time: bool = True,
                     "mean": v.mean(), "trigger": trigger})
         session.clear()
 
+    def period(session, t):
+        return (t - session[0].t) // update
+
     for i, row in enumerate(rows.itertuples(index=False)):
-        if pd.isna(row.t):
-            continue
-        if row.k in latest and row.t < latest[row.k]:
-            continue
-        if force is not None:
-            for key, open_session in sessions.items():
-                if key != row.k and open_session and row.t >= open_session[-1].t + gap + force:
-                    emit(key, open_session, i)
-        session = sessions.setdefault(row.k, [])
-        if session and row.t - session[-1].t >= gap:
-            emit(row.k, session, i)
-        session.append(row)
-        latest[row.k] = row.t
+        if not pd.isna(row.t) and not (row.k in latest and row.t < latest[row.k]):
+            if force is not None:
+                for key, open_session in sessions.items():
+                    if key != row.k and open_session and row.t >= open_session[-1].t + gap + force:
+                        emit(key, open_session, i)
+                        grew.discard(key)
+            session = sessions.setdefault(row.k, [])
+            if session and row.t - session[-1].t >= gap:
+                emit(row.k, session, i)
+            elif session and update and period(session, row.t) > period(session, session[-1].t):
+                emit(row.k, list(session), i)  # the session so far, still open
+            session.append(row)
+            grew.add(row.k)
+            latest[row.k] = row.t
+        if update is not None and not update and i in (appends or []):
+            for key in sorted(grew):
+                if sessions[key]:
+                    emit(key, list(sessions[key]), i)
+            grew.clear()
     frame = pd.DataFrame(out, columns=["t", "k", "total", "n", "rng", "f", "mean", "trigger"])
     return frame.sort_values("trigger", kind="stable").drop(columns="trigger").reset_index(drop=True)
 
@@ -104,6 +118,25 @@ def test_any_split_into_appends_gives_the_same_sessions(session, seed, cuts):
     pd.testing.assert_frame_equal(sort(got), sort(reference(rows, GAP)), check_dtype=False)
 
 
+def every_column(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(list(frame.columns), kind="stable").reset_index(drop=True)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(1, 199), max_size=6, unique=True),
+       update=st.sampled_from([0, 1, 3, 7]), force=st.sampled_from([None, 5]))
+def test_update_time_emits_growing_sessions_as_the_reference(session, seed, cuts, update, force):
+    rows = make_rows(seed, 200)
+    bounds = [0, *sorted(cuts), len(rows)]
+    parts = [rows.iloc[a:b] for a, b in itertools.pairwise(bounds)]
+    kw = {"update_time": f"{update}s", **({"force_trigger_time": f"{force}s"} if force is not None else {})}
+    got = graph(session, "upd", **kw).run_local({"upd_in": parts})["upd_out"]
+    want = reference(rows, GAP, update=pd.Timedelta(seconds=update), appends=[b - 1 for b in bounds[1:]],
+                     force=None if force is None else pd.Timedelta(seconds=force))
+    assert len(want) > len(reference(rows, GAP, force=None if force is None else pd.Timedelta(seconds=force)))
+    pd.testing.assert_frame_equal(every_column(got), every_column(want), check_dtype=False, rtol=1e-9)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(1, 199), max_size=6, unique=True),
        force=st.sampled_from([0, 5, 40]))
@@ -136,6 +169,7 @@ def test_force_trigger_time_emits_the_last_session_of_a_quiet_key(session):
     ({"metrics": ["v"]}, "column 'v' is used outside an aggregate"),
     ({"metrics": []}, "metrics is empty"),
     ({"force_trigger_time": "-1s"}, "force_trigger_time"),
+    ({"update_time": "1s", "use_session_start_time": False}, "update_time .* needs use_session_start_time=True"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     g = session.stream_graph("bad")

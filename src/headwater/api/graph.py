@@ -435,6 +435,7 @@ class DStream(JoinMethods):
         force_trigger_time: str | timedelta | None = None,
         late_rows_table: str | None = None,
         use_system_time: bool = False,
+        update_time: str | timedelta | None = None,
     ) -> DStream:
         """Aggregate each key's sessions: runs of rows less than ``session_gap`` apart (Orca's sessionWindowEngine).
 
@@ -445,6 +446,8 @@ class DStream(JoinMethods):
         ``headwater.engines.session_window``. ``late_rows_table``: a table of this graph's catalog that
         receives the rows dropped as late, with the engine's input columns (else they are only counted).
         ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
+        ``update_time`` also emits sessions as they grow, as in ``time_series_engine`` (``0``: after every
+        micro-batch).
         """
 
         def make(name: str) -> SessionWindowEngine:
@@ -457,7 +460,9 @@ class DStream(JoinMethods):
                 use_session_start_time=use_session_start_time,
                 force_trigger_time=None if force_trigger_time is None else parse_duration(
                     force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
-                late_rows_table=self._late_rows_fqn(late_rows_table), use_system_time=use_system_time)
+                late_rows_table=self._late_rows_fqn(late_rows_table), use_system_time=use_system_time,
+                update_time=None if update_time is None else parse_duration(
+                    update_time, where=f"{where} update_time", allow_zero=True))
 
         return self._engine(SessionWindowEngine.kind, make)
 

@@ -81,12 +81,20 @@ class SessionWindowEngine(EngineSpec):
     force_trigger_time: timedelta | None = None
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
     use_system_time: bool = False
+    update_time: timedelta | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"session_window_engine {clip(self.name)}"
         if self.session_gap <= timedelta(0):
             raise GraphDefinitionError(f"{where}: session_gap must be positive, got {format_duration(self.session_gap)}")
+        if self.update_time is not None:
+            if self.update_time < timedelta(0):
+                raise GraphDefinitionError(f"{where}: update_time must not be negative, got "
+                                           f"{format_duration(self.update_time)}")
+            if not self.use_session_start_time:
+                raise GraphDefinitionError(f"{where}: update_time emits open sessions, whose end is not known yet: "
+                                           "it needs use_session_start_time=True (as in Orca)")
         if self.force_trigger_time is not None and self.force_trigger_time < timedelta(0):
             raise GraphDefinitionError(f"{where}: force_trigger_time must not be negative, got "
                                        f"{format_duration(self.force_trigger_time)}")
@@ -108,7 +116,8 @@ class SessionWindowEngine(EngineSpec):
                 "timeColumn": self.time_column, "keyColumn": list(self.key_column),
                 "useSessionStartTime": self.use_session_start_time,
                 "forceTriggerTime": None if self.force_trigger_time is None else format_duration(self.force_trigger_time),
-                "lateRowsTable": self.late_rows_table, **({"useSystemTime": True} if self.use_system_time else {})}
+                "lateRowsTable": self.late_rows_table, **({"useSystemTime": True} if self.use_system_time else {}),
+                **({"updateTime": format_duration(self.update_time)} if self.update_time is not None else {})}
 
     def processor(self, input_schema: Schema | None = None) -> SessionWindowProcessor:
         return SessionWindowProcessor(self)
@@ -122,6 +131,7 @@ class SessionWindowProcessor(Processor):
                                      [t for _, t in self.out_schema.columns[1 + len(spec.key_column):]])
         self.gap = to_micros(spec.session_gap)
         self.force = None if spec.force_trigger_time is None else to_micros(spec.force_trigger_time)
+        self.update = None if spec.update_time is None else to_micros(spec.update_time)
         self.time_type = "timestamp" if spec.time_column is None else spec.input_schema[spec.time_column]
 
     def new_state(self) -> dict[str, Any]:
@@ -189,31 +199,67 @@ class SessionWindowProcessor(Processor):
             "args": [new_open[f"a{i}"].to_numpy(np.float64) for i in range(len(self.metrics.aggs))]}}
         dropped = np.isin(input_seq, late_seqs) if len(late_seqs) else None
         assert dropped is None or len(dropped) == n_in
+        emitted = []  # per kind of emission: (slots, output times, trigger seqs, each aggregate's values)
         closed = rows[~is_open]
-        if closed.empty:
+        if not closed.empty:
+            grouped = closed.groupby("session", sort=True)
+            first_time, last_time = grouped["time"].first(), grouped["time"].last()
+            # each closed session is closed by the first row of the key's next session, or by a forcing row
+            trigger = rows[starts].set_index("session")["seq"].reindex(first_time.index + 1).to_numpy(np.float64)
+            force_by = pd.Series(forced).groupby(rows["session"].to_numpy()).max().reindex(first_time.index).to_numpy()
+            emitted.append((grouped["slot"].first().to_numpy(np.int64),
+                            (first_time if spec.use_session_start_time else last_time + self.gap).to_numpy(np.int64),
+                            np.where(force_by >= 0, force_by, trigger).astype(np.int64),
+                            [reduce_groups(grouped[f"a{i}"], a.func).to_numpy(np.float64)
+                             for i, a in enumerate(self.metrics.aggs)]))
+        if self.update is not None:
+            in_batch = rows["seq"].to_numpy() >= table[SEQ].to_numpy().min()
+            emitted.append(self._updates(rows, starts, is_open, in_batch, int(table[SEQ].to_numpy().max())))
+        m = sum(len(e[0]) for e in emitted)
+        if m == 0:
             return new_state, self._arrow_schema().empty_table(), dropped
-        grouped = closed.groupby("session", sort=True)
-        first_time, last_time = grouped["time"].first(), grouped["time"].last()
-        slot = grouped["slot"].first()
-        # each closed session is closed by the first row of the key's next session, or by a forcing row
-        trigger = rows[starts].set_index("session")["seq"].reindex(first_time.index + 1).to_numpy(np.float64)
-        force_by = pd.Series(forced).groupby(rows["session"].to_numpy()).max().reindex(first_time.index).to_numpy()
-        trigger = np.where(force_by >= 0, force_by, trigger).astype(np.int64)
-        values = [reduce_groups(grouped[f"a{i}"], a.func).to_numpy(np.float64) for i, a in enumerate(self.metrics.aggs)]
-        out_times = (first_time if spec.use_session_start_time else last_time + self.gap).to_numpy(np.int64)
-        order = np.argsort(trigger, kind="stable")
-        m = len(order)
+        slot_values, out_times, trigger = (np.concatenate([e[j] for e in emitted]) for j in range(3))
+        values = [np.concatenate([e[3][i] for e in emitted]) for i in range(len(self.metrics.aggs))]
+        order = np.argsort(trigger, kind="stable")  # by trigger; a final emission before an update of one row
         out_times = out_times[order]
         if self.time_type == "date":
             out_times = out_times // DAY_US
         schema = spec.input_schema.to_arrow()
         arrays: list[pa.Array] = [to_arrow(out_times.astype(np.float64), self.time_type)]
-        slot_values = slot.to_numpy(np.int64)[order]
+        slot_values = slot_values[order]
         for i, k in enumerate(spec.key_column):
             arrays.append(pa.array(keys.values(slot_values, i, len(spec.key_column)), type=schema.field(k).type))
         arrays.extend(self.metrics.results([v[order] for v in values], m))
         arrays.append(pa.array(trigger[order], type=pa.int64()))
         return new_state, pa.table(arrays, schema=self._arrow_schema()), dropped
+
+    def _updates(self, rows: pd.DataFrame, starts: np.ndarray, is_open: np.ndarray, in_batch: np.ndarray,
+                 last_seq: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """``update_time``'s emissions of sessions still growing (output time: the session's start).
+
+        ``0``: each session open after this micro-batch that received rows in it, over all its rows, triggered by
+        the micro-batch's last row. Otherwise, as the time-series engine: a row of this micro-batch in a later
+        period of ``update_time`` (counted from its session's start) than the session's previous row emits
+        the session over the rows before it."""
+        session = rows["session"].to_numpy()
+        start_time = rows["time"].to_numpy()[np.flatnonzero(starts)][session - 1]
+        n_aggs = len(self.metrics.aggs)
+        if self.update == 0:
+            grown = np.unique(session[is_open & in_batch])
+            part = rows[np.isin(session, grown)]
+            grouped = part.groupby("session", sort=True)
+            return (grouped["slot"].first().to_numpy(np.int64), grouped["time"].first().to_numpy(np.int64),
+                    np.full(len(grown), last_seq, dtype=np.int64),
+                    [reduce_groups(grouped[f"a{i}"], a.func).to_numpy(np.float64)
+                     for i, a in enumerate(self.metrics.aggs)])
+        period = (rows["time"].to_numpy() - start_time) // self.update
+        later = np.zeros(len(rows), dtype=bool)
+        later[1:] = ~starts[1:] & (period[1:] > period[:-1])
+        at = np.flatnonzero(later & in_batch)  # each such row emits its session's rows before it (at - 1)
+        values = [prefix_aggregate(rows[f"a{i}"].to_numpy(np.float64), session, starts, a.func)[at - 1]
+                  for i, a in enumerate(self.metrics.aggs)]
+        assert len(values) == n_aggs
+        return (rows["slot"].to_numpy(np.int64)[at], start_time[at], rows["seq"].to_numpy(np.int64)[at], values)
 
     def _force(self, rows: pd.DataFrame, by_key: Any, starts: np.ndarray,
                batch_seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -233,6 +279,45 @@ class SessionWindowProcessor(Processor):
         starts[1:] |= forcing[:-1] & has_next[:-1]  # the key's next row starts a new session
         forced = np.where(forcing, seqs[np.minimum(first, max(len(seqs) - 1, 0))] if len(seqs) else -1, -1)
         return starts, forced.astype(np.int64)
+
+
+def prefix_aggregate(values: np.ndarray, session: np.ndarray, starts: np.ndarray, func: str) -> np.ndarray:
+    """Per row, ``func`` over its session's rows up to it (rows grouped in runs by ``session``; ``starts`` marks
+    each run's first row), with :func:`reduce_groups`' NULL rules. ``std``/``var`` sum deviations from the
+    session's first value, so long sessions keep their precision.
+
+    >>> prefix_aggregate(np.array([1.0, np.nan, 3.0, 5.0]), np.array([1, 1, 1, 2]),
+    ...                  np.array([True, False, False, True]), "sum").tolist()
+    [1.0, 1.0, 4.0, 5.0]
+    """
+    v = pd.Series(values)
+    by = pd.Series(session)
+    present = v.notna()
+    count = present.groupby(by).cumsum().to_numpy(np.float64)
+    match func:
+        case "count":
+            return count
+        case "first":
+            return values[np.flatnonzero(starts)][session - session[0]]
+        case "last":
+            return values
+        case "max" | "min":
+            running = v.groupby(by).cummax() if func == "max" else v.groupby(by).cummin()
+            return running.groupby(by).ffill().to_numpy(np.float64)
+    base = v.groupby(by).transform("first").to_numpy(np.float64)  # the session's first present value
+    d = pd.Series(np.where(present, values - base, 0.0))
+    s1 = d.groupby(by).cumsum().to_numpy(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        match func:
+            case "sum":
+                return np.where(count > 0, s1 + count * base, np.nan)
+            case "avg":
+                return np.where(count > 0, s1 / count + base, np.nan)
+            case "std" | "var":
+                s2 = (d * d).groupby(by).cumsum().to_numpy(np.float64)
+                var = np.where(count > 1, (s2 - s1 * s1 / count) / (count - 1), np.nan)
+                return np.sqrt(np.maximum(var, 0.0)) if func == "std" else np.maximum(var, 0.0)
+    raise GraphDefinitionError(f"aggregate {func!r} is not supported in a window")
 
 
 def first_at_least(values: np.ndarray, starts: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
