@@ -409,6 +409,8 @@ def test_key_purge_daily_forgets_keys_with_nothing_left_at_a_new_day():
     ({"fill": "zero"}, "fill must be one of none, null, ffill or a number, got 'zero'"),
     ({"accepted_delay": "-5s"}, "duration must be non-negative"),
     ({"force_trigger_session_end_time": "soon"}, "cannot read 'soon' as a duration"),
+    ({"key_purge_freq_in_second": -1}, "key_purge_freq_in_second must be a positive number of seconds, got -1"),
+    ({"key_purge_freq_in_second": 60, "fill": "null"}, "key_purge_freq_in_second needs key_column and fill='none'"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     g = session.stream_graph(f"bad{next(_names)}")
@@ -426,3 +428,22 @@ def test_the_engine_round_trips_through_the_plan_document(session):
     again = hw.StreamGraph.from_json(session, g.to_json())
     assert again.to_json() == g.to_json()
     assert "23:50-00:00(+1)" in g.explain()
+
+
+def test_key_purge_freq_forgets_idle_keys_at_the_batch_commit_time():
+    p = DailyTimeSeriesEngine(name="purge", input_schema=Schema.parse(SCHEMA), window=pd.Timedelta(minutes=1),
+                              step=pd.Timedelta(minutes=1), metrics=(parse_metric("sum(v) as total"),),
+                              time_column="t", key_column=("k",), session_begin=("09:30",),
+                              session_end=("10:00",), key_purge_daily=False, key_purge_freq_in_second=60).processor()
+
+    def batch(times, keys, seq0):
+        return pa.table({"t": pa.array(pd.to_datetime([f"2026-01-05 {x}" for x in times]), pa.timestamp("us")),
+                         "k": keys, "v": [1.0] * len(keys), SEQ: list(range(seq0, seq0 + len(keys)))})
+
+    # 'a' ends after the session (nothing open), 'b' has an open window
+    state, out = p.process(p.new_state(), batch(["09:31", "10:30", "09:31"], ["a", "a", "b"], 0), batch_time=0.0)
+    assert out.to_pydict()["k"] == ["a"] and state["keys"] == ["a", "b"]
+    state, _ = p.process(state, batch(["09:31:30"], ["b"], 3), batch_time=30.0)  # not yet due
+    assert state["keys"] == ["a", "b"]
+    state, _ = p.process(state, batch(["09:31:40"], ["b"], 4), batch_time=61.0)  # due: 'a' has no open window
+    assert state["keys"] == ["b"]

@@ -534,6 +534,7 @@ class DStream(JoinMethods):
         key_purge_daily: bool = True,
         force_trigger_session_end_time: str | timedelta | None = None,
         late_rows_table: str | None = None,
+        key_purge_freq_in_second: float | None = None,
     ) -> DStream:
         """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
 
@@ -543,8 +544,9 @@ class DStream(JoinMethods):
         rows before a session are in its first window, rows after the day's last session in none.
         ``merge_session_end=True`` puts a row stamped exactly at a session's end into its last window.
         ``force_trigger_session_end_time`` closes every key's windows of a session when a row of any key is
-        that long past the session's end (event time, not Orca's wall clock). Other arguments (and
-        ``late_rows_table``) as in ``time_series_engine``; see ``headwater.engines.daily_time_series``.
+        that long past the session's end (event time, not Orca's wall clock). ``key_purge_freq_in_second``
+        as in ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
+        see ``headwater.engines.daily_time_series``.
 
         >>> import pandas as pd, headwater as hw, tempfile
         >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
@@ -582,7 +584,7 @@ class DStream(JoinMethods):
                 key_purge_daily=key_purge_daily,
                 force_trigger_session_end_time=None if force_trigger_session_end_time is None else parse_duration(
                     force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True),
-                late_rows_table=self._late_rows_fqn(late_rows_table))
+                late_rows_table=self._late_rows_fqn(late_rows_table), key_purge_freq_in_second=key_purge_freq_in_second)
 
         return self._engine(DailyTimeSeriesEngine.kind, make)
 

@@ -424,6 +424,19 @@ def finals(parts: Partials, funcs: Sequence[str]) -> list[np.ndarray]:
 
 # ---- the processor -------------------------------------------------------------------------------------------
 
+def check_key_purge_freq(freq: Any, key_column: Sequence[str], fill: Any, *, where: str) -> None:
+    """``key_purge_freq_in_second``: a positive number of seconds, with key columns and no fill (as in Orca)."""
+    if freq is None:
+        return
+    if isinstance(freq, bool) or not isinstance(freq, int | float) or not freq > 0:
+        raise GraphDefinitionError(
+            f"{where}: key_purge_freq_in_second must be a positive number of seconds, got {clip(freq)}")
+    if not key_column or fill != "none":
+        raise GraphDefinitionError(
+            f"{where}: key_purge_freq_in_second needs key_column and fill='none' (as in Orca); got "
+            f"key_column={list(key_column)}, fill={clip(fill)}")
+
+
 class CalendarWindowProcessor(Processor):
     """Run a calendar-window engine (spec with ``input_schema``, ``time_column``, ``key_column``,
     ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules."""

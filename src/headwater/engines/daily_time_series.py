@@ -54,7 +54,13 @@ from typing import Any, ClassVar
 
 from headwater.durations import format_duration, to_micros
 from headwater.engines.base import EngineKind, EngineSpec
-from headwater.engines.calendar_windows import DAY_US, CalendarWindowProcessor, DayLayout, parse_time_of_day
+from headwater.engines.calendar_windows import (
+    DAY_US,
+    CalendarWindowProcessor,
+    DayLayout,
+    check_key_purge_freq,
+    parse_time_of_day,
+)
 from headwater.engines.time_bucket import check_fill, check_timestamp
 from headwater.engines.window_metrics import resolve_window_engine, window_output_schema
 from headwater.errors import GraphDefinitionError, clip
@@ -125,6 +131,7 @@ class DailyTimeSeriesEngine(EngineSpec):
     key_purge_daily: bool = True
     force_trigger_session_end_time: timedelta | None = None
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
+    key_purge_freq_in_second: float | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -160,6 +167,7 @@ class DailyTimeSeriesEngine(EngineSpec):
         if self.closed not in ("left", "right"):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
         check_fill(self.fill, where=where)
+        check_key_purge_freq(self.key_purge_freq_in_second, self.key_column, self.fill, where=where)
         if self.accepted_delay < timedelta(0):
             raise GraphDefinitionError(f"{where}: accepted_delay must not be negative, got {self.accepted_delay}")
         force = self.force_trigger_session_end_time
@@ -197,6 +205,7 @@ class DailyTimeSeriesEngine(EngineSpec):
                                            if not self.force_trigger_session_end_time
                                            else format_duration(self.force_trigger_session_end_time)),
             **({"lateRowsTable": self.late_rows_table} if self.late_rows_table else {}),
+            **({"keyPurgeFreqInSecond": self.key_purge_freq_in_second} if self.key_purge_freq_in_second else {}),
         }
 
     def layout(self) -> DayLayout:
@@ -239,5 +248,5 @@ class DailyTimeSeriesEngine(EngineSpec):
         return CalendarWindowProcessor(
             self, self.layout(), panes_per_window=to_micros(self.window) // step, delay=delay, fill=self.fill,
             force_after=None if force is None else to_micros(force), purge_daily=self.key_purge_daily,
-            use_window_start_time=self.use_window_start_time,
+            purge_every=self.key_purge_freq_in_second, use_window_start_time=self.use_window_start_time,
             max_open_panes=to_micros(self.window) // step + -(-delay // step) + 2)

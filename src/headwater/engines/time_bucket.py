@@ -44,6 +44,7 @@ from headwater.engines.calendar_windows import (
     SECOND_US,
     CalendarWindowProcessor,
     DayLayout,
+    check_key_purge_freq,
     parse_time_of_day,
 )
 from headwater.engines.window_metrics import resolve_window_engine, window_output_schema
@@ -115,15 +116,7 @@ class TimeBucketEngine(EngineSpec):
         if self.closed not in ("left", "right"):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
         check_fill(self.fill, where=where)
-        freq = self.key_purge_freq_in_second
-        if freq is not None:
-            if isinstance(freq, bool) or not isinstance(freq, int | float) or not freq > 0:
-                raise GraphDefinitionError(
-                    f"{where}: key_purge_freq_in_second must be a positive number of seconds, got {clip(freq)}")
-            if not self.key_column or self.fill != "none":
-                raise GraphDefinitionError(
-                    f"{where}: key_purge_freq_in_second needs key_column and fill='none' (as in Orca); got "
-                    f"key_column={list(self.key_column)}, fill={clip(self.fill)}")
+        check_key_purge_freq(self.key_purge_freq_in_second, self.key_column, self.fill, where=where)
         object.__setattr__(self, "time_cut_points", tuple(text for _, text, _ in parsed))
         object.__setattr__(self, "_cuts", tuple(us for us, _, _ in parsed))
         object.__setattr__(self, "_unit", units.pop())
