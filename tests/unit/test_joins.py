@@ -101,6 +101,12 @@ def assert_same(got: pd.DataFrame, want: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(canonical(got), canonical(want), check_dtype=False)
 
 
+def assert_same_in_order(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    assert list(got.columns) == list(want.columns)
+    as_objects = [f.astype({c: object for c in f.columns}).reset_index(drop=True) for f in (got, want)]
+    pd.testing.assert_frame_equal(*as_objects, check_dtype=False)
+
+
 def split(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
     bounds = np.linspace(0, len(frame), max(1, parts) + 1).astype(int)
     return [frame.iloc[a:b] for a, b in itertools.pairwise(bounds)]
@@ -151,6 +157,50 @@ def test_asof_join_is_the_same_for_any_interleaving_and_after_a_kill(session, tm
     left, right = sides(seed, 30, 40)
     got = run(join_graph(session, "asof_join_engine", **ASOF), tmp_path_factory.mktemp("p"), left, right, cuts, order, crash)
     assert_same(got, asof_reference(left, right))
+
+
+def in_global_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows that do not go back in time on their side, any key (``sort_by_time`` drops the others)."""
+    return frame[frame.time >= frame.time.cummax().shift(1).fillna(frame.time.min())]
+
+
+def sorted_asof_reference(left: pd.DataFrame, right: pd.DataFrame) -> pd.DataFrame:
+    """sort_by_time: a left row is due once any key's right side is past it; rows in left (= time) order."""
+    left, right = in_global_order(left), in_global_order(right)
+    out = []
+    for row in left.itertuples():
+        if not (right.time > row.time).any():
+            break  # so is every later left row
+        before = right[(right.sym == row.sym) & (right.time <= row.time)]
+        out.append({"time": row.time, "sym": row.sym, "price": row.price,
+                    "bid": before.bid.iloc[-1] if len(before) else np.nan,
+                    "qtime": before.time.iloc[-1] if len(before) else pd.NaT})
+    return pd.DataFrame(out, columns=["time", "sym", "price", "bid", "qtime"])
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10**6), cuts=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+       order=st.lists(st.booleans(), max_size=16), crash=st.one_of(st.none(), st.integers(0, 10)))
+def test_asof_join_sort_by_time_outputs_in_time_order_across_keys(session, tmp_path_factory, seed, cuts, order, crash):
+    left, right = sides(seed, 30, 40)
+    g = join_graph(session, "asof_join_engine", **ASOF, sort_by_time=True)
+    got = run(g, tmp_path_factory.mktemp("p"), left, right, cuts, order, crash)
+    want = sorted_asof_reference(left, right)
+    assert len(want) > 10
+    assert got.time.is_monotonic_increasing
+    assert_same_in_order(got, want)
+
+
+def test_sort_by_time_needs_one_task_and_event_time(session):
+    g = session.stream_graph("sorted_refused")
+    trades, quotes = g.source("trades", schema=LEFT), g.source("quotes", schema=RIGHT)
+    with pytest.raises(GraphDefinitionError, match=r"sort_by_time=True orders the output across keys.*parallelize"):
+        trades.parallelize("sym", 2).asof_join_engine(quotes, **ASOF, sort_by_time=True)
+    with pytest.raises(GraphDefinitionError, match="sort_by_time needs event time and no delayed_time"):
+        trades.asof_join_engine(quotes, **ASOF, sort_by_time=True, delayed_time="1s")
+    with pytest.raises(GraphDefinitionError, match="every key meets in one task"):
+        trades.parallelize("sym", 2).window_join_engine(quotes, window="-1s:0s", **WINDOW, sort_by_time=True)
+    assert "sortByTime" in join_graph(session, "asof_join_engine", **ASOF, sort_by_time=True).explain()
 
 
 def test_asof_join_with_system_time_joins_on_arrival(session, tmp_path):
@@ -367,21 +417,23 @@ def test_a_parallel_join_by_another_column_and_a_foreign_stream_are_refused(sess
 
 
 def window_reference(left: pd.DataFrame, right: pd.DataFrame, low: pd.Timedelta | None,
-                     high: pd.Timedelta | None) -> pd.DataFrame:
+                     high: pd.Timedelta | None, *, sort_by_time: bool = False) -> pd.DataFrame:
     """Per left row: its key's right rows in [t + low, t + high] (None, None: since the key's previous left row,
-    [t_prev, t)), once the key's right side has a row past the window."""
-    left, right = in_order(left.dropna(subset=["time"])), in_order(right.dropna(subset=["time"]))
+    [t_prev, t)), once the key's right side has a row past the window (``sort_by_time``: any key's)."""
+    ordered = in_global_order if sort_by_time else in_order
+    left, right = ordered(left.dropna(subset=["time"])), ordered(right.dropna(subset=["time"]))
     out, previous = [], {}
     for row in left.itertuples():
         mine = right[right.sym == row.sym]
+        passing = right if sort_by_time else mine
         if low is None:
             start, end = previous.get(row.sym, pd.Timestamp.min), row.time
             inside = mine[(mine.time >= start) & (mine.time < end)]
-            due = (mine.time >= row.time).any()
+            due = (passing.time >= row.time).any()
             previous[row.sym] = row.time
         else:
             inside = mine[(mine.time >= row.time + low) & (mine.time <= row.time + high)]
-            due = (mine.time > row.time + high).any()
+            due = (passing.time > row.time + high).any()
         if due:
             bids = inside.bid.astype(float)
             out.append({"time": row.time, "sym": row.sym, "price": row.price, "total": bids.sum(min_count=1),
@@ -407,6 +459,23 @@ def test_window_join_is_the_same_for_any_interleaving_and_after_a_kill(session, 
     want = window_reference(left, right, *((None, None) if special else (pd.Timedelta(seconds=-3), pd.Timedelta(seconds=1))))
     assert len(want) > 5
     assert_same(got, want)
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10**6), cuts=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+       order=st.lists(st.booleans(), max_size=16), crash=st.one_of(st.none(), st.integers(0, 10)),
+       special=st.booleans())
+def test_window_join_sort_by_time_outputs_in_time_order_across_keys(session, tmp_path_factory, seed, cuts, order,
+                                                                    crash, special):
+    left, right = sides(seed, 30, 50)
+    g = join_graph(session, "window_join_engine", window=(0, 0) if special else ("-3s", "1s"), **WINDOW,
+                   sort_by_time=True)
+    got = run(g, tmp_path_factory.mktemp("p"), left, right, cuts, order, crash)
+    want = window_reference(left, right, *((None, None) if special else (pd.Timedelta(seconds=-3), pd.Timedelta(seconds=1))),
+                            sort_by_time=True)
+    assert len(want) > 5
+    assert got.time.is_monotonic_increasing
+    assert_same_in_order(got, want)
 
 
 def test_window_join_max_delayed_time_computes_a_quiet_keys_window(session, tmp_path):

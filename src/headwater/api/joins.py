@@ -57,6 +57,10 @@ class JoinMethods:
                            "matching_column": left_keys, "right_matching_column": right_keys, **times})
         parallelism = None
         if left.parallelism is not None:
+            if spec.needs_one_task:
+                raise GraphDefinitionError(
+                    f"{where}: sort_by_time=True orders the output across keys, so every key meets in one task; remove "
+                    f"parallelize({left.parallelism.key!r}, {left.parallelism.count}) or sort_by_time")
             if left.parallelism.key not in spec.matching_column:
                 raise GraphDefinitionError(
                     f"{where}: parallelize({left.parallelism.key!r}, {left.parallelism.count}) before a join must use a "
@@ -88,7 +92,8 @@ class JoinMethods:
 
         ``matching_column``: a name, names, or ``[[left names], [right names]]``; ``time_column``: a name or
         ``[left, right]``. Metrics use left columns by name and right ones as ``right.x`` (or by name when the
-        left has no such column). See :mod:`headwater.engines.joins.asof`.
+        left has no such column). ``sort_by_time=True``: inputs in time order across keys, output too (one task).
+        See :mod:`headwater.engines.joins.asof`.
         """
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
             delay = None if delayed_time is None else parse_duration(delayed_time, where=f"asof_join_engine {clip(name)} delayed_time")
@@ -140,17 +145,17 @@ class JoinMethods:
 
     def window_join_engine(self, right: DStream, *, window: Any, metrics: Metrics, matching_column: Any,
                            time_column: Any, max_delayed_time: str | timedelta | None = timedelta(seconds=3),
-                           closed: str = "left", null_fill: Sequence[Any] = ()) -> DStream:
+                           closed: str = "left", null_fill: Sequence[Any] = (), sort_by_time: bool = False) -> DStream:
         """Each left row with aggregates of its key's right rows in ``[t + a, t + b]`` for ``window=(a, b)``
         (``"-5s:0s"`` or ``("-5s", "0s")``; ``(0, 0)``: since the key's previous left row) (Orca's
-        windowJoinEngine); ``null_fill``: one value per output column replacing its NULLs (None keeps them).
-        See :mod:`headwater.engines.joins.window`."""
+        windowJoinEngine); ``null_fill``: one value per output column replacing its NULLs (None keeps them);
+        ``sort_by_time=True``: inputs in time order across keys, output too (one task). See :mod:`headwater.engines.joins.window`."""
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
             where = f"window_join_engine {clip(name)}"
             delay = None if max_delayed_time is None else \
                 parse_duration(max_delayed_time, where=f"{where} max_delayed_time", allow_zero=True)
             return WindowJoinEngine(**common, window=_window(window, where), max_delayed_time=delay, closed=closed,
-                                    null_fill=tuple(null_fill))
+                                    null_fill=tuple(null_fill), sort_by_time=sort_by_time)
 
         return self._join(right, WindowJoinEngine.kind, make, matching_column, metrics, time_column)
 

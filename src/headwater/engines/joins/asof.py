@@ -12,7 +12,12 @@ when its key's newest left row is more than ``delayed_time`` later, or when it h
 replay forces exactly the same rows. ``use_system_time=True`` joins every left row on arrival with the
 right rows that arrived before it; its output time is the micro-batch's commit time.
 
-Rows older than an earlier row of their key on the same side are dropped (Orca: inputs must be ordered).
+``sort_by_time=True`` (Orca's sortByTime) is for inputs in time order across keys: a left row at t is
+joined once the right side of *any* key has a row later than t, and the output is in time order across
+keys (ties in arrival order). Its rows must then meet in one task, so it cannot follow ``parallelize``.
+
+Rows older than an earlier row of their key on the same side are dropped (Orca: inputs must be ordered);
+with ``sort_by_time``, rows older than an earlier row of any key on their side.
 Right rows that no future left row can match are purged, so ``garbage_size`` is accepted but has no
 effect on memory or results.
 """
@@ -41,6 +46,8 @@ from headwater.engines.joins.base import (
     frame,
     grow,
     in_order,
+    in_time_order,
+    newest_time,
     with_work_columns,
 )
 from headwater.errors import GraphDefinitionError
@@ -60,8 +67,13 @@ class AsofJoinEngine(JoinEngine):
         if self.delayed_time is not None and (self.use_system_time or self.delayed_time <= timedelta(0)):
             raise GraphDefinitionError(f"{self.where}: delayed_time must be positive and needs event time "
                                        "(use_system_time=False)")
-        if self.sort_by_time:
-            raise GraphDefinitionError(f"{self.where}: sort_by_time is not supported; output is in time order per key")
+        if self.sort_by_time and (self.use_system_time or self.delayed_time is not None):
+            raise GraphDefinitionError(f"{self.where}: sort_by_time needs event time and no delayed_time (Orca: "
+                                       "the inputs are in time order across keys, so no row waits long)")
+
+    @property
+    def needs_one_task(self) -> bool:
+        return self.sort_by_time
 
     def prefix(self) -> list[tuple[str, str]]:
         if self.use_system_time:
@@ -74,6 +86,8 @@ class AsofJoinEngine(JoinEngine):
         props["useSystemTime"] = self.use_system_time
         if self.delayed_time is not None:
             props["delayedTime"] = format_duration(self.delayed_time)
+        if self.sort_by_time:
+            props["sortByTime"] = True
         return props
 
     def processor(self, input_schema: Any = None) -> AsofJoinProcessor:
@@ -107,7 +121,8 @@ class AsofJoinProcessor(Processor):
         rt = sides.times(valid_right, rt_name, self.right_time_type)
         left_latest = grow(state["left_latest"], len(keys), NO_TIME)
         right_latest = grow(state["right_latest"], len(keys), NO_TIME)
-        keep_left, keep_right = in_order(ls, lt, left_latest), in_order(rs, rt, right_latest)
+        ordered = in_time_order if spec.sort_by_time else in_order
+        keep_left, keep_right = ordered(ls, lt, left_latest), ordered(rs, rt, right_latest)
         dropped += int((~keep_left).sum() + (~keep_right).sum())
         new_left = with_work_columns(valid_left.filter(pa.array(keep_left)), ls[keep_left], lt[keep_left], batch_time)
         new_right = with_work_columns(valid_right.filter(pa.array(keep_right)), rs[keep_right], rt[keep_right])
@@ -115,7 +130,8 @@ class AsofJoinProcessor(Processor):
         history = concat([t for t in (state["right"], new_right) if t is not None])
 
         waiting = frame(pending, SLOT, TIME, SEQ, ARRIVAL)
-        due = right_latest[waiting[SLOT].to_numpy()] > waiting[TIME].to_numpy()
+        passed = newest_time(right_latest) if spec.sort_by_time else right_latest[waiting[SLOT].to_numpy()]
+        due = passed > waiting[TIME].to_numpy()
         forced = np.zeros(len(waiting), dtype=bool)
         if self.delay is not None:
             newest = left_latest[waiting[SLOT].to_numpy()]
@@ -128,12 +144,13 @@ class AsofJoinProcessor(Processor):
         batch_end = int(table[SEQ].to_numpy().max()) if table.num_rows else 0
         later_seq = np.where(later < 0, -1, rights.seq[np.maximum(later, 0)])
         trigger = np.where(due[due | forced], np.maximum(joined[SEQ].to_numpy(), later_seq), batch_end)
-        order = np.lexsort((joined[SEQ].to_numpy(), trigger))
+        order = np.lexsort((joined[SEQ].to_numpy(), joined[TIME].to_numpy() if spec.sort_by_time else trigger))
+        trigger = np.maximum.accumulate(trigger[order]) if len(order) else trigger  # ordered output, ordered keys
         left_rows = pending.take(pa.array(joined["pos"].to_numpy()[order]))
         found = match[order]
         right_rows = history.take(pa.array(rights.pos[np.maximum(found, 0)], mask=found < 0)) if len(order) else None
         out = sides.output(left_rows, right_rows,
-                           [left_rows[lt_name].combine_chunks(), *sides.keys_of(left_rows, None)], trigger[order])
+                           [left_rows[lt_name].combine_chunks(), *sides.keys_of(left_rows, None)], trigger)
 
         still = pending.filter(pa.array(~(due | forced)))
         new_state = {"keys": keys.keys, "left": still if still.num_rows else None,

@@ -172,6 +172,11 @@ class JoinEngine(EngineSpec):
         """Engine-specific checks (subclasses)."""
 
     @property
+    def needs_one_task(self) -> bool:
+        """Whether every key must meet in one task (``sort_by_time``: one time order across all keys)."""
+        return False
+
+    @property
     def layout(self) -> JoinLayout:
         return JoinLayout(self.left_schema, self.right_schema, self.matching_column, self.right_matching_column)
 
@@ -336,6 +341,21 @@ def in_order(slots: np.ndarray, times: np.ndarray, latest: np.ndarray) -> np.nda
     keep = ~(times < floor)
     np.maximum.at(latest, slots[keep], times[keep])
     return keep
+
+
+def in_time_order(slots: np.ndarray, times: np.ndarray, latest: np.ndarray) -> np.ndarray:
+    """``sort_by_time``: which rows keep their side's time order across all keys (a row older than an earlier
+    row of any key is out of order; ``latest`` per slot, whose maximum is the side's newest time so far).
+    Updates ``latest``."""
+    newest = np.array([latest.max() if len(latest) else NO_TIME], dtype=np.int64)
+    keep = in_order(np.zeros(len(slots), dtype=np.int64), times, newest)
+    np.maximum.at(latest, slots[keep], times[keep])
+    return keep
+
+
+def newest_time(latest: np.ndarray) -> int:
+    """The newest time of a side over all keys (``NO_TIME`` before its first row)."""
+    return int(latest.max()) if len(latest) else NO_TIME
 
 
 def grow(values: np.ndarray, size: int, fill: int) -> np.ndarray:

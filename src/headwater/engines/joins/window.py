@@ -14,7 +14,12 @@ The special window ``(0, 0)``: the right rows from the key's previous left row u
 t)`` (``closed="right"``: ``(t_prev, t]``; the key's first left row: everything before it), computed when
 a right row at or past ``t`` arrives (``closed="right"``: past ``t``).
 
-Rows older than an earlier row of their key on the same side are dropped. Aggregates and their NULL
+``sort_by_time=True`` (Orca's sortByTime) is for inputs in time order across keys: a window is computed
+once the right side of *any* key is past it (``max_delayed_time`` then has nothing to add), and the output
+is in time order across keys. Its rows must meet in one task, so it cannot follow ``parallelize``.
+
+Rows older than an earlier row of their key on the same side are dropped (with ``sort_by_time``: of any
+key). Aggregates and their NULL
 rules are the time-series engine's; an empty window gives NULL (``count``: 0).
 """
 
@@ -43,6 +48,8 @@ from headwater.engines.joins.base import (
     concat,
     grow,
     in_order,
+    in_time_order,
+    newest_time,
     with_work_columns,
 )
 from headwater.engines.window_metrics import aggregates_of, reduce_groups, replace_aggregates
@@ -62,6 +69,11 @@ class WindowJoinEngine(JoinEngine):
     max_delayed_time: timedelta | None = timedelta(seconds=3)
     closed: str = "left"
     null_fill: tuple[Any, ...] = ()  # per output column: what replaces its NULLs (None: keep them)
+    sort_by_time: bool = False
+
+    @property
+    def needs_one_task(self) -> bool:
+        return self.sort_by_time
 
     @property
     def special(self) -> bool:
@@ -118,6 +130,8 @@ class WindowJoinEngine(JoinEngine):
         props["maxDelayedTime"] = None if self.max_delayed_time is None else format_duration(self.max_delayed_time)
         if self.null_fill:
             props["nullFill"] = list(self.null_fill)
+        if self.sort_by_time:
+            props["sortByTime"] = True
         return props
 
     def processor(self, input_schema: Any = None) -> WindowJoinProcessor:
@@ -160,16 +174,17 @@ class WindowJoinProcessor(Processor):
         left_latest = grow(state["left_latest"], len(keys), NO_TIME)
         right_latest = grow(state["right_latest"], len(keys), NO_TIME)
         previous = left_latest.copy()  # the key's last left time before this batch (the (0, 0) window's start)
-        keep_left, keep_right = in_order(ls, lt, left_latest), in_order(rs, rt, right_latest)
+        ordered = in_time_order if self.spec.sort_by_time else in_order
+        keep_left, keep_right = ordered(ls, lt, left_latest), ordered(rs, rt, right_latest)
         new_left = self._with_windows(left.filter(pa.array(keep_left)), ls[keep_left], lt[keep_left], previous)
         new_right = with_work_columns(right.filter(pa.array(keep_right)), rs[keep_right], rt[keep_right])
         pending = concat([t for t in (state["left"], new_left) if t is not None])
         history = concat([t for t in (state["right"], new_right) if t is not None])
 
         slots, high = pending[SLOT].to_numpy(), pending[HIGH].to_numpy()
-        due = right_latest[slots] > high
+        due = (newest_time(right_latest) if self.spec.sort_by_time else right_latest[slots]) > high
         forced = np.zeros(len(due), dtype=bool)
-        if self.delay is not None and len(right_latest):
+        if self.delay is not None and len(right_latest) and not self.spec.sort_by_time:
             forced = ~due & (high + self.delay < right_latest.max())
         ready = np.flatnonzero(due | forced)
         rights = _Sorted(history)
@@ -179,11 +194,12 @@ class WindowJoinProcessor(Processor):
         left_seq = pending[SEQ].to_numpy()[ready]
         trigger = np.where(due[ready], np.maximum(left_seq, np.where(after < 0, -1, rights.seq[np.maximum(after, 0)])),
                            batch_end)
-        order = np.lexsort((left_seq, trigger))
+        order = np.lexsort((left_seq, pending[TIME].to_numpy()[ready] if self.spec.sort_by_time else trigger))
+        trigger = np.maximum.accumulate(trigger[order]) if len(order) else trigger  # ordered output, ordered keys
         left_rows = pending.take(pa.array(ready[order]))
         aggregates = self._aggregate(history, rights, start[order], end[order])
         out = sides.output(left_rows, None, [left_rows[lt_name].combine_chunks(), *sides.keys_of(left_rows, None)],
-                           trigger[order], metrics=self.metrics, extra=aggregates)
+                           trigger, metrics=self.metrics, extra=aggregates)
         waiting = np.ones(pending.num_rows, dtype=bool)
         waiting[ready] = False
         still = pending.filter(pa.array(waiting))
