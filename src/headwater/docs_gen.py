@@ -10,6 +10,7 @@ from headwater.functions import FUNCTIONS
 KIND_TITLES = {
     "scalar": "Row-wise functions and operators (maps, filters, any engine)",
     "aggregate": "Aggregates (window engines, cross_sectional_engine, window joins)",
+    "collect": "Array vectors (window_join_engine)",
     "cross_section": "Cross-sectional functions (cross_sectional_engine)",
     "state": "State functions (reactive_state_engine)",
 }

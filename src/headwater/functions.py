@@ -36,7 +36,7 @@ from headwater.expr import (
     col,
     lit,
 )
-from headwater.types import INTEGRAL, NUMERIC, TEMPORAL, Schema
+from headwater.types import INTEGRAL, NUMERIC, TEMPORAL, Schema, array_of, element_of
 
 __all__ = ["col", "lit", "state"]  # extended below with every generated constructor
 
@@ -54,10 +54,10 @@ class Param:
 @dataclass(frozen=True)
 class FunctionSpec:
     name: str
-    kind: str  # "scalar" | "aggregate" | "state"
+    kind: str  # "scalar" | "aggregate" | "collect" | "state"
     columns: tuple[str, ...]
     params: tuple[Param, ...] = ()
-    result: str = "same"  # "same" | "double" | "long" | "bool" | "numeric" | "sum" | "branch"
+    result: str = "same"  # "same" | "double" | "long" | "bool" | "numeric" | "sum" | "branch" | "array"
     n_outputs: int = 1
     doc: str = ""
 
@@ -116,6 +116,10 @@ for _f, _res in (
 def _in_double(x: Expr) -> Expr:
     return x * 1.0  # a product of two longs can overflow; DolphinDB computes these in DOUBLE
 
+
+# -- a window's values as one array vector (window_join_engine only: its own kind keeps it out of other engines)
+_register(FunctionSpec("to_array", "collect", ("x",), result="array",
+                       doc="the window's values of x, in time order, as an array (Orca's toArray); a whole metric"))
 
 # -- aggregates written with the ones above (DolphinDB's definitions): every engine that has sum, std and count
 # has them, with the same NULL rules (a row counts when each of its arguments is present)
@@ -377,15 +381,18 @@ def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str])
             f"{where}: {spec.kind} function {spec.name}() cannot be used here (only {allowed} functions); "
             f"in {expr}"
         )
-    inner_kinds = kinds - {"aggregate"} if spec.kind == "aggregate" else kinds
+    inner_kinds = kinds - {"aggregate", "collect"} if spec.kind in ("aggregate", "collect") else kinds
     arg_types = [infer_type(a, schema, where=where, kinds=inner_kinds) for a in expr.args]
+    for a, t in zip(expr.args, arg_types, strict=True):
+        if element_of(t) is not None:
+            raise SchemaError(f"{where}: {a} is an array ({t}); functions compute on single values, in {expr}")
     if spec.kind == "aggregate":
         for a in expr.args:
             for node in a.walk():
                 if isinstance(node, Call) and node.func in FUNCTIONS and FUNCTIONS[node.func].kind == "aggregate":
                     raise GraphDefinitionError(f"{where}: nested aggregate {node} inside {expr} is not allowed")
     numeric_args = spec.name not in {"eq", "ne", "and", "or", "not", "iif", "is_null", "not_null", "first", "last",
-                                     "max", "min", "count", "mfirst", "mlast", "prev", "move", "ffill", "lt", "le",
+                                     "max", "min", "count", "to_array", "mfirst", "mlast", "prev", "move", "ffill", "lt", "le",
                                      "gt", "ge", "mcount", "cumcount"}
     if numeric_args:
         for a, t in zip(expr.args, arg_types, strict=True):
@@ -401,6 +408,8 @@ def _result_type(spec: FunctionSpec, arg_types: list[str]) -> str:
         return "long" if all(t in INTEGRAL or t == "bool" for t in arg_types) else "double"
     if spec.result == "sum":
         return "long" if arg_types[0] in INTEGRAL or arg_types[0] == "bool" else "double"
+    if spec.result == "array":
+        return array_of(arg_types[0])
     if spec.result == "branch":
         a, b = arg_types[1], arg_types[2]
         if a == b:

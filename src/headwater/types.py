@@ -23,7 +23,7 @@ from headwater.errors import SchemaError, clip
 
 # Canonical type name -> Arrow type. Timestamps are naive (no zone) microseconds:
 # they round-trip pandas' naive datetimes and map to Spark's TIMESTAMP_NTZ.
-ARROW_TYPES: dict[str, pa.DataType] = {
+SCALAR_TYPES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
     "int": pa.int32(),
     "long": pa.int64(),
@@ -32,8 +32,20 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "timestamp": pa.timestamp("us"),
     "date": pa.date32(),
-    "bool[]": pa.list_(pa.bool_()),  # Orca's BOOL array vector (the rule engine's policy='all' result)
 }
+# "<type>[]": Orca's array vectors (a list per row), e.g. the rule engine's policy='all' result (bool[]) or a
+# window join's to_array(qty) (long[]). Engines compute on scalars only; arrays pass through and are stored.
+ARROW_TYPES: dict[str, pa.DataType] = {**SCALAR_TYPES, **{f"{n}[]": pa.list_(t) for n, t in SCALAR_TYPES.items()}}
+
+
+def array_of(type_name: str) -> str:
+    """The array type of a scalar type: ``array_of("long") == "long[]"``."""
+    return f"{type_name}[]"
+
+
+def element_of(type_name: str) -> str | None:
+    """The element type of an array type, None for a scalar type: ``element_of("long[]") == "long"``."""
+    return type_name[:-2] if type_name.endswith("[]") else None
 
 ALIASES: dict[str, str] = {
     "boolean": "bool",
@@ -71,8 +83,10 @@ def type_from_arrow(dtype: pa.DataType, *, where: str = "data") -> str:
         return "timestamp"
     if pa.types.is_large_string(dtype) or pa.types.is_string(dtype) or pa.types.is_dictionary(dtype):
         return "string"
-    if pa.types.is_list(dtype) and pa.types.is_boolean(dtype.value_type):  # any name of the list's field
-        return "bool[]"
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):  # any name of the list's field
+        element = type_from_arrow(dtype.value_type, where=where)
+        if element_of(element) is None:
+            return array_of(element)
     for name, arrow in ARROW_TYPES.items():
         if dtype == arrow:
             return name

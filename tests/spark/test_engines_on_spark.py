@@ -146,8 +146,9 @@ def test_a_rule_change_on_a_running_graph_survives_stop_start_and_reconnect(spar
 
 @pytest.mark.parametrize("window", [("-3s", "1s"), (0, 0)], ids=["around", "since_previous"])
 def test_window_joins_on_spark_equal_the_reference(spark, tmp_path, window):
-    """A window around each left row, and Orca's special window (0, 0) (since the key's previous left row)."""
-    from tests.unit.test_joins import LEFT, RIGHT, WINDOW, assert_same, sides, window_reference
+    """A window around each left row, and Orca's special window (0, 0) (since the key's previous left row),
+    with array vectors (Spark reads them as ARRAY columns)."""
+    from tests.unit.test_joins import LEFT, RIGHT, WINDOW, as_list, assert_same, sides, window_reference
 
     left, right = sides(5, 300, 400)
     s = hw.connect(tmp_path, driver_batch_rows=150)
@@ -155,7 +156,9 @@ def test_window_joins_on_spark_equal_the_reference(spark, tmp_path, window):
     try:
         g = s.stream_graph("windows")
         trades, quotes = g.source("trades", schema=LEFT), g.source("quotes", schema=RIGHT)
-        trades.parallelize("sym", 2).window_join_engine(quotes, window=window, **WINDOW).sync().sink("joined")
+        metrics = [*WINDOW["metrics"], "to_array(bid) as bids", "to_array(right.time) as times"]
+        trades.parallelize("sym", 2).window_join_engine(quotes, window=window, **{**WINDOW, "metrics": metrics}) \
+            .sync().sink("joined")
         g.submit()
         for (a, b), (c, d) in (((0, 200), (0, 100)), ((200, 210), (100, 350)), ((210, 300), (350, 400))):
             s.append("trades", left.iloc[a:b])
@@ -166,8 +169,9 @@ def test_window_joins_on_spark_equal_the_reference(spark, tmp_path, window):
     finally:
         s.close()
     low, high = (None, None) if window == (0, 0) else (pd.Timedelta(seconds=-3), pd.Timedelta(seconds=1))
-    want = window_reference(left, right, low, high)
+    want = window_reference(left, right, low, high, arrays=True)
     assert len(want) > 100
+    got["bids"], got["times"] = got.bids.map(as_list), got.times.map(as_list)
     assert_same(got, want)
 
 

@@ -8,6 +8,7 @@ also replays a micro-batch cut off before its commit (a kill).
 
 from __future__ import annotations
 
+import datetime
 import itertools
 
 import numpy as np
@@ -417,9 +418,10 @@ def test_a_parallel_join_by_another_column_and_a_foreign_stream_are_refused(sess
 
 
 def window_reference(left: pd.DataFrame, right: pd.DataFrame, low: pd.Timedelta | None,
-                     high: pd.Timedelta | None, *, sort_by_time: bool = False) -> pd.DataFrame:
+                     high: pd.Timedelta | None, *, sort_by_time: bool = False, arrays: bool = False) -> pd.DataFrame:
     """Per left row: its key's right rows in [t + low, t + high] (None, None: since the key's previous left row,
-    [t_prev, t)), once the key's right side has a row past the window (``sort_by_time``: any key's)."""
+    [t_prev, t)), once the key's right side has a row past the window (``sort_by_time``: any key's).
+    ``arrays``: also the window's bids and quote times as lists (``bids``, ``times``)."""
     ordered = in_global_order if sort_by_time else in_order
     left, right = ordered(left.dropna(subset=["time"])), ordered(right.dropna(subset=["time"]))
     out, previous = [], {}
@@ -437,8 +439,20 @@ def window_reference(left: pd.DataFrame, right: pd.DataFrame, low: pd.Timedelta 
         if due:
             bids = inside.bid.astype(float)
             out.append({"time": row.time, "sym": row.sym, "price": row.price, "total": bids.sum(min_count=1),
-                        "n": bids.count(), "top": bids.max(), "edge": bids.mean() - row.price})
-    return pd.DataFrame(out, columns=["time", "sym", "price", "total", "n", "top", "edge"])
+                        "n": bids.count(), "top": bids.max(), "edge": bids.mean() - row.price,
+                        "bids": as_list(inside.bid), "times": as_list(inside.time)})
+    columns = ["time", "sym", "price", "total", "n", "top", "edge", "bids", "times"]
+    return pd.DataFrame(out, columns=columns)[columns if arrays else columns[:-2]]
+
+
+def as_list(values) -> list:
+    """An array vector's values as a plain list (NULL as None), whatever container holds them."""
+    def one(v):
+        if pd.isna(v):
+            return None
+        return pd.Timestamp(v).value if isinstance(v, datetime.datetime | np.datetime64) else float(v)
+
+    return [one(v) for v in values]
 
 
 WINDOW = {"metrics": ["price", "sum(bid) as total", "count(bid) as n", "max(right.bid) as top",
@@ -478,6 +492,37 @@ def test_window_join_sort_by_time_outputs_in_time_order_across_keys(session, tmp
     assert_same_in_order(got, want)
 
 
+@PROPERTY
+@given(seed=st.integers(0, 10**6), cuts=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+       order=st.lists(st.booleans(), max_size=16), crash=st.one_of(st.none(), st.integers(0, 10)),
+       special=st.booleans())
+def test_window_join_collects_right_rows_as_array_vectors(session, tmp_path_factory, seed, cuts, order, crash,
+                                                          special):
+    """``to_array(bid)``, and in a 0:0 window a bare right column (Orca infers the array vector there)."""
+    left, right = sides(seed, 30, 50)
+    times = "right.time as times" if special else "to_array(right.time) as times"
+    g = join_graph(session, "window_join_engine", window=(0, 0) if special else ("-3s", "1s"),
+                   **{**WINDOW, "metrics": [*WINDOW["metrics"], "to_array(bid) as bids", times]})
+    got = run(g, tmp_path_factory.mktemp("p"), left, right, cuts, order, crash)
+    got["bids"], got["times"] = got.bids.map(as_list), got.times.map(as_list)
+    want = window_reference(left, right, *((None, None) if special else (pd.Timedelta(seconds=-3), pd.Timedelta(seconds=1))),
+                            arrays=True)
+    assert len(want) > 5 and (want.bids.map(len) > 1).any() and (want.bids.map(len) == 0).any()
+    assert_same(got, want)
+
+
+def test_window_join_array_vectors_are_typed_by_their_element(session):
+    g = session.stream_graph("array_types")
+    trades, quotes = g.source("trades", schema=LEFT), g.source("quotes", schema=RIGHT)
+    joined = trades.window_join_engine(quotes, window=(0, 0), matching_column="sym", time_column="time",
+                                       metrics=["price", "right.bid", "to_array(right.time) as times", "count(bid) as n"])
+    assert dict(joined.node.schema.columns) == {"time": "timestamp", "sym": "string", "price": "double",
+                                                "bid": "double[]", "times": "timestamp[]", "n": "long"}
+    assert type(g).from_json(session, g.to_json()).to_json() == g.to_json()  # array types survive the stored plan
+    with pytest.raises(GraphDefinitionError, match=r"collect function to_array\(\) cannot be used here"):
+        quotes.time_series_engine(window="1s", step="1s", time_column="time", metrics=["to_array(bid) as bids"])
+
+
 def test_window_join_max_delayed_time_computes_a_quiet_keys_window(session, tmp_path):
     g = join_graph(session, "window_join_engine", window="-1s:0s", metrics=["price", "count(bid) as n"],
                    matching_column="sym", time_column="time", max_delayed_time="5s")
@@ -506,6 +551,12 @@ def test_window_join_null_fill_replaces_each_columns_nulls(session, tmp_path):
     ({"closed": "both"}, "closed must be"),
     ({"null_fill": [None, 0]}, "null_fill has 2 values for the 7 output columns"),
     ({"null_fill": [None, None, None, "x", None, None, None]}, "null_fill value 'x' does not fit column 'total'"),
+    ({"metrics": ["bid"]}, r"or all of them as an array, 'to_array\(bid\)'"),
+    ({"metrics": ["to_array(bid) as b", "price"], "null_fill": [None, None, [0.0], None]}, "does not fit column 'b'"),
+    ({"metrics": ["size(to_array(bid)) as b"]}, "unknown function"),
+    ({"metrics": ["to_array(bid) + 1 as b"]}, "is an array"),
+    ({"metrics": ["to_array(bid * 2) as b"]}, "to_array takes one right column"),
+    ({"metrics": ["to_array(price) as b"]}, "aggregates left column 'price'"),
 ])
 def test_bad_window_join_arguments_fail_at_definition(session, kw, message):
     with pytest.raises((GraphDefinitionError, SchemaError), match=message):

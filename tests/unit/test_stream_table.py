@@ -204,6 +204,20 @@ def test_narrowing_cast_is_refused(tmp_path):
         t.append(pa.table({"n": pa.array([1], pa.int64())}))
 
 
+def test_array_vector_columns_round_trip_and_widen_like_their_elements(tmp_path):
+    schema = Schema.parse({"qty": "long[]", "px": "double[]", "at": "timestamp[]"})
+    t = StreamTable.create(tmp_path / "t", schema)
+    t.append(pd.DataFrame({"qty": [[1, 2], [], None], "px": [[1.5, None], [2.0], [3]],
+                           "at": [[datetime(2026, 1, 2)], [], []]}))
+    assert StreamTable.open(tmp_path / "t").schema == schema
+    assert t.to_arrow().to_pydict() == {"qty": [[1, 2], [], None], "px": [[1.5, None], [2.0], [3.0]],
+                                        "at": [[datetime(2026, 1, 2)], [], []]}
+    with pytest.raises(SchemaError, match=r"column 'qty' has type list<item: double>, expected long\[\]"):
+        t.append(pa.table({"qty": [[1.5]], "px": [[1.0]], "at": pa.array([[]], pa.list_(pa.timestamp("us")))}))
+    with pytest.raises(SchemaError, match="unknown column type 'long\\[\\]\\[\\]'"):
+        Schema.parse({"x": "long[][]"})
+
+
 def test_lossy_value_cast_is_refused(tmp_path):
     t = StreamTable.create(tmp_path / "t", Schema.parse({"x": "double", "time": "timestamp"}))
     with pytest.raises(SchemaError, match="column 'x' of type int64 does not fit double"):

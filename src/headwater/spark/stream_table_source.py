@@ -63,6 +63,7 @@ from headwater.storage.stream_table import (
     latest_version,
     read_commit,
 )
+from headwater.types import array_of
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -86,7 +87,7 @@ SEQ_COLUMN = "_hw_seq"
 SEQ_SHIFT = 32
 _ROW_MASK = (1 << SEQ_SHIFT) - 1
 
-SPARK_TYPES: dict[str, DataType] = {
+_SCALAR_SPARK_TYPES: dict[str, DataType] = {
     "bool": BooleanType(),
     "int": IntegerType(),
     "long": LongType(),
@@ -95,8 +96,9 @@ SPARK_TYPES: dict[str, DataType] = {
     "string": StringType(),
     "timestamp": TimestampNTZType(),
     "date": DateType(),
-    "bool[]": ArrayType(BooleanType()),
 }
+SPARK_TYPES: dict[str, DataType] = {**_SCALAR_SPARK_TYPES,
+                                    **{array_of(n): ArrayType(t) for n, t in _SCALAR_SPARK_TYPES.items()}}
 
 _DEFAULT_MIN_ROWS_PER_PARTITION = 100_000
 

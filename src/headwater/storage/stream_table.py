@@ -66,7 +66,7 @@ from headwater.storage.retention import (
     last_checkpoint,
     log_versions,
 )
-from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, TableKind, canonical_type
+from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, TableKind, canonical_type, element_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,6 +101,9 @@ def _cast_allowed(got: pa.DataType, expected: str) -> bool:
     target = ARROW_TYPES[expected]
     if got == target or pa.types.is_null(got):
         return True
+    element = element_of(expected)
+    if element is not None:  # an array vector: a list (any field name) whose values fit the element type
+        return (pa.types.is_list(got) or pa.types.is_large_list(got)) and _cast_allowed(got.value_type, element)
     if expected == "long":
         return got in _INTS
     if expected == "int":

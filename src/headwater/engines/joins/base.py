@@ -157,7 +157,7 @@ class JoinEngine(EngineSpec):
                                        "have different types on the two sides")
         if not self.metrics:
             raise GraphDefinitionError(f"{where}: metrics is empty; e.g. metrics=['price', 'right.bid as bid']")
-        outputs = metric_outputs(self.metrics, where=where)
+        outputs = [(name, self.rewrite_metric(expr)) for name, expr in metric_outputs(self.metrics, where=where)]
         scope = self.scope()
         taken = {n for n, _ in self.prefix()}
         for name, expr in outputs:
@@ -170,6 +170,10 @@ class JoinEngine(EngineSpec):
 
     def check(self) -> None:
         """Engine-specific checks (subclasses)."""
+
+    def rewrite_metric(self, expr: Expr) -> Expr:
+        """A named metric as the engine computes it (subclasses: e.g. a window's bare right column as an array)."""
+        return expr
 
     @property
     def needs_one_task(self) -> bool:
@@ -261,7 +265,7 @@ class Sides:
 
     def output(self, left: pa.Table | None, right: pa.Table | None, prefix: Sequence[pa.Array],
                seq: np.ndarray, *, metrics: Sequence[tuple[str, Expr]] | None = None,
-               extra: Mapping[str, np.ndarray] | None = None) -> pa.Table:
+               extra: Mapping[str, np.ndarray | pa.Array] | None = None) -> pa.Table:
         """Output rows: ``prefix`` columns, then each metric over the aligned ``left`` and ``right`` rows (either
         may be None: that side's columns are all NULL), then ``_hw_seq``. ``metrics`` replaces the spec's
         (e.g. with aggregates read from ``extra`` columns)."""
@@ -285,6 +289,10 @@ class Sides:
             typ = types.field(name).type
             if isinstance(expr, Col) and expr.name in self.source:
                 arrays.append(column(expr.name).cast(typ))
+                continue
+            computed = extra.get(expr.name) if isinstance(expr, Col) and extra is not None else None
+            if isinstance(computed, pa.Array):
+                arrays.append(computed.cast(typ))  # computed as Arrow already (a window's array vector)
                 continue
             values = {c: extra[c] if extra is not None and c in extra else to_numpy(column(c), self.scope[c])
                       for c in expr.columns()}

@@ -52,9 +52,10 @@ from headwater.engines.joins.base import (
     newest_time,
     with_work_columns,
 )
-from headwater.engines.window_metrics import aggregates_of, reduce_groups, replace_aggregates
+from headwater.engines.window_metrics import reduce_groups, replace_aggregates
 from headwater.errors import GraphDefinitionError, clip
-from headwater.expr import Call
+from headwater.expr import Call, Col, Expr
+from headwater.functions import FUNCTIONS
 from headwater.types import NUMERIC
 
 LOW, HIGH = "_hw_low", "_hw_high"  # a waiting left row's window, inclusive, in µs
@@ -64,7 +65,7 @@ SUPPORTED = frozenset({"first", "last", "sum", "count", "avg", "std", "var", "ma
 @dataclass(frozen=True)
 class WindowJoinEngine(JoinEngine):
     kind: ClassVar[EngineKind] = EngineKind.WINDOW_JOIN
-    metric_kinds: ClassVar[frozenset[str]] = frozenset({"scalar", "aggregate"})
+    metric_kinds: ClassVar[frozenset[str]] = frozenset({"scalar", "aggregate", "collect"})
     window: tuple[timedelta, timedelta] = (timedelta(0), timedelta(0))
     max_delayed_time: timedelta | None = timedelta(seconds=3)
     closed: str = "left"
@@ -79,6 +80,12 @@ class WindowJoinEngine(JoinEngine):
     def special(self) -> bool:
         """Orca's window 0:0: from the key's previous left row to this one."""
         return self.window == (timedelta(0), timedelta(0))
+
+    def rewrite_metric(self, expr: Expr) -> Expr:
+        """Orca's window 0:0 collects a bare right column as an array vector: ``right.qty`` is ``to_array(qty)``."""
+        if self.special and isinstance(expr, Col) and self.sources().get(expr.name, (LEFT, ""))[0] == RIGHT:
+            return Call("to_array", (expr,))
+        return expr
 
     def check(self) -> None:
         where = self.where
@@ -95,19 +102,27 @@ class WindowJoinEngine(JoinEngine):
         sources = self.sources()
         for name, expr in self._outputs:
             w = f"{where} metric {clip(name)}"
-            for agg in aggregates_of(expr):
-                if agg.func not in SUPPORTED:
+            nested = [c for c in window_calls(expr) if FUNCTIONS[c.func].kind == "collect" and c is not expr]
+            if nested:
+                raise GraphDefinitionError(f"{w}: {nested[0]} is an array; it must be the whole metric, "
+                                           f"e.g. '{nested[0]} as {name}'")
+            for agg in window_calls(expr):
+                if FUNCTIONS[agg.func].kind == "collect" and not isinstance(agg.args[0], Col):
+                    raise GraphDefinitionError(f"{w}: {agg} collects an expression; to_array takes one right column "
+                                               "(compute the expression in a map on the right side first)")
+                if agg.func not in SUPPORTED and FUNCTIONS[agg.func].kind != "collect":
                     raise GraphDefinitionError(f"{w}: aggregate {agg.func}() is not supported in a window join "
                                                f"(supported: {', '.join(sorted(SUPPORTED))})")
                 left_cols = [c for c in agg.args[0].columns() if sources[c][0] == LEFT]
                 if left_cols:
                     raise GraphDefinitionError(f"{w}: {agg} aggregates left column {clip(left_cols[0])}; aggregates "
                                                "run over the right rows of the window (name them right.x)")
-            outside = replace_aggregates(expr, {a.key(): i for i, a in enumerate(aggregates_of(expr))}).columns()
+            outside = replace_aggregates(expr, {a.key(): i for i, a in enumerate(window_calls(expr))}).columns()
             right_cols = [c for c in outside if not c.startswith("__agg") and sources[c][0] == RIGHT]
             if right_cols:
                 raise GraphDefinitionError(f"{w}: right column {clip(right_cols[0])} outside an aggregate; a window "
-                                           f"holds many right rows, e.g. 'last({right_cols[0]})'")
+                                           f"holds many right rows, e.g. 'last({right_cols[0]})', or all of them as "
+                                           f"an array, 'to_array({right_cols[0]})'")
 
     def _check_null_fill(self) -> None:
         if not self.null_fill:
@@ -138,6 +153,11 @@ class WindowJoinEngine(JoinEngine):
         return WindowJoinProcessor(self)
 
 
+def window_calls(expr: Expr) -> list[Call]:
+    """The calls computed over a window's right rows: aggregates and ``to_array``."""
+    return [n for n in expr.walk() if isinstance(n, Call) and FUNCTIONS[n.func].kind in ("aggregate", "collect")]
+
+
 def format_duration_signed(delta: timedelta) -> str:
     return f"-{format_duration(-delta)}" if delta < timedelta(0) else format_duration(delta) if delta else "0"
 
@@ -153,7 +173,7 @@ class WindowJoinProcessor(Processor):
         self.delay = None if spec.max_delayed_time is None else to_micros(spec.max_delayed_time)
         aggs: dict[str, Call] = {}
         for _, expr in spec._outputs:
-            for agg in aggregates_of(expr):
+            for agg in window_calls(expr):
                 aggs.setdefault(agg.key(), agg)
         self.aggs = list(aggs.values())
         index = {k: i for i, k in enumerate(aggs)}
@@ -233,16 +253,25 @@ class WindowJoinProcessor(Processor):
         rows = with_work_columns(rows, slots, times)
         return rows.append_column(LOW, pa.array(low, pa.int64())).append_column(HIGH, pa.array(high, pa.int64()))
 
-    def _aggregate(self, history: pa.Table, rights: _Sorted, start: np.ndarray, end: np.ndarray) -> dict[str, np.ndarray]:
-        """Each aggregate over the right rows ``rights.order[start:end]`` of each output row, as ``__agg<i>``."""
+    def _aggregate(self, history: pa.Table, rights: _Sorted, start: np.ndarray,
+                   end: np.ndarray) -> dict[str, np.ndarray | pa.Array]:
+        """Each aggregate over the right rows ``rights.order[start:end]`` of each output row, as ``__agg<i>``
+        (``to_array``: the rows' values in (time, arrival) order, as an Arrow list array)."""
         m = len(start)
         lengths = np.maximum(end - start, 0)
         owner = np.repeat(np.arange(m), lengths)
         offsets = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         rows = rights.order[np.repeat(start, lengths) + offsets]
         sources = self.spec.sources()
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, np.ndarray | pa.Array] = {}
         for i, agg in enumerate(self.aggs):
+            if FUNCTIONS[agg.func].kind == "collect":
+                side_column = sources[agg.args[0].columns()[0]][1] if isinstance(agg.args[0], Col) else None
+                assert side_column is not None  # checked at definition: to_array of one right column
+                values = history[side_column].take(pa.array(rows, pa.int64())).combine_chunks()
+                bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+                out[f"__agg{i}"] = pa.ListArray.from_arrays(pa.array(bounds, pa.int32()), values)
+                continue
             columns = {c: to_numpy(history[sources[c][1]].take(pa.array(rows)), self.sides.scope[c])
                        for c in agg.args[0].columns()}
             values = np.asarray(evaluate_rowwise(agg.args[0], columns, len(rows)), dtype=np.float64)
