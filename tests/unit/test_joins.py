@@ -13,12 +13,14 @@ import itertools
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import headwater as hw
 from headwater.dataplane.local import LocalRunner
+from headwater.engines.base import SEQ
 from headwater.errors import GraphDefinitionError, SchemaError
 
 T0 = pd.Timestamp("2026-11-25 09:30")
@@ -575,3 +577,60 @@ def test_the_documented_lookup_join_example(session, tmp_path):
     got = run(g, tmp_path, trades, quotes, order=[False, True])
     assert got.to_dict("list") == {"sym": syms, "price": [float(p) for p in range(10)],
                                    "bid": [{"A": 13.0, "B": 14.0, "C": 15.0}[s] for s in syms]}
+
+
+def system_time_join(session, window):
+    """A window join on system time over sources without time columns, and its processor."""
+    g = session.stream_graph(f"sys{next(_names)}")
+    trades = g.source("trades", schema={"sym": "string", "price": "double"})
+    quotes = g.source("quotes", schema={"sym": "string", "bid": "double"})
+    joined = trades.window_join_engine(quotes, window=window, matching_column="sym", use_system_time=True,
+                                       metrics=["price", "sum(bid) as total", "to_array(bid) as bids"])
+    spec = joined.node.spec
+    return spec, spec.processor()
+
+
+def join_input(spec, rows: list[tuple[int, str, float]], first_seq: int) -> pa.Table:
+    """The join input table of ``(side, sym, value)`` rows, in arrival order."""
+    side = [r[0] for r in rows]
+    table = pa.table({"side": side, "k0": [r[1] for r in rows], "l0": [r[2] if r[0] == 0 else None for r in rows],
+                      "r0": [r[2] if r[0] == 1 else None for r in rows]}, schema=spec.input_schema.to_arrow())
+    return table.append_column(SEQ, pa.array(np.arange(len(rows)) + first_seq, pa.int64()))
+
+
+def test_window_join_on_system_time_computes_a_window_once_the_clock_passes_it(session):
+    spec, p = system_time_join(session, "-2s:0s")
+    assert spec.output_schema().names == ("time", "sym", "price", "total", "bids")
+    state, out = p.new_state(), []
+    for batch_time, rows in [(100.0, [(1, "a", 1.0), (0, "a", 10.0)]),  # window [98 s, 100 s]
+                             (101.0, [(1, "a", 2.0)]),  # the clock passed 100 s: computed, without the 101 s row
+                             (103.5, [(0, "a", 11.0), (1, "a", 4.0)]),  # window [101.5 s, 103.5 s]
+                             (104.0, [(1, "b", 8.0)])]:  # a row of any key moves the clock on
+        state, rows_out = p.process(state, join_input(spec, rows, int(batch_time * 100)), batch_time=batch_time)
+        out += rows_out.drop_columns([SEQ]).to_pylist()
+    assert out == [{"time": datetime.datetime.fromtimestamp(101, datetime.UTC).replace(tzinfo=None), "sym": "a",
+                    "price": 10.0, "total": 1.0, "bids": [1.0]},
+                   {"time": datetime.datetime.fromtimestamp(104, datetime.UTC).replace(tzinfo=None), "sym": "a",
+                    "price": 11.0, "total": 4.0, "bids": [4.0]}]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 5])
+def test_window_join_on_system_time_0_0_takes_the_rows_since_the_keys_previous_left_row(session, cut):
+    spec, p = system_time_join(session, (0, 0))
+    rows = [(1, "a", 1.0), (0, "a", 10.0), (1, "a", 2.0), (1, "b", 9.0), (1, "a", 3.0), (0, "a", 11.0), (0, "a", 12.0),
+            (0, "b", 20.0)]
+    state, out = p.new_state(), []
+    for batch_time, part in [(100.0, rows[:cut]), (101.0, rows[cut:])]:
+        state, rows_out = p.process(state, join_input(spec, part, int(batch_time * 100)), batch_time=batch_time)
+        out += [(r["sym"], r["price"], r["bids"]) for r in rows_out.to_pylist()]
+    assert out == [("a", 10.0, [1.0]), ("a", 11.0, [2.0, 3.0]), ("a", 12.0, []), ("b", 20.0, [9.0])]
+
+
+def test_window_join_system_time_and_a_time_column_are_exclusive(session):
+    g = session.stream_graph("sys_window_refused")
+    trades, quotes = g.source("trades", schema=LEFT), g.source("quotes", schema=RIGHT)
+    with pytest.raises(GraphDefinitionError, match=r"use_system_time=True times rows by their arrival; leave time_column"):
+        trades.window_join_engine(quotes, window="-1s:0s", metrics=["price"], matching_column="sym",
+                                  time_column="time", use_system_time=True)
+    with pytest.raises(GraphDefinitionError, match="time_column is required unless use_system_time=True"):
+        trades.window_join_engine(quotes, window="-1s:0s", metrics=["price"], matching_column="sym")

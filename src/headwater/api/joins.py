@@ -144,18 +144,23 @@ class JoinMethods:
         return self._join(right, SnapshotJoinEngine.kind, make, matching_column, metrics, time_column)
 
     def window_join_engine(self, right: DStream, *, window: Any, metrics: Metrics, matching_column: Any,
-                           time_column: Any, max_delayed_time: str | timedelta | None = timedelta(seconds=3),
+                           time_column: Any = None, use_system_time: bool = False,
+                           max_delayed_time: str | timedelta | None = timedelta(seconds=3),
                            closed: str = "left", null_fill: Sequence[Any] = (), sort_by_time: bool = False) -> DStream:
         """Each left row with aggregates of its key's right rows in ``[t + a, t + b]`` for ``window=(a, b)``
         (``"-5s:0s"`` or ``("-5s", "0s")``; ``(0, 0)``: since the key's previous left row) (Orca's
         windowJoinEngine); ``null_fill``: one value per output column replacing its NULLs (None keeps them);
-        ``sort_by_time=True``: inputs in time order across keys, output too (one task). See :mod:`headwater.engines.joins.window`."""
+        ``sort_by_time=True``: inputs in time order across keys, output too (one task). ``use_system_time=True``
+        (no ``time_column``): rows are timed by their micro-batch's commit time and a window is computed once
+        that clock is past it; a ``(0, 0)`` window is computed at each left row over the right rows that arrived
+        since the key's previous one. See :mod:`headwater.engines.joins.window`."""
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
             where = f"window_join_engine {clip(name)}"
             delay = None if max_delayed_time is None else \
                 parse_duration(max_delayed_time, where=f"{where} max_delayed_time", allow_zero=True)
             return WindowJoinEngine(**common, window=_window(window, where), max_delayed_time=delay, closed=closed,
-                                    null_fill=tuple(null_fill), sort_by_time=sort_by_time)
+                                    null_fill=tuple(null_fill), sort_by_time=sort_by_time,
+                                    use_system_time=use_system_time)
 
         return self._join(right, WindowJoinEngine.kind, make, matching_column, metrics, time_column)
 

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from headwater.durations import format_duration, to_micros
 from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
-from headwater.engines.columns import evaluate_rowwise, to_numpy
+from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
 from headwater.engines.joins.base import (
     LEFT,
     NO_TIME,
@@ -71,10 +71,16 @@ class WindowJoinEngine(JoinEngine):
     closed: str = "left"
     null_fill: tuple[Any, ...] = ()  # per output column: what replaces its NULLs (None: keep them)
     sort_by_time: bool = False
+    use_system_time: bool = False
 
     @property
     def needs_one_task(self) -> bool:
         return self.sort_by_time
+
+    def prefix(self) -> list[tuple[str, str]]:
+        if self.use_system_time:  # the output time is when the window was computed
+            return [(self.time_column or "time", "timestamp")] + [(k, self.left_schema[k]) for k in self.matching_column]
+        return super().prefix()
 
     @property
     def special(self) -> bool:
@@ -89,8 +95,14 @@ class WindowJoinEngine(JoinEngine):
 
     def check(self) -> None:
         where = self.where
-        if not self.time_column:
-            raise GraphDefinitionError(f"{where}: time_column is required")
+        if self.use_system_time:
+            if self.time_column:
+                raise GraphDefinitionError(f"{where}: use_system_time=True times rows by their arrival; leave "
+                                           f"time_column ({clip(self.time_column)}) out")
+            if self.sort_by_time:
+                raise GraphDefinitionError(f"{where}: sort_by_time needs event time (use_system_time=False)")
+        elif not self.time_column:
+            raise GraphDefinitionError(f"{where}: time_column is required unless use_system_time=True")
         if self.window[0] > self.window[1]:
             raise GraphDefinitionError(f"{where}: window {format_duration_signed(self.window[0])}:"
                                        f"{format_duration_signed(self.window[1])} starts after it ends")
@@ -142,6 +154,8 @@ class WindowJoinEngine(JoinEngine):
     def properties(self) -> dict[str, Any]:
         props = {**super().properties(), "window": f"{format_duration_signed(self.window[0])}:"
                                                    f"{format_duration_signed(self.window[1])}", "closed": self.closed}
+        if self.use_system_time:
+            props["useSystemTime"] = True
         props["maxDelayedTime"] = None if self.max_delayed_time is None else format_duration(self.max_delayed_time)
         if self.null_fill:
             props["nullFill"] = list(self.null_fill)
@@ -166,9 +180,6 @@ class WindowJoinProcessor(Processor):
     def __init__(self, spec: WindowJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)
-        assert spec.time_column
-        self.time_names = (spec.time_column, spec.right_time_column or spec.time_column)
-        self.time_types = (spec.left_schema[self.time_names[0]], spec.right_schema[self.time_names[1]])
         self.offsets = (to_micros(spec.window[0]), to_micros(spec.window[1]))
         self.delay = None if spec.max_delayed_time is None else to_micros(spec.max_delayed_time)
         aggs: dict[str, Call] = {}
@@ -186,11 +197,9 @@ class WindowJoinProcessor(Processor):
     def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
         sides = self.sides
         keys = KeyTable(state["keys"])
-        (lt_name, rt_name), (lt_type, rt_type) = self.time_names, self.time_types
         left, right = sides.layout.split(table)
-        left, right = left.filter(left[lt_name].is_valid()), right.filter(right[rt_name].is_valid())
+        left, right, lt, rt = self._times(left, right, batch_time)
         ls, rs = sides.slots(keys, left, LEFT), sides.slots(keys, right, RIGHT)
-        lt, rt = sides.times(left, lt_name, lt_type), sides.times(right, rt_name, rt_type)
         left_latest = grow(state["left_latest"], len(keys), NO_TIME)
         right_latest = grow(state["right_latest"], len(keys), NO_TIME)
         previous = left_latest.copy()  # the key's last left time before this batch (the (0, 0) window's start)
@@ -202,9 +211,12 @@ class WindowJoinProcessor(Processor):
         history = concat([t for t in (state["right"], new_right) if t is not None])
 
         slots, high = pending[SLOT].to_numpy(), pending[HIGH].to_numpy()
-        due = (newest_time(right_latest) if self.spec.sort_by_time else right_latest[slots]) > high
+        if self.spec.use_system_time:  # the clock passed the window (0:0: arrival order, every row at once)
+            due = np.ones(len(high), dtype=bool) if self.spec.special else round(batch_time * 1e6) > high
+        else:
+            due = (newest_time(right_latest) if self.spec.sort_by_time else right_latest[slots]) > high
         forced = np.zeros(len(due), dtype=bool)
-        if self.delay is not None and len(right_latest) and not self.spec.sort_by_time:
+        if self.delay is not None and len(right_latest) and not (self.spec.sort_by_time or self.spec.use_system_time):
             forced = ~due & (high + self.delay < right_latest.max())
         ready = np.flatnonzero(due | forced)
         rights = _Sorted(history)
@@ -218,7 +230,9 @@ class WindowJoinProcessor(Processor):
         trigger = np.maximum.accumulate(trigger[order]) if len(order) else trigger  # ordered output, ordered keys
         left_rows = pending.take(pa.array(ready[order]))
         aggregates = self._aggregate(history, rights, start[order], end[order])
-        out = sides.output(left_rows, None, [left_rows[lt_name].combine_chunks(), *sides.keys_of(left_rows, None)],
+        stamp = to_arrow(np.full(len(order), batch_time * 1e6), "timestamp") if self.spec.use_system_time else \
+            left_rows[self.spec.time_column].combine_chunks()
+        out = sides.output(left_rows, None, [stamp, *sides.keys_of(left_rows, None)],
                            trigger, metrics=self.metrics, extra=aggregates)
         waiting = np.ones(pending.num_rows, dtype=bool)
         waiting[ready] = False
@@ -226,6 +240,24 @@ class WindowJoinProcessor(Processor):
         kept = self._purge(history, still, left_latest)
         return {"keys": keys.keys, "left": still if still.num_rows else None, "right": kept,
                 "left_latest": left_latest, "right_latest": right_latest}, self._fill_nulls(out)
+
+    def _times(self, left: pa.Table, right: pa.Table,
+               batch_time: float) -> tuple[pa.Table, pa.Table, np.ndarray, np.ndarray]:
+        """Each side's rows with a time, and their times in µs. Event time: the time columns (rows without one
+        are dropped). System time: the micro-batch's input commit time, the same on replay; a 0:0 window
+        counts arrival order instead (``_hw_seq``), so its window is the right rows since the key's
+        previous left row in the join input."""
+        spec = self.spec
+        if not spec.use_system_time:
+            assert spec.time_column
+            names = (spec.time_column, spec.right_time_column or spec.time_column)
+            left, right = left.filter(left[names[0]].is_valid()), right.filter(right[names[1]].is_valid())
+            return left, right, self.sides.times(left, names[0], spec.left_schema[names[0]]), \
+                self.sides.times(right, names[1], spec.right_schema[names[1]])
+        if spec.special:
+            return left, right, left[SEQ].to_numpy(), right[SEQ].to_numpy()
+        now = round(batch_time * 1e6)
+        return left, right, np.full(left.num_rows, now, np.int64), np.full(right.num_rows, now, np.int64)
 
     def _fill_nulls(self, out: pa.Table) -> pa.Table:
         """Orca's nullFill: each output column's NULLs replaced by its value (None keeps them)."""
