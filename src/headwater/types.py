@@ -165,7 +165,10 @@ class Schema:
         return len(self.columns)
 
     def lookup(self, name: str) -> str | None:
-        """Return the real column name matching ``name`` case-insensitively (Orca rule), or None."""
+        """Return the real column name matching ``name`` case-insensitively (Orca rule), or None (also for a
+        ``name`` that is not a string, e.g. a list given where one column is expected)."""
+        if not isinstance(name, str):
+            return None
         if name in self:
             return name
         lowered = name.lower()

@@ -210,6 +210,7 @@ def test_update_time_zero_emits_each_micro_batch_open_windows(session, tmp_path_
     ({"fill": "zero"}, "fill must be one of"),
     ({"key_purge_freq": "60s"}, "key_purge_freq needs key_column and force_trigger_time"),
     ({"key_purge_freq": "60s", "force_trigger_time": "0s", "fill": "null"}, "fill='none'"),
+    ({"time_column": ["date", "time"]}, r"time_column must be one column name.*\(date, time\) pair"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     with pytest.raises(GraphDefinitionError, match=message) as info:

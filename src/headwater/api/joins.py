@@ -144,7 +144,7 @@ class JoinMethods:
         return self._join(right, SnapshotJoinEngine.kind, make, matching_column, metrics, time_column)
 
     def window_join_engine(self, right: DStream, *, window: Any, metrics: Metrics, matching_column: Any,
-                           time_column: Any = None, use_system_time: bool = False,
+                           time_column: Any = None, use_system_time: bool = False, garbage_size: int = 5000,
                            max_delayed_time: str | timedelta | None = timedelta(seconds=3),
                            closed: str = "left", null_fill: Sequence[Any] = (), sort_by_time: bool = False) -> DStream:
         """Each left row with aggregates of its key's right rows in ``[t + a, t + b]`` for ``window=(a, b)``
@@ -153,14 +153,15 @@ class JoinMethods:
         ``sort_by_time=True``: inputs in time order across keys, output too (one task). ``use_system_time=True``
         (no ``time_column``): rows are timed by their micro-batch's commit time and a window is computed once
         that clock is past it; a ``(0, 0)`` window is computed at each left row over the right rows that arrived
-        since the key's previous one. See :mod:`headwater.engines.joins.window`."""
+        since the key's previous one. ``garbage_size`` is accepted and has no effect (right rows no window can
+        reach are purged). See :mod:`headwater.engines.joins.window`."""
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
             where = f"window_join_engine {clip(name)}"
             delay = None if max_delayed_time is None else \
                 parse_duration(max_delayed_time, where=f"{where} max_delayed_time", allow_zero=True)
             return WindowJoinEngine(**common, window=_window(window, where), max_delayed_time=delay, closed=closed,
                                     null_fill=tuple(null_fill), sort_by_time=sort_by_time,
-                                    use_system_time=use_system_time)
+                                    use_system_time=use_system_time, garbage_size=garbage_size)
 
         return self._join(right, WindowJoinEngine.kind, make, matching_column, metrics, time_column)
 

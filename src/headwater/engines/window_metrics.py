@@ -84,6 +84,11 @@ def resolve_window_engine(spec: Any, *, where: str) -> None:
     else:
         if spec.time_column is None:
             raise GraphDefinitionError(f"{where}: time_column is required (or use_system_time=True)")
+        if not isinstance(spec.time_column, str):
+            raise GraphDefinitionError(
+                f"{where}: time_column must be one column name, got {clip(spec.time_column)}. Orca's (date, time) "
+                "pair needs a time-of-day column type, which stream tables (Delta) do not have: store one timestamp "
+                "column, e.g. df['time'] = df['date'] + df['time_of_day'] before appending")
         found = schema.lookup(spec.time_column)
         if found is None:
             raise GraphDefinitionError(f"{where}: time_column {clip(spec.time_column)} is not an input column "

@@ -72,6 +72,7 @@ class WindowJoinEngine(JoinEngine):
     null_fill: tuple[Any, ...] = ()  # per output column: what replaces its NULLs (None: keep them)
     sort_by_time: bool = False
     use_system_time: bool = False
+    garbage_size: int = 5000  # Orca's cache limit: accepted; right rows no window can reach are purged anyway
 
     @property
     def needs_one_task(self) -> bool:
