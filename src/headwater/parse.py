@@ -91,6 +91,15 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
     def conv(n: ast.AST) -> Any:
         return _convert(n, text, where)
 
+    def operand(n: ast.AST) -> Expr:
+        """An operator's operand: one value (a function with several outputs must pick one)."""
+        value = conv(n)
+        if isinstance(value, MultiExpr):
+            segment = ast.get_source_segment(text, n) or str(value)
+            raise GraphDefinitionError(f"{where}: {clip(segment)} has {len(value)} outputs; an operator takes one, "
+                                       f"e.g. {segment}[0], in {clip(text)}")
+        return value
+
     if isinstance(node, ast.Name):
         if node.id in _CONSTANTS:
             return Lit(_CONSTANTS[node.id])
@@ -100,36 +109,36 @@ def _convert(node: ast.AST, text: str, where: str) -> Any:
     if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool | int | float | str)):
         return Lit(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return Call(_BINOPS[type(node.op)], (conv(node.left), conv(node.right)))
+        return Call(_BINOPS[type(node.op)], (operand(node.left), operand(node.right)))
     if isinstance(node, ast.UnaryOp):
-        operand = conv(node.operand)
+        inner = operand(node.operand)
         if isinstance(node.op, ast.USub):
-            if isinstance(operand, Lit) and isinstance(operand.value, int | float):
-                return Lit(-operand.value)
-            return Call("neg", (operand,))
+            if isinstance(inner, Lit) and isinstance(inner.value, int | float):
+                return Lit(-inner.value)
+            return Call("neg", (inner,))
         if isinstance(node.op, ast.UAdd):
-            return operand
+            return inner
         if isinstance(node.op, ast.Not | ast.Invert):
-            return Call("not", (operand,))
+            return Call("not", (inner,))
     if isinstance(node, ast.BoolOp):
         op = "and" if isinstance(node.op, ast.And) else "or"
-        values = [conv(v) for v in node.values]
+        values = [operand(v) for v in node.values]
         out = values[0]
         for v in values[1:]:
             out = Call(op, (out, v))
         return out
     if isinstance(node, ast.Compare):
-        left = conv(node.left)
-        out = None
+        left = operand(node.left)
+        chained: Expr | None = None
         for cmp, right_node in zip(node.ops, node.comparators, strict=True):
             if type(cmp) not in _CMPOPS:
                 break
-            right = conv(right_node)
+            right = operand(right_node)
             term = Call(_CMPOPS[type(cmp)], (left, right))
-            out = term if out is None else Call("and", (out, term))
+            chained = term if chained is None else Call("and", (chained, term))
             left = right
         else:
-            return out
+            return chained
     if isinstance(node, ast.Tuple | ast.List) and all(isinstance(e, ast.Constant) or
                                                        (isinstance(e, ast.UnaryOp) and isinstance(e.operand, ast.Constant))
                                                        for e in node.elts):

@@ -54,9 +54,10 @@ def lt(a: float, b: float) -> bool:
     return (-np.inf if np.isnan(a) else a) < (-np.inf if np.isnan(b) else b)
 
 
-def reference(rows: pd.DataFrame, step: pd.Timedelta) -> list[tuple]:
-    """Per row in order, per key: close the key's window when the row is at or past its end, then check the row."""
-    out, window, last = [], {}, {}
+def reference(rows: pd.DataFrame, step: pd.Timedelta, *, with_prev: bool = False) -> list[tuple]:
+    """Per row in order, per key: close the key's window when the row is at or past its end, then check the row.
+    ``with_prev``: also ``qty < prev(qty)`` (type 3) and ``avg(qty) > prev(qty)`` (type 4)."""
+    out, window, last, previous = [], {}, {}, {}
     for row in rows.itertuples():
         start = row.time.floor(step)
         open_ = window.get(row.sym)
@@ -75,6 +76,13 @@ def reference(rows: pd.DataFrame, step: pd.Timedelta) -> list[tuple]:
             out.append((row.time, row.sym, 1))
         if lt(qty, 4):
             out.append((row.time, row.sym, 2))
+        if with_prev:
+            prev = previous.get(row.sym, np.nan)
+            if lt(qty, prev):
+                out.append((row.time, row.sym, 3))
+            if row.sym in last and lt(prev, last[row.sym]):
+                out.append((row.time, row.sym, 4))
+            previous[row.sym] = qty
     return out
 
 
@@ -104,8 +112,32 @@ def test_any_split_into_appends_and_a_kill_give_the_reference(session, tmp_path_
     assert list(zip(out.time, out.sym, out.type, strict=True)) == want
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 119), max_size=6, unique=True),
+       crash=st.one_of(st.none(), st.integers(0, 6)))
+def test_sequence_functions_in_conditions_keep_their_state_per_key(session, tmp_path_factory, seed, cuts, crash):
+    """C.10's row condition ``lt(qty, prev(qty))`` and a mixed one with a sequence function, for any split and a kill."""
+    rows = make_rows(seed)
+    g = graph(session, window="2s", step="2s", metrics=[*CONDITIONS, "lt(qty, prev(qty))", "avg(qty) > prev(qty)"])
+    runner = LocalRunner(g.plan(), tmp_path_factory.mktemp("p"))
+    bounds = [0, *sorted(cuts), len(rows)]
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        runner.append("t", rows.iloc[a:b])
+        if crash == i:
+            runner.step(crash_after_tasks=1)
+        runner.step()
+    out = runner.read("out")
+    want = reference(rows, pd.Timedelta(seconds=2), with_prev=True)
+    assert sum(1 for w in want if w[2] == 3) > 10 and sum(1 for w in want if w[2] == 4) > 5
+    assert list(zip(out.time, out.sym, out.type, strict=True)) == want
+
+
 @pytest.mark.parametrize(("kw", "message"), [
     ({"metrics": ["qty + 1"]}, "must be true or false, got a long"),
+    ({"metrics": ["mavg(sum(qty), 2) > 1"], "window": "3s", "step": "3s"}, "cannot be nested in each other"),
+    ({"metrics": ["sum(prev(qty)) > 1"], "window": "3s", "step": "3s"}, "cannot be nested in each other"),
+    ({"metrics": ["iterate(qty, 1, 0.5) > 1"]}, r"iterate\(\) cannot be used in an anomaly condition"),
+    ({"metrics": ["linear_time_trend(qty, 3) > 1"]}, r"has 2 outputs; an operator takes one, e.g. .*\[0\]"),
     ({"metrics": ["sum(qty) > 5"]}, "need window and step"),
     ({"metrics": ["sum(qty) > 5"], "window": "3s", "step": "2s"}, "anomaly_detection_engine .* multiple of step"),
     ({"metrics": ["qty < 4"], "window": "3s", "step": "3s"}, "apply only to conditions with aggregates"),

@@ -4,7 +4,9 @@
 keys, ``type`` (the condition's index) and ``metric`` (its text, or its ``anomaly_description``). Three
 kinds of condition, by where aggregates appear:
 
-1. **row conditions** (no aggregate: ``qty < 4``): checked on every row;
+1. **row conditions** (no aggregate: ``qty < 4``, ``qty > prev(qty)``): checked on every row, out-of-order
+   rows included; sequence (state) functions such as ``prev`` or ``mavg`` run per key in arrival order, as
+   in the reactive state engine;
 2. **window conditions** (only aggregates: ``sum(qty) > 5``): checked once per window, when a later row of
    the key closes it, as the time-series engine closes windows (output time: the window's end);
 3. **mixed conditions** (``avg(qty) > qty``): each row against its key's last closed window (the one its
@@ -36,14 +38,31 @@ from headwater.engines.base import (
     resolve_expr,
 )
 from headwater.engines.columns import evaluate_rowwise, filter_mask, to_numpy
+from headwater.engines.reactive_state import MetricDag
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.engines.window_metrics import aggregates_of, replace_aggregates
 from headwater.errors import GraphDefinitionError, clip
-from headwater.expr import Alias, Call, Expr
-from headwater.functions import expand_aggregates, infer_type
+from headwater.expr import Alias, Call, Col, Expr
+from headwater.functions import FUNCTIONS, expand_aggregates, infer_type
 from headwater.types import TEMPORAL, Schema
 
 ROW, WINDOW, MIXED = "row", "window", "mixed"
+NOT_IN_CONDITIONS = frozenset({"iterate", "linear_time_trend", "talib_null"})  # Orca refuses these here
+
+
+def _check_sequence_functions(metric: Expr, *, where: str) -> None:
+    """Sequence (state) functions run per key over rows, so they and aggregates do not nest either way."""
+    for node in metric.walk():
+        if not (isinstance(node, Call) and node.func in FUNCTIONS):
+            continue
+        kind = FUNCTIONS[node.func].kind
+        if kind == "state" and node.func in NOT_IN_CONDITIONS:
+            raise GraphDefinitionError(f"{where}: {node.func}() cannot be used in an anomaly condition (as in Orca)")
+        inner = [n for a in node.args for n in a.walk() if isinstance(n, Call) and n.func in FUNCTIONS
+                 and FUNCTIONS[n.func].kind == ("aggregate" if kind == "state" else "state")]
+        if kind in ("state", "aggregate") and inner:
+            raise GraphDefinitionError(f"{where}: {inner[0]} inside {node}: sequence functions and aggregates "
+                                       "cannot be nested in each other")
 
 
 @dataclass(frozen=True)
@@ -78,12 +97,13 @@ class AnomalyDetectionEngine(EngineSpec):
             if isinstance(metric, Alias):
                 raise GraphDefinitionError(f"{w}: a condition has no output name; describe it with anomaly_description")
             metric = expand_aggregates(metric)
-            typ = infer_type(metric, schema, where=w, kinds=frozenset({"scalar", "aggregate"}))
+            typ = infer_type(metric, schema, where=w, kinds=frozenset({"scalar", "aggregate", "state"}))
             if typ != "bool":
                 raise GraphDefinitionError(f"{w}: a condition must be true or false, got a {typ}; e.g. 'qty < 4'")
             aggs = aggregates_of(metric)
             if any(aggregates_of(a.args[0]) for a in aggs):
                 raise GraphDefinitionError(f"{w}: aggregates cannot be nested")
+            _check_sequence_functions(metric, where=w)
             outside = replace_aggregates(metric, {a.key(): i for i, a in enumerate(aggs)}).columns()
             kinds.append(ROW if not aggs else MIXED if any(not c.startswith("__agg") for c in outside) else WINDOW)
             resolved.append(resolve_expr(metric, schema))
@@ -153,10 +173,12 @@ class AnomalyDetectionProcessor(Processor):
         self.n_aggs = len(aggs)
         self.checks = [replace_aggregates(m, index) for m in spec.metrics]  # aggregates read as __agg<i>
         self.texts = list(spec.anomaly_description) or [str(m) for m in spec.metrics]
+        # row and mixed conditions, evaluated per key in arrival order (sequence functions such as prev keep state)
+        self.rows = MetricDag([c for c, kind in zip(self.checks, spec._kinds, strict=True) if kind != WINDOW])
 
     def new_state(self) -> dict[str, Any]:
         return {"keys": [], "windows": self.windows.new_state() if self.windows else None,
-                "last": np.empty((0, self.n_aggs))}
+                "last": np.empty((0, self.n_aggs)), "rows": self.rows.new_state()}
 
     def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
         spec = self.spec
@@ -178,16 +200,19 @@ class AnomalyDetectionProcessor(Processor):
                 if kind == WINDOW:
                     hit = filter_mask(evaluate_rowwise(check, values, closed.num_rows))
                     pieces.append((closed.filter(pa.array(hit)), closed[SEQ].to_numpy()[hit], 0, i))
-        columns: dict[str, Any] = {f"__agg{i}": row_aggs[:, i] for i in range(self.n_aggs)}
-        for i, (check, kind) in enumerate(zip(self.checks, spec._kinds, strict=True)):
-            if kind != WINDOW and table.num_rows:
-                for c in check.columns():
-                    if c not in columns:
-                        columns[c] = to_numpy(table[c], spec.input_schema[c])
-                hit = filter_mask(evaluate_rowwise(check, columns, table.num_rows))
-                pieces.append((table.filter(pa.array(hit)), seq[hit], 1, i))
+        rows_state = state.get("rows", self.rows.new_state())  # states saved before sequence functions lack it
+        if table.num_rows and self.rows.nodes:
+            columns: dict[str, Any] = {f"__agg{i}": row_aggs[:, i] for i in range(self.n_aggs)}
+            for node in self.rows.nodes:
+                if isinstance(node, Col) and node.name not in columns:
+                    columns[node.name] = to_numpy(table[node.name], spec.input_schema[node.name])
+            rows_state, evaluated = self.rows.evaluate(columns, table.num_rows, slots, max(len(keys), 1), rows_state)
+            for i, (check, kind) in enumerate(zip(self.checks, spec._kinds, strict=True)):
+                if kind != WINDOW:
+                    hit = filter_mask(self.rows.value_of(evaluated, check))
+                    pieces.append((table.filter(pa.array(hit)), seq[hit], 1, i))
         out = self._output(pieces)
-        return {"keys": keys.keys, "windows": windows_state, "last": last}, out
+        return {"keys": keys.keys, "windows": windows_state, "last": last, "rows": rows_state}, out
 
     def _latest_windows(self, closed: pa.Table, keys: KeyTable, slots: np.ndarray, seq: np.ndarray,
                         last: np.ndarray) -> np.ndarray:
