@@ -535,6 +535,7 @@ class DStream(JoinMethods):
         force_trigger_session_end_time: str | timedelta | None = None,
         late_rows_table: str | None = None,
         key_purge_freq_in_second: float | None = None,
+        force_trigger_time: str | timedelta | None = None,
     ) -> DStream:
         """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
 
@@ -544,8 +545,9 @@ class DStream(JoinMethods):
         rows before a session are in its first window, rows after the day's last session in none.
         ``merge_session_end=True`` puts a row stamped exactly at a session's end into its last window.
         ``force_trigger_session_end_time`` closes every key's windows of a session when a row of any key is
-        that long past the session's end (event time, not Orca's wall clock). ``key_purge_freq_in_second``
-        as in ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
+        that long past the session's end (event time, not Orca's wall clock). ``force_trigger_time`` as in
+        ``time_series_engine``: a row of another key at or past a window's end + the value closes it.
+        ``key_purge_freq_in_second`` as in ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
         see ``headwater.engines.daily_time_series``.
 
         >>> import pandas as pd, headwater as hw, tempfile
@@ -584,7 +586,9 @@ class DStream(JoinMethods):
                 key_purge_daily=key_purge_daily,
                 force_trigger_session_end_time=None if force_trigger_session_end_time is None else parse_duration(
                     force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True),
-                late_rows_table=self._late_rows_fqn(late_rows_table), key_purge_freq_in_second=key_purge_freq_in_second)
+                late_rows_table=self._late_rows_fqn(late_rows_table), key_purge_freq_in_second=key_purge_freq_in_second,
+                force_trigger_time=None if force_trigger_time is None else parse_duration(
+                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True))
 
         return self._engine(DailyTimeSeriesEngine.kind, make)
 

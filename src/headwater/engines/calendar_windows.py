@@ -13,6 +13,9 @@ Rules shared by both engines (:class:`CalendarWindowProcessor`):
 * A key's pane closes at the first row of that key at or past the pane's closing instant (+
   ``accepted_delay``). The row is aggregated first when the pane holds it, so a pane whose closing
   instant is inside it (the time-bucket engine's inclusive right edge) is emitted by its own last row.
+* Forced closes (optional): a row closes every key's panes through the last session that ended long enough
+  before it (forced session ends; keys seen later included), or the other keys' windows that ended long
+  enough before it (the time-series engine's forced trigger; keys seen so far).
 * A row is dropped when every window that would hold it has already been emitted for its key (rows out
   of order per key; rows tying with a window that closed on its own last row).
 * ``fill``: empty windows are emitted too, filled with NULL, the previous window's values (``ffill``) or
@@ -157,6 +160,11 @@ class DayLayout:
         day, offset = self._day_offset(times - self.shift - delay)
         return day * self.panes + np.searchsorted(self.close_at, offset, side="right") - 1
 
+    def ends_through(self, times: np.ndarray, after: int) -> np.ndarray:
+        """The last pane whose window ends (``out_end``) at least ``after`` before each time."""
+        day, offset = self._day_offset(times - after)
+        return day * self.panes + np.searchsorted(self.out_end, offset, side="right") - 1
+
     def forces_through(self, times: np.ndarray, after: int) -> np.ndarray:
         """The last pane of the last session that ended at least ``after`` before each time."""
         day, offset = self._day_offset(times - self.shift - after)
@@ -235,11 +243,27 @@ def _idle(s, fill, closed, last_emit, pend_n, n_panes, last):  # type: ignore[no
 
 
 @numba.njit(cache=True)
-def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m, fill, purge_daily,
+def _room(no, worst, o_slot, o_pane, o_trig, o_filled):  # type: ignore[no-untyped-def]
+    """The output buffers, grown so that ``worst`` more windows fit after the first ``no``."""
+    if no + worst <= o_slot.shape[0]:
+        return o_slot, o_pane, o_trig, o_filled
+    cap = 2 * (no + worst)
+    return (np.concatenate((o_slot[:no], np.empty(cap - no, dtype=np.int64))),
+            np.concatenate((o_pane[:no], np.empty(cap - no, dtype=np.int64))),
+            np.concatenate((o_trig[:no], np.empty(cap - no, dtype=np.int64))),
+            np.concatenate((o_filled[:no], np.empty(cap - no, dtype=np.int8))))
+
+
+@numba.njit(cache=True)
+def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, day, first, last, m, fill, purge_daily,
                    closed, last_emit, last_day, pend, pend_n, glob):  # type: ignore[no-untyped-def]
     """Run the rows of one micro-batch in order; mutate the per-key state; return for each row the number of
     windows emitted before it was taken (-1: the row does not count; a window holds only the rows taken before
-    it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled)."""
+    it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled).
+
+    ``force_to``: the pane through which a row closes every key's windows, keys seen later included (forced
+    session ends); ``kick_to``: the pane through which it closes the windows of the other keys seen so far
+    (the time-series engine's forced trigger)."""
     n = slots.shape[0]
     n_keys = closed.shape[0]
     n_panes = first.shape[0]
@@ -252,6 +276,11 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m
     o_filled = np.empty(cap, dtype=np.int8)
     no = 0
     worst = (width + 1) * n_panes + width * m + 1  # most windows one close of one key can emit
+    big = np.iinfo(np.int64).max
+    due = big  # a lower bound of the first pane a kick could close (keys not seen yet have none)
+    for k in range(n_keys):
+        if closed[k] != NONE:
+            due = min(due, closed[k] + 1)
     for i in range(n):
         s = slots[i]
         d = day[i]
@@ -267,6 +296,17 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m
             closed[s] = glob[0]  # a key first seen (or restarted) after a forced close
         if d > last_day[s]:
             last_day[s] = d
+        if kick_to[i] >= due:
+            # as in the time-series engine: a row forces the other keys' windows that ended long enough before
+            due = big
+            for k in range(n_keys):
+                if closed[k] == NONE:
+                    continue
+                if k != s and kick_to[i] > closed[k]:
+                    o_slot, o_pane, o_trig, o_filled = _room(no, worst, o_slot, o_pane, o_trig, o_filled)
+                    no = _close(k, kick_to[i], i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot,
+                                o_pane, o_trig, o_filled, no)
+                due = min(due, closed[k] + 1)
         if in_pane[i]:
             q = pane[i]
             if _window_end(q, m, n_panes, last) > closed[s]:
@@ -292,14 +332,11 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m
             to = close_to[i] if t == 0 else glob[0]
             if to <= closed[k]:
                 continue
-            if no + worst > cap:
-                cap = 2 * (no + worst)
-                o_slot = np.concatenate((o_slot[:no], np.empty(cap - no, dtype=np.int64)))
-                o_pane = np.concatenate((o_pane[:no], np.empty(cap - no, dtype=np.int64)))
-                o_trig = np.concatenate((o_trig[:no], np.empty(cap - no, dtype=np.int64)))
-                o_filled = np.concatenate((o_filled[:no], np.empty(cap - no, dtype=np.int8)))
+            o_slot, o_pane, o_trig, o_filled = _room(no, worst, o_slot, o_pane, o_trig, o_filled)
             no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
                         o_filled, no)
+        if closed[s] != NONE:
+            due = min(due, closed[s] + 1)  # a key seen for the first time can be kicked from now on
     return taken, o_slot[:no], o_pane[:no], o_trig[:no], o_filled[:no]
 
 
@@ -323,8 +360,9 @@ class CalendarWindowProcessor(Processor):
     ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules."""
 
     def __init__(self, spec: Any, layout: DayLayout, *, panes_per_window: int = 1, delay: int = 0,
-                 fill: str | float = "none", force_after: int | None = None, purge_daily: bool = False,
-                 purge_every: float | None = None, use_window_start_time: bool = False, max_open_panes: int = 2) -> None:
+                 fill: str | float = "none", force_after: int | None = None, kick_after: int | None = None,
+                 purge_daily: bool = False, purge_every: float | None = None, use_window_start_time: bool = False,
+                 max_open_panes: int = 2) -> None:
         self.spec = spec
         self.layout = layout
         self.out_schema: Schema = spec.output_schema()
@@ -335,6 +373,7 @@ class CalendarWindowProcessor(Processor):
         self.delay = delay
         self.fill = fill
         self.force_after = force_after
+        self.kick_after = kick_after  # a row closes the other keys' windows that ended this long before it
         self.purge_daily = purge_daily
         self.purge_every = purge_every
         self.use_window_start_time = use_window_start_time
@@ -398,8 +437,10 @@ class CalendarWindowProcessor(Processor):
         close_to = layout.closes_through(times, self.delay)
         force_to = (layout.forces_through(times, self.force_after) if self.force_after is not None
                     else np.full(n, NONE, dtype=np.int64))
+        kick_to = (layout.ends_through(times, self.kick_after) if self.kick_after is not None
+                   else np.full(n, NONE, dtype=np.int64))
         taken, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
-            slots, pane, in_pane.astype(np.int8), close_to, force_to, day, layout.first, layout.last,
+            slots, pane, in_pane.astype(np.int8), close_to, force_to, kick_to, day, layout.first, layout.last,
             np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"], per_key["last_emit"],
             per_key["last_day"], per_key["pend"], per_key["pend_n"], glob)
         seq = table[SEQ].to_numpy().astype(np.int64)

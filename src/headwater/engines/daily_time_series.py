@@ -24,7 +24,8 @@ Windows close per key as in the time-series engine (the first row at or past the
 ``closed="right"``: past it). ``force_trigger_session_end_time``: Orca counts it on the wall clock; here
 it is event time: the first row of any key at or past ``session end + value`` closes every key's windows up
 to that session's end (so a replay closes them exactly where the first run did; keys are only those of
-the same stream task). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
+the same stream task). ``force_trigger_time``, as in the time-series engine: a row of another key at or
+past a window's end + the value closes that window (only keys seen so far are forced). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
 forgotten at the first row of a new trading day once nothing of theirs is left to emit, so no window is
 ever lost (Orca drops the unfinished windows of the previous day).
 
@@ -132,6 +133,7 @@ class DailyTimeSeriesEngine(EngineSpec):
     force_trigger_session_end_time: timedelta | None = None
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
     key_purge_freq_in_second: float | None = None
+    force_trigger_time: timedelta | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -173,11 +175,24 @@ class DailyTimeSeriesEngine(EngineSpec):
         force = self.force_trigger_session_end_time
         if force is not None and force < timedelta(0):
             raise GraphDefinitionError(f"{where}: force_trigger_session_end_time must not be negative, got {force}")
+        self._check_triggers(where)
         object.__setattr__(self, "session_begin", tuple(text for _, text, _ in b))
         object.__setattr__(self, "session_end", tuple(text for _, text, _ in e))
         object.__setattr__(self, "_sessions", tuple(sessions))
         resolve_window_engine(self, where=where)
         check_timestamp(self, where=where)
+
+    def _check_triggers(self, where: str) -> None:
+        """The time-series engine's rules for combining its triggers (Orca's)."""
+        kick = self.force_trigger_time
+        if kick is not None:
+            if kick < timedelta(0):
+                raise GraphDefinitionError(f"{where}: force_trigger_time must not be negative, got "
+                                           f"{clip(kick)}; e.g. force_trigger_time='5s'")
+            if self.accepted_delay:
+                raise GraphDefinitionError(
+                    f"{where}: force_trigger_time excludes accepted_delay (Orca's rule), got force_trigger_time="
+                    f"{format_duration(kick)}, accepted_delay={format_duration(self.accepted_delay)}")
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -206,6 +221,9 @@ class DailyTimeSeriesEngine(EngineSpec):
                                            else format_duration(self.force_trigger_session_end_time)),
             **({"lateRowsTable": self.late_rows_table} if self.late_rows_table else {}),
             **({"keyPurgeFreqInSecond": self.key_purge_freq_in_second} if self.key_purge_freq_in_second else {}),
+            # options added later appear only when set, so graphs stored before them still resume
+            **({"forceTriggerTime": format_duration(self.force_trigger_time) if self.force_trigger_time else "0s"}
+               if self.force_trigger_time is not None else {}),
         }
 
     def layout(self) -> DayLayout:
@@ -244,9 +262,10 @@ class DailyTimeSeriesEngine(EngineSpec):
     def processor(self, input_schema: Schema | None = None) -> CalendarWindowProcessor:
         step = to_micros(self.step)
         delay = to_micros(self.accepted_delay)
-        force = self.force_trigger_session_end_time
+        force, kick = self.force_trigger_session_end_time, self.force_trigger_time
         return CalendarWindowProcessor(
             self, self.layout(), panes_per_window=to_micros(self.window) // step, delay=delay, fill=self.fill,
-            force_after=None if force is None else to_micros(force), purge_daily=self.key_purge_daily,
+            force_after=None if force is None else to_micros(force),
+            kick_after=None if kick is None else to_micros(kick), purge_daily=self.key_purge_daily,
             purge_every=self.key_purge_freq_in_second, use_window_start_time=self.use_window_start_time,
             max_open_panes=to_micros(self.window) // step + -(-delay // step) + 2)
