@@ -4,13 +4,24 @@ for any split of the input into appends and after a kill, is in ``test_daily_tim
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import headwater as hw
 from headwater.dataplane.local import LocalRunner
+from headwater.engines.base import SEQ
+from headwater.engines.daily_time_series import DailyTimeSeriesEngine
+from headwater.parse import parse_metric
+from headwater.storage.stream_table import commit_time
+from headwater.types import Schema
+from tests.support.daily_reference import CALENDARS, METRICS, ZERO, M, Reference, make_rows
 
 _names = itertools.count()
 
@@ -52,3 +63,76 @@ def test_force_trigger_time_a_row_of_another_key_closes_a_quiet_keys_window(sess
                                    ("09:32:00", "A", 64)))
     runner.run_until_idle()
     assert table(runner.read("bars"))[1:] == [("09:31:00", "A", 1.0), ("09:32:00", "A", 32.0)]
+
+
+# ---- use_system_time ---------------------------------------------------------------------------------------
+
+def system_time_processor(calendar: str = "day", **kw):
+    spec = DailyTimeSeriesEngine(name="sys", input_schema=Schema.parse({"k": "string", "v": "double"}),
+                                 window=dt.timedelta(seconds=60), step=dt.timedelta(seconds=60),
+                                 metrics=tuple(parse_metric(m) for m in METRICS), time_column=None, key_column=("k",),
+                                 session_begin=tuple(CALENDARS[calendar]["begin"]),
+                                 session_end=tuple(CALENDARS[calendar]["end"]), use_system_time=True, **kw)
+    return spec.processor()
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 119), min_size=1, max_size=30, unique=True),
+       gaps=st.lists(st.sampled_from([0.0004, 0.3, 5.25, 20.0, 61.0, 400.0, 86_000.0]), min_size=31, max_size=31),
+       calendar=st.sampled_from(["day", "night"]))
+def test_system_time_rows_take_their_batch_commit_time(seed, cuts, gaps, calendar):
+    """Each micro-batch's rows are at its commit time (ms): the event-time reference over those times, with a
+    row of any key closing every window that ended (a forced trigger of 0)."""
+    rows = make_rows(seed, calendar, n=120)[["k", "v"]]
+    start = (pd.Timestamp("2026-01-05") + CALENDARS[calendar]["first_row"]).timestamp()
+    bounds = [0, *sorted(cuts), len(rows)]
+    commits = start + np.cumsum(gaps[:len(bounds) - 1])
+    p = system_time_processor(calendar)
+    state, outs = p.new_state(), []
+    for (a, b), batch_time in zip(itertools.pairwise(bounds), commits, strict=True):
+        table = pa.Table.from_pandas(rows.iloc[a:b], preserve_index=False).append_column(
+            SEQ, pa.array(np.arange(a, b), pa.int64()))
+        state, out = p.process(state, table, batch_time=float(batch_time))
+        outs.append(out.drop_columns([SEQ]).to_pandas())
+    got = pd.concat(outs, ignore_index=True).rename(columns={"time": "t"})
+    times = np.repeat([int(c * 1000) for c in commits], np.diff(bounds))
+    stamped = rows.assign(t=pd.to_datetime(times, unit="ms"))[["t", "k", "v"]]
+    want = Reference(CALENDARS[calendar], window=M, step=M, kick=ZERO, purge=True).run(stamped)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, atol=1e-9)
+
+
+def test_system_time_after_a_kill_uses_the_same_commit_times(session, tmp_path):
+    """Real commits: a killed micro-batch is replayed with its commit's time, so the output is the windows of
+    the commit times, each emitted by the first later commit (100 ms windows, one session all day)."""
+    g = session.stream_graph(f"opt{next(_names)}")
+    (g.source("ticks", schema={"k": "string", "v": "double"})
+      .daily_time_series_engine(window="100ms", step="100ms", metrics=["sum(v) as total"], key_column="k",
+                                use_system_time=True)
+      .sink("out"))
+    runner = LocalRunner(g.plan(), tmp_path)
+    rng = np.random.default_rng(7)
+    batches = [pd.DataFrame({"k": rng.choice(["a", "b"], 3), "v": rng.integers(0, 9, 3).astype(float)})
+               for _ in range(12)]
+    for i, batch in enumerate(batches):
+        runner.append("ticks", batch)
+        if i % 4 == 1:
+            runner.step(crash_after_tasks=1)
+        runner.step()
+    assert runner.read("out").columns.tolist() == ["time", "k", "total"]
+    stamps = [int(commit_time(runner.tables["ticks"].path, v + 1) * 1000) for v in range(len(batches))]
+    rows = pd.concat([b.assign(end=(s // 100 + 1) * 100) for b, s in zip(batches, stamps, strict=True)])
+    sums = rows.groupby(["end", "k"]).v.sum()
+    want = [(end, k, total) for (end, k), total in sums.items() if end <= stamps[-1]]
+    got = [(t.value // 1_000_000, k, total) for t, k, total in runner.read("out").itertuples(index=False)]
+    assert got == want and len(want) >= 1
+
+
+def test_system_time_arguments(session):
+    with pytest.raises(hw.GraphDefinitionError, match=r"use_system_time=True cuts windows .* leave time_column out"):
+        bars(session, use_system_time=True)
+    with pytest.raises(hw.GraphDefinitionError, match="use_system_time excludes force_trigger_time and accepted_delay"):
+        bars(session, use_system_time=True, time_column=None, force_trigger_time="1s")
+    with pytest.raises(hw.GraphDefinitionError, match="use_system_time excludes"):
+        bars(session, use_system_time=True, time_column=None, accepted_delay="1s")
+    with pytest.raises(hw.GraphDefinitionError, match="time_column is required"):
+        bars(session, time_column=None)

@@ -522,7 +522,7 @@ class DStream(JoinMethods):
         window: str | timedelta,
         step: str | timedelta,
         metrics: Sequence[Expr | str],
-        time_column: str,
+        time_column: str | None = None,
         key_column: str | Sequence[str] | None = None,
         session_begin: str | dt.time | Sequence[str | dt.time] | None = None,
         session_end: str | dt.time | Sequence[str | dt.time] | None = None,
@@ -536,6 +536,7 @@ class DStream(JoinMethods):
         late_rows_table: str | None = None,
         key_purge_freq_in_second: float | None = None,
         force_trigger_time: str | timedelta | None = None,
+        use_system_time: bool = False,
     ) -> DStream:
         """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
 
@@ -547,7 +548,9 @@ class DStream(JoinMethods):
         ``force_trigger_session_end_time`` closes every key's windows of a session when a row of any key is
         that long past the session's end (event time, not Orca's wall clock). ``force_trigger_time`` as in
         ``time_series_engine``: a row of another key at or past a window's end + the value closes it.
-        ``key_purge_freq_in_second`` as in ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
+        ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
+        (sessions on that UTC clock); the output time column is ``time``. ``key_purge_freq_in_second`` as in
+        ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
         see ``headwater.engines.daily_time_series``.
 
         >>> import pandas as pd, headwater as hw, tempfile
@@ -588,7 +591,8 @@ class DStream(JoinMethods):
                     force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True),
                 late_rows_table=self._late_rows_fqn(late_rows_table), key_purge_freq_in_second=key_purge_freq_in_second,
                 force_trigger_time=None if force_trigger_time is None else parse_duration(
-                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True))
+                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
+                use_system_time=use_system_time)
 
         return self._engine(DailyTimeSeriesEngine.kind, make)
 

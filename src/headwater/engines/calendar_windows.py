@@ -357,7 +357,8 @@ def check_key_purge_freq(freq: Any, key_column: Sequence[str], fill: Any, *, whe
 
 class CalendarWindowProcessor(Processor):
     """Run a calendar-window engine (spec with ``input_schema``, ``time_column``, ``key_column``,
-    ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules."""
+    ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules. Without a
+    time column (system time) a row's time is its micro-batch's input commit time, in milliseconds."""
 
     def __init__(self, spec: Any, layout: DayLayout, *, panes_per_window: int = 1, delay: int = 0,
                  fill: str | float = "none", force_after: int | None = None, kick_after: int | None = None,
@@ -411,8 +412,11 @@ class CalendarWindowProcessor(Processor):
         """The late rows: in a window already emitted for their key. Rows outside every window (before the
         first cut point or session, after the last) and rows with a NULL time are dropped, not late."""
         spec = self.spec
-        valid = table[spec.time_column].is_valid().to_numpy(zero_copy_only=False)
-        table = table.filter(pa.array(valid))
+        if spec.time_column is None:
+            valid = np.ones(table.num_rows, dtype=np.bool_)
+        else:
+            valid = table[spec.time_column].is_valid().to_numpy(zero_copy_only=False)
+            table = table.filter(pa.array(valid))
         n = table.num_rows
         if n == 0:
             return state, self._arrow_schema().empty_table(), None
@@ -431,7 +435,10 @@ class CalendarWindowProcessor(Processor):
                 per_key["closed"][idle] = NONE
                 per_key["last_emit"][idle] = NONE
                 last_purge = batch_time
-        times = times_us(table[spec.time_column], "timestamp")
+        if spec.time_column is None:  # system time: the input's commit time, in milliseconds as Orca's
+            times = np.full(n, int(batch_time * 1000) * 1000, dtype=np.int64)
+        else:
+            times = times_us(table[spec.time_column], "timestamp")
         layout = self.layout
         day, pane, in_pane = layout.locate(times)
         close_to = layout.closes_through(times, self.delay)
@@ -528,7 +535,7 @@ class CalendarWindowProcessor(Processor):
         out = pa.table(arrays, schema=self._arrow_schema())
         if spec.key_column:
             # windows closed by one row: by time, then key (slot numbers depend on purges, keys do not)
-            order = pc.sort_indices(out, sort_keys=[(SEQ, "ascending"), (spec.time_column, "ascending")]
+            order = pc.sort_indices(out, sort_keys=[(SEQ, "ascending"), (self.out_schema.names[0], "ascending")]
                                             + [(key, "ascending") for key in spec.key_column])
             out = out.take(order)
         return out

@@ -24,7 +24,9 @@ Windows close per key as in the time-series engine (the first row at or past the
 ``closed="right"``: past it). ``force_trigger_session_end_time``: Orca counts it on the wall clock; here
 it is event time: the first row of any key at or past ``session end + value`` closes every key's windows up
 to that session's end (so a replay closes them exactly where the first run did; keys are only those of
-the same stream task). ``force_trigger_time``, as in the time-series engine: a row of another key at or
+the same stream task). ``use_system_time``: a row's time is its micro-batch's input commit time (ms, the
+same on replay; sessions are times of day of that UTC clock), and a micro-batch closes every key's windows
+that ended before it (as in the time-series engine). ``force_trigger_time``, as in the time-series engine: a row of another key at or
 past a window's end + the value closes that window (only keys seen so far are forced). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
 forgotten at the first row of a new trading day once nothing of theirs is left to emit, so no window is
 ever lost (Orca drops the unfinished windows of the previous day).
@@ -120,7 +122,7 @@ class DailyTimeSeriesEngine(EngineSpec):
     window: timedelta
     step: timedelta
     metrics: tuple[Expr, ...]
-    time_column: str
+    time_column: str | None  # None: use_system_time
     key_column: tuple[str, ...] = ()
     session_begin: tuple[str, ...] = ("00:00",)
     session_end: tuple[str, ...] = ()
@@ -134,6 +136,7 @@ class DailyTimeSeriesEngine(EngineSpec):
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
     key_purge_freq_in_second: float | None = None
     force_trigger_time: timedelta | None = None
+    use_system_time: bool = False
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -180,11 +183,18 @@ class DailyTimeSeriesEngine(EngineSpec):
         object.__setattr__(self, "session_end", tuple(text for _, text, _ in e))
         object.__setattr__(self, "_sessions", tuple(sessions))
         resolve_window_engine(self, where=where)
-        check_timestamp(self, where=where)
+        if self.time_column is not None:
+            check_timestamp(self, where=where)
 
     def _check_triggers(self, where: str) -> None:
         """The time-series engine's rules for combining its triggers (Orca's)."""
+        if not isinstance(self.use_system_time, bool):
+            raise GraphDefinitionError(f"{where}: use_system_time must be True or False, got {clip(self.use_system_time)}")
         kick = self.force_trigger_time
+        if self.use_system_time and (kick is not None or self.accepted_delay):
+            raise GraphDefinitionError(
+                f"{where}: use_system_time excludes force_trigger_time and accepted_delay (Orca's rule; a "
+                "micro-batch closes every window that ended before it)")
         if kick is not None:
             if kick < timedelta(0):
                 raise GraphDefinitionError(f"{where}: force_trigger_time must not be negative, got "
@@ -224,6 +234,7 @@ class DailyTimeSeriesEngine(EngineSpec):
             # options added later appear only when set, so graphs stored before them still resume
             **({"forceTriggerTime": format_duration(self.force_trigger_time) if self.force_trigger_time else "0s"}
                if self.force_trigger_time is not None else {}),
+            **({"useSystemTime": True} if self.use_system_time else {}),
         }
 
     def layout(self) -> DayLayout:
@@ -266,6 +277,8 @@ class DailyTimeSeriesEngine(EngineSpec):
         return CalendarWindowProcessor(
             self, self.layout(), panes_per_window=to_micros(self.window) // step, delay=delay, fill=self.fill,
             force_after=None if force is None else to_micros(force),
-            kick_after=None if kick is None else to_micros(kick), purge_daily=self.key_purge_daily,
+            # on system time every row of a micro-batch has its commit time: a batch closes every key's windows
+            kick_after=0 if self.use_system_time else None if kick is None else to_micros(kick),
+            purge_daily=self.key_purge_daily,
             purge_every=self.key_purge_freq_in_second, use_window_start_time=self.use_window_start_time,
             max_open_panes=to_micros(self.window) // step + -(-delay // step) + 2)
