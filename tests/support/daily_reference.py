@@ -30,14 +30,17 @@ CALENDARS = {
 class Reference:
     """``force``: forced session ends (every key, keys seen later too); ``kick``: the time-series engine's
     forced trigger (a row closes the other keys' windows that ended ``kick`` before it); ``purge``: keys
-    with nothing left to emit are forgotten at the first row of a new trading day (key_purge_daily)."""
+    with nothing left to emit are forgotten at the first row of a new trading day (key_purge_daily);
+    ``update`` (tumbling windows): a row in a later update period of its window than its key's previous row
+    first emits the window over the rows before it (periods from the window's start; rows before the
+    session count as at its begin)."""
 
     def __init__(self, calendar: dict, *, window: pd.Timedelta, step: pd.Timedelta, closed: str = "left",
                  merge: bool = False, delay: pd.Timedelta = ZERO, fill=None, force=None,
-                 start_time: bool = False, kick=None, purge: bool = False) -> None:
+                 start_time: bool = False, kick=None, purge: bool = False, update=None) -> None:
         self.cal, self.window, self.step, self.closed, self.merge = calendar, window, step, closed, merge
         self.delay, self.fill, self.force, self.start_time = delay, fill, force, start_time
-        self.kick, self.purge = kick, purge
+        self.kick, self.purge, self.update = kick, purge, update
         self.m = window // step
 
     def trading_day(self, t: pd.Timestamp) -> pd.Timestamp:
@@ -73,6 +76,14 @@ class Reference:
         """Left: at or past the end; right, or a session's last window holding its end row: past it."""
         holds_end = self.closed == "right" or (self.merge and p == self.last_of_session(p))
         return end + self.delay < t if holds_end else end + self.delay <= t
+
+    def start_of(self, p) -> pd.Timestamp:
+        day, i, k = p
+        return day + self.cal["sessions"][i][0] + k * self.step
+
+    def period(self, p, t: pd.Timestamp) -> int:
+        eps = pd.Timedelta(microseconds=1) if self.closed == "right" else pd.Timedelta(0)
+        return max(t - eps - self.start_of(p), pd.Timedelta(0)) // self.update
 
     def idle(self, st_: dict) -> bool:
         """Nothing of the key is left to emit: each window holding its rows was emitted, and (with fill) its last
@@ -143,6 +154,13 @@ class Reference:
             if p is not None:
                 last_window = min((p[0], p[1], p[2] + self.m - 1), self.last_of_session(p))
                 if st_["closed"] is None or last_window > st_["closed"]:
+                    if self.update is not None:
+                        mark = st_.get("mark")
+                        if mark is not None and mark[0] == p and self.period(p, row.t) > mark[1]:
+                            end = self.start_of(p) + self.step
+                            out.append({"t": end - self.window if self.start_time else end, "k": row.k,
+                                        **aggregates([v for _, v in st_["rows"][p]]), "trigger": pos})
+                        st_["mark"] = (p, self.period(p, row.t))
                     st_["rows"].setdefault(p, []).append((pos, row.v))
             closable = [q for d in (day - 2 * one_day, day - one_day, day) for q, end in self.panes(d)
                         if self.closes(q, end, row.t)]

@@ -19,7 +19,7 @@ from headwater.engines.base import SEQ
 from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.parse import parse_metric
 from headwater.types import Schema
-from tests.support.daily_reference import CALENDARS, METRICS, SCHEMA, ZERO, Reference, make_rows
+from tests.support.daily_reference import CALENDARS, METRICS, SCHEMA, ZERO, M, Reference, make_rows
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def reference(rows, calendar="day", **kw) -> pd.DataFrame:
 
 ENGINE_ARGS = {"window": "window", "closed": "closed", "merge": "merge_session_end", "delay": "accepted_delay",
                "fill": "fill", "force": "force_trigger_session_end_time", "start_time": "use_window_start_time",
-               "kick": "force_trigger_time", "purge": "key_purge_daily"}
+               "kick": "force_trigger_time", "purge": "key_purge_daily", "update": "update_time"}
 
 
 def engine_kw(**kw) -> dict:
@@ -186,7 +186,11 @@ def engine_kw(**kw) -> dict:
                                 {"delay": pd.Timedelta(seconds=30)}, {"fill": "null"}, {"fill": "ffill"},
                                 {"force": pd.Timedelta(seconds=20)}, {"start_time": True},
                                 {"kick": pd.Timedelta(seconds=15)}, {"kick": ZERO, "fill": "ffill", "merge": True},
-                                {"kick": pd.Timedelta(seconds=30), "closed": "right", "purge": True}])
+                                {"kick": pd.Timedelta(seconds=30), "closed": "right", "purge": True},
+                                {"update": pd.Timedelta(seconds=10)},
+                                {"update": pd.Timedelta(seconds=20), "merge": True, "force": pd.Timedelta(seconds=20)},
+                                {"update": pd.Timedelta(seconds=15), "closed": "right", "fill": "ffill",
+                                 "start_time": True}])
 def test_whole_input_equals_the_reference(session, tmp_path, calendar, kw):
     rows = make_rows(5, calendar)
     got = run(graph(session, calendar, **engine_kw(**kw)), tmp_path, rows)
@@ -202,12 +206,17 @@ def test_whole_input_equals_the_reference(session, tmp_path, calendar, kw):
        window=st.sampled_from([pd.Timedelta(seconds=60), pd.Timedelta(seconds=120)]),
        delay=st.sampled_from([pd.Timedelta(0), pd.Timedelta(seconds=30)]),
        fill=st.sampled_from([None, "ffill", 0.0]), force=st.sampled_from([None, pd.Timedelta(seconds=40)]),
-       purge=st.booleans(), kick=st.sampled_from([None, ZERO, pd.Timedelta(seconds=50)]))
+       purge=st.booleans(), trigger=st.sampled_from([None, ZERO, pd.Timedelta(seconds=50), "update 10s",
+                                                     "update 30s"]))
 def test_any_split_into_appends_and_a_kill_give_the_reference(session, tmp_path_factory, seed, cuts, crash, calendar,
-                                                               closed, merge, window, delay, fill, force, purge, kick):
+                                                               closed, merge, window, delay, fill, force, purge,
+                                                               trigger):
+    """``trigger``: a forced trigger (force_trigger_time), or update periods (which need tumbling windows)."""
     rows = make_rows(seed, calendar)
-    kw = {"closed": closed, "merge": merge, "window": window, "delay": ZERO if kick is not None else delay,
-          "fill": fill, "force": force, "purge": purge, "kick": kick}
+    update = pd.Timedelta(trigger.split()[1]) if isinstance(trigger, str) else None
+    kw = {"closed": closed, "merge": merge, "window": M if update is not None else window,
+          "delay": ZERO if trigger is not None else delay, "fill": fill, "force": force, "purge": purge,
+          "kick": None if update is not None else trigger, "update": update}
     got = run(graph(session, calendar, **engine_kw(**kw)), tmp_path_factory.mktemp("p"), rows, cuts, crash)
     same(got, reference(rows, calendar, **kw))
 
@@ -265,6 +274,15 @@ def test_key_purge_daily_forgets_keys_with_nothing_left_at_a_new_day():
     ({"force_trigger_time": "-1s"}, "duration must be non-negative"),
     ({"force_trigger_time": "5s", "accepted_delay": "2s"},
      "force_trigger_time excludes accepted_delay .Orca's rule., got force_trigger_time=5s, accepted_delay=2s"),
+    ({"update_time": "0s"}, "update_time must be a positive duration, got 0s; Orca's dailyTimeSeriesEngine has "
+                            "no update_time=0"),
+    ({"update_time": "7s"}, "update_time 7s must divide step 1min"),
+    ({"update_time": "10s", "window": "120s"}, r"update_time needs tumbling windows \(window == step\), got "
+                                               "window=2min, step=1min"),
+    ({"update_time": "10s", "force_trigger_time": "1s"},
+     "update_time excludes force_trigger_time and accepted_delay .Orca's rule., got update_time=10s, "
+     "force_trigger_time=1s"),
+    ({"update_time": "10s", "accepted_delay": "1s"}, "update_time excludes .*, got update_time=10s, accepted_delay=1s"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     g = session.stream_graph(f"bad{next(_names)}")

@@ -130,9 +130,29 @@ def test_system_time_after_a_kill_uses_the_same_commit_times(session, tmp_path):
 def test_system_time_arguments(session):
     with pytest.raises(hw.GraphDefinitionError, match=r"use_system_time=True cuts windows .* leave time_column out"):
         bars(session, use_system_time=True)
-    with pytest.raises(hw.GraphDefinitionError, match="use_system_time excludes force_trigger_time and accepted_delay"):
+    with pytest.raises(hw.GraphDefinitionError, match="use_system_time excludes force_trigger_time, update_time and accepted_delay"):
         bars(session, use_system_time=True, time_column=None, force_trigger_time="1s")
     with pytest.raises(hw.GraphDefinitionError, match="use_system_time excludes"):
         bars(session, use_system_time=True, time_column=None, accepted_delay="1s")
     with pytest.raises(hw.GraphDefinitionError, match="time_column is required"):
         bars(session, time_column=None)
+
+
+# ---- update_time -------------------------------------------------------------------------------------------
+
+def test_update_time_orcas_example_1_into_a_keyed_table(session, tmp_path):
+    """The docs' example 1 as Orca runs it (update_time=2 s, merge_session_end, a keyed output table): the last
+    emission per (time, sym) is Orca's final table, except the 15:00 windows: Orca shows 30 and 49 there from
+    its wall-clock flush (rows unprocessed for 2 x updateTime); here, as in time_series_engine, only a later
+    row emits, so they stand at the rows before 15:00:00 until a row closes them."""
+    rows = trades(("09:25:31", "A", 8), ("09:26:01", "B", 10), ("09:30:02", "A", 26), ("09:30:10", "B", 14),
+                  ("11:29:46", "A", 30), ("11:29:50", "B", 11), ("11:30:00", "A", 14), ("11:30:00", "B", 4),
+                  ("13:00:10", "A", 16), ("13:00:12", "B", 9), ("14:59:56", "A", 20), ("14:59:58", "B", 20),
+                  ("15:00:00", "A", 10), ("15:00:00", "B", 29))
+    out = bars(session, update_time="2s", merge_session_end=True).run_local({"trades": rows})["bars"]
+    # A at 09:30:02 is in a later period than 09:25:31 (before the session: at its begin): 8 first, then 34
+    assert table(out)[:3] == [("09:31:00", "A", 8.0), ("09:31:00", "B", 10.0), ("09:31:00", "A", 34.0)]
+    keyed = out.groupby(["time", "sym"]).volume.last().reset_index()
+    assert table(keyed) == [("09:31:00", "A", 34.0), ("09:31:00", "B", 24.0), ("11:30:00", "A", 44.0),
+                            ("11:30:00", "B", 15.0), ("13:01:00", "A", 16.0), ("13:01:00", "B", 9.0),
+                            ("15:00:00", "A", 20.0), ("15:00:00", "B", 20.0)]

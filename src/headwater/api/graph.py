@@ -445,7 +445,8 @@ class DStream(JoinMethods):
         it too (event time, so replays agree). Metrics are as in ``time_series_engine``; see
         ``headwater.engines.session_window``. ``late_rows_table``: a table of this graph's catalog that
         receives the rows dropped as late, with the engine's input columns (else they are only counted).
-        ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
+        ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
+        in Orca; tumbling windows). ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
         ``update_time`` also emits sessions as they grow, as in ``time_series_engine`` (``0``: after every
         micro-batch).
         """
@@ -537,6 +538,7 @@ class DStream(JoinMethods):
         key_purge_freq_in_second: float | None = None,
         force_trigger_time: str | timedelta | None = None,
         use_system_time: bool = False,
+        update_time: str | timedelta | None = None,
     ) -> DStream:
         """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
 
@@ -548,7 +550,8 @@ class DStream(JoinMethods):
         ``force_trigger_session_end_time`` closes every key's windows of a session when a row of any key is
         that long past the session's end (event time, not Orca's wall clock). ``force_trigger_time`` as in
         ``time_series_engine``: a row of another key at or past a window's end + the value closes it.
-        ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
+        ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
+        in Orca; tumbling windows). ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
         (sessions on that UTC clock); the output time column is ``time``. ``key_purge_freq_in_second`` as in
         ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
         see ``headwater.engines.daily_time_series``.
@@ -592,7 +595,9 @@ class DStream(JoinMethods):
                 late_rows_table=self._late_rows_fqn(late_rows_table), key_purge_freq_in_second=key_purge_freq_in_second,
                 force_trigger_time=None if force_trigger_time is None else parse_duration(
                     force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
-                use_system_time=use_system_time)
+                use_system_time=use_system_time,
+                update_time=None if update_time is None else parse_duration(
+                    update_time, where=f"{where} update_time", allow_zero=True))
 
         return self._engine(DailyTimeSeriesEngine.kind, make)
 

@@ -255,15 +255,17 @@ def _room(no, worst, o_slot, o_pane, o_trig, o_filled):  # type: ignore[no-untyp
 
 
 @numba.njit(cache=True)
-def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, day, first, last, m, fill, purge_daily,
-                   closed, last_emit, last_day, pend, pend_n, glob):  # type: ignore[no-untyped-def]
+def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, per, day, first, last, m, fill,
+                   purge_daily, closed, last_emit, last_day, mark, pend, pend_n, glob):  # type: ignore[no-untyped-def]
     """Run the rows of one micro-batch in order; mutate the per-key state; return for each row the number of
     windows emitted before it was taken (-1: the row does not count; a window holds only the rows taken before
     it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled).
 
     ``force_to``: the pane through which a row closes every key's windows, keys seen later included (forced
     session ends); ``kick_to``: the pane through which it closes the windows of the other keys seen so far
-    (the time-series engine's forced trigger)."""
+    (the time-series engine's forced trigger). ``update`` (tumbling windows): each row's pane and update period
+    as ``pane * per + period``; a row in a later period of the pane than its key's previous row (``mark``)
+    first emits the window over the rows before it (emit on update, as in the time-series engine)."""
     n = slots.shape[0]
     n_keys = closed.shape[0]
     n_panes = first.shape[0]
@@ -291,6 +293,7 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, day, first
                     if last_day[k] < d and _idle(k, fill, closed, last_emit, pend_n, n_panes, last):
                         closed[k] = NONE
                         last_emit[k] = NONE
+                        mark[k] = NONE
             glob[1] = d
         if closed[s] < glob[0]:
             closed[s] = glob[0]  # a key first seen (or restarted) after a forced close
@@ -310,6 +313,15 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, day, first
         if in_pane[i]:
             q = pane[i]
             if _window_end(q, m, n_panes, last) > closed[s]:
+                if update[i] != NONE:
+                    if mark[s] != NONE and update[i] // per == mark[s] // per and update[i] > mark[s]:
+                        o_slot, o_pane, o_trig, o_filled = _room(no, 1, o_slot, o_pane, o_trig, o_filled)
+                        o_slot[no] = s
+                        o_pane[no] = q
+                        o_trig[no] = i
+                        o_filled[no] = 0
+                        no += 1
+                    mark[s] = update[i]
                 taken[i] = no
                 j = 0
                 while j < pend_n[s] and pend[s, j] < q:
@@ -362,7 +374,7 @@ class CalendarWindowProcessor(Processor):
 
     def __init__(self, spec: Any, layout: DayLayout, *, panes_per_window: int = 1, delay: int = 0,
                  fill: str | float = "none", force_after: int | None = None, kick_after: int | None = None,
-                 purge_daily: bool = False, purge_every: float | None = None, use_window_start_time: bool = False,
+                 update: int | None = None, purge_daily: bool = False, purge_every: float | None = None, use_window_start_time: bool = False,
                  max_open_panes: int = 2) -> None:
         self.spec = spec
         self.layout = layout
@@ -375,6 +387,7 @@ class CalendarWindowProcessor(Processor):
         self.fill = fill
         self.force_after = force_after
         self.kick_after = kick_after  # a row closes the other keys' windows that ended this long before it
+        self.update = update  # µs: emit on update (tumbling windows)
         self.purge_daily = purge_daily
         self.purge_every = purge_every
         self.use_window_start_time = use_window_start_time
@@ -383,7 +396,8 @@ class CalendarWindowProcessor(Processor):
     def new_state(self) -> dict[str, Any]:
         a = len(self.funcs)
         return {"keys": [], "closed": np.empty(0, np.int64), "last_emit": np.empty(0, np.int64),
-                "last_day": np.empty(0, np.int64), "pend": np.empty((0, self.width), np.int64),
+                "last_day": np.empty(0, np.int64), "mark": np.empty(0, np.int64),
+                "pend": np.empty((0, self.width), np.int64),
                 "pend_n": np.empty(0, np.int64), "last_out": np.empty((0, a), np.float64),
                 "glob": np.array([NONE, NONE], dtype=np.int64), "last_purge": None,
                 "panes": empty_partials(["slot", "pane"], self.funcs)}
@@ -398,6 +412,8 @@ class CalendarWindowProcessor(Processor):
             "closed": np.concatenate([state["closed"], np.full(extra, NONE, np.int64)]),
             "last_emit": np.concatenate([state["last_emit"], np.full(extra, NONE, np.int64)]),
             "last_day": np.concatenate([state["last_day"], np.full(extra, NONE, np.int64)]),
+            # state written before update periods lacks it: no key had a row in an update period yet
+            "mark": np.concatenate([state.get("mark", np.full(have, NONE, np.int64)), np.full(extra, NONE, np.int64)]),
             "pend": np.concatenate([state["pend"], np.zeros((extra, self.width), np.int64)]),
             "pend_n": np.concatenate([state["pend_n"], np.zeros(extra, np.int64)]),
             "last_out": np.concatenate([state["last_out"], np.full((extra, len(self.funcs)), np.nan)]),
@@ -434,6 +450,7 @@ class CalendarWindowProcessor(Processor):
                 idle = per_key["pend_n"] == 0
                 per_key["closed"][idle] = NONE
                 per_key["last_emit"][idle] = NONE
+                per_key["mark"][idle] = NONE
                 last_purge = batch_time
         if spec.time_column is None:  # system time: the input's commit time, in milliseconds as Orca's
             times = np.full(n, int(batch_time * 1000) * 1000, dtype=np.int64)
@@ -446,10 +463,18 @@ class CalendarWindowProcessor(Processor):
                     else np.full(n, NONE, dtype=np.int64))
         kick_to = (layout.ends_through(times, self.kick_after) if self.kick_after is not None
                    else np.full(n, NONE, dtype=np.int64))
+        per = 1
+        update = np.full(n, NONE, dtype=np.int64)
+        if self.update is not None:
+            # a row's update period counts from its window's start (rows before a session: at its begin)
+            per = int((layout.out_end - layout.out_start).max()) // self.update + 2
+            k = np.clip(pane - day * layout.panes, 0, layout.panes - 1)
+            since = np.maximum(times - layout.shift - day * DAY_US - layout.out_start[k], 0)
+            update = np.where(in_pane, pane * per + since // self.update, NONE)
         taken, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
-            slots, pane, in_pane.astype(np.int8), close_to, force_to, kick_to, day, layout.first, layout.last,
-            np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"], per_key["last_emit"],
-            per_key["last_day"], per_key["pend"], per_key["pend_n"], glob)
+            slots, pane, in_pane.astype(np.int8), close_to, force_to, kick_to, update, np.int64(per), day,
+            layout.first, layout.last, np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"],
+            per_key["last_emit"], per_key["last_day"], per_key["mark"], per_key["pend"], per_key["pend_n"], glob)
         seq = table[SEQ].to_numpy().astype(np.int64)
         rows = taken >= 0
         # partials per pane and per "taken before emission e" epoch: a window sees only rows taken before it
@@ -495,18 +520,23 @@ class CalendarWindowProcessor(Processor):
             index = np.concatenate([np.flatnonzero(q + step <= last_pane) for step in range(self.m)])
             window = q[index] + np.repeat(np.arange(self.m), [np.count_nonzero(q + step <= last_pane)
                                                               for step in range(self.m)])
-            # ... kept if that window is emitted now, after the partial's rows were taken
+            # ... for each emission of that window after the partial's rows were taken (a window is emitted
+            # more than once with update periods: each time over the rows taken before)
             emitted = np.flatnonzero(full)
-            e = pd.MultiIndex.from_arrays([o_slot[emitted], o_pane[emitted]]).get_indexer(
-                pd.MultiIndex.from_arrays([parts["slot"][index], window]))
-            keep = e >= 0
-            e = np.where(keep, emitted[np.maximum(e, 0)], -1)
-            keep &= parts["epoch"][index] <= e
+            e, segment, ends = self._emissions_of(emitted, o_slot, o_pane, parts["slot"][index], window,
+                                                  parts["epoch"][index])
+            keep = segment >= 0
             exploded = take(parts, index[keep])
-            exploded["e"] = e[keep]
+            exploded["e"] = segment[keep]
             merged = merge_partials(exploded, ["e"], self.funcs)
+            reps = ends[merged["e"]] - merged["e"] + 1
+            if (reps > 1).any():  # an emission holds the segments of every earlier emission of its window
+                merged = take(merged, np.repeat(np.arange(len(merged["e"])), reps))
+                starts = np.repeat(np.cumsum(reps) - reps, reps)
+                merged["e"] = merged["e"] + np.arange(len(merged["e"])) - starts
+                merged = merge_partials(merged, ["e"], self.funcs)
             for i, v in enumerate(finals(merged, self.funcs)):
-                values[merged["e"], i] = v
+                values[e[merged["e"]], i] = v
         filled = ~full
         if filled.any():
             if self.fill == "null":
@@ -540,6 +570,24 @@ class CalendarWindowProcessor(Processor):
             out = out.take(order)
         return out
 
+    @staticmethod
+    def _emissions_of(emitted: np.ndarray, o_slot: np.ndarray, o_pane: np.ndarray, slot: np.ndarray,
+                      window: np.ndarray, epoch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The emissions ``emitted`` (output indices) ordered by window, then output index: ``e``; for each
+        partial (of key ``slot``, counting for ``window``, its rows taken when ``epoch`` windows had been
+        emitted) the position of the first of them it counts for (-1: none); for each position, the last
+        position of its window's emissions."""
+        codes, uniques = pd.MultiIndex.from_arrays([o_slot[emitted], o_pane[emitted]]).factorize()
+        order = np.lexsort((emitted, codes))
+        e, group = emitted[order], codes[order]
+        width = np.int64(len(o_slot) + 2)
+        ends = np.searchsorted(group, group, side="right") - 1
+        w = uniques.get_indexer(pd.MultiIndex.from_arrays([slot, window]))
+        j = np.searchsorted(group * width + e + 1, w * width + epoch + 1, side="left")
+        found = (w >= 0) & (j < len(e))
+        found[found] &= group[j[found]] == w[found]
+        return e, np.where(found, j, -1), ends
+
     def _compact(self, state: dict[str, Any]) -> dict[str, Any]:
         """Drop keys in their initial state (restarted by a purge): the same as keys never seen."""
         fresh = (state["closed"] == NONE) & (state["last_emit"] == NONE) & (state["pend_n"] == 0)
@@ -549,5 +597,6 @@ class CalendarWindowProcessor(Processor):
         remap = np.cumsum(keep) - 1
         panes = {**state["panes"], "slot": remap[state["panes"]["slot"]]}
         return {**state, "keys": [k for k, kept in zip(state["keys"], keep, strict=True) if kept],
-                **{name: state[name][keep] for name in ("closed", "last_emit", "last_day", "pend", "pend_n", "last_out")},
+                **{name: state[name][keep] for name in ("closed", "last_emit", "last_day", "mark", "pend", "pend_n",
+                                                 "last_out")},
                 "panes": panes}

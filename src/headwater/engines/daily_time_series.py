@@ -24,7 +24,10 @@ Windows close per key as in the time-series engine (the first row at or past the
 ``closed="right"``: past it). ``force_trigger_session_end_time``: Orca counts it on the wall clock; here
 it is event time: the first row of any key at or past ``session end + value`` closes every key's windows up
 to that session's end (so a replay closes them exactly where the first run did; keys are only those of
-the same stream task). ``use_system_time``: a row's time is its micro-batch's input commit time (ms, the
+the same stream task). ``update_time`` (tumbling windows), as in the time-series engine: a row in a later
+update period of its window than its key's previous row (periods of ``update_time`` from the window's start;
+rows before a session count as at its begin) first emits the window over the rows before it, so a window
+may be emitted several times before its final emission. ``use_system_time``: a row's time is its micro-batch's input commit time (ms, the
 same on replay; sessions are times of day of that UTC clock), and a micro-batch closes every key's windows
 that ended before it (as in the time-series engine). ``force_trigger_time``, as in the time-series engine: a row of another key at or
 past a window's end + the value closes that window (only keys seen so far are forced). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
@@ -137,6 +140,7 @@ class DailyTimeSeriesEngine(EngineSpec):
     key_purge_freq_in_second: float | None = None
     force_trigger_time: timedelta | None = None
     use_system_time: bool = False
+    update_time: timedelta | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -191,10 +195,29 @@ class DailyTimeSeriesEngine(EngineSpec):
         if not isinstance(self.use_system_time, bool):
             raise GraphDefinitionError(f"{where}: use_system_time must be True or False, got {clip(self.use_system_time)}")
         kick = self.force_trigger_time
-        if self.use_system_time and (kick is not None or self.accepted_delay):
+        update = self.update_time
+        if self.use_system_time and (kick is not None or update is not None or self.accepted_delay):
             raise GraphDefinitionError(
-                f"{where}: use_system_time excludes force_trigger_time and accepted_delay (Orca's rule; a "
-                "micro-batch closes every window that ended before it)")
+                f"{where}: use_system_time excludes force_trigger_time, update_time and accepted_delay (Orca's rule; "
+                "a micro-batch closes every window that ended before it)")
+        if update is not None:
+            if update <= timedelta(0):
+                raise GraphDefinitionError(
+                    f"{where}: update_time must be a positive duration, got {format_duration(update) if update else '0s'}; Orca's "
+                    "dailyTimeSeriesEngine has no update_time=0 (time_series_engine's emit after every micro-batch)")
+            if self.window != self.step:
+                raise GraphDefinitionError(
+                    f"{where}: update_time needs tumbling windows (window == step), got window="
+                    f"{format_duration(self.window)}, step={format_duration(self.step)}")
+            if to_micros(self.step) % to_micros(update):
+                raise GraphDefinitionError(f"{where}: update_time {format_duration(update)} must divide step "
+                                           f"{format_duration(self.step)}; e.g. step='60s', update_time='10s'")
+            if kick is not None or self.accepted_delay:
+                raise GraphDefinitionError(
+                    f"{where}: update_time excludes force_trigger_time and accepted_delay (Orca's rule), got "
+                    f"update_time={format_duration(update)}"
+                    + (f", force_trigger_time={format_duration(kick)}" if kick is not None else "")
+                    + (f", accepted_delay={format_duration(self.accepted_delay)}" if self.accepted_delay else ""))
         if kick is not None:
             if kick < timedelta(0):
                 raise GraphDefinitionError(f"{where}: force_trigger_time must not be negative, got "
@@ -235,6 +258,7 @@ class DailyTimeSeriesEngine(EngineSpec):
             **({"forceTriggerTime": format_duration(self.force_trigger_time) if self.force_trigger_time else "0s"}
                if self.force_trigger_time is not None else {}),
             **({"useSystemTime": True} if self.use_system_time else {}),
+            **({"updateTime": format_duration(self.update_time)} if self.update_time is not None else {}),
         }
 
     def layout(self) -> DayLayout:
@@ -279,6 +303,6 @@ class DailyTimeSeriesEngine(EngineSpec):
             force_after=None if force is None else to_micros(force),
             # on system time every row of a micro-batch has its commit time: a batch closes every key's windows
             kick_after=0 if self.use_system_time else None if kick is None else to_micros(kick),
-            purge_daily=self.key_purge_daily,
+            update=None if self.update_time is None else to_micros(self.update_time), purge_daily=self.key_purge_daily,
             purge_every=self.key_purge_freq_in_second, use_window_start_time=self.use_window_start_time,
             max_open_panes=to_micros(self.window) // step + -(-delay // step) + 2)
