@@ -97,7 +97,8 @@ class Reference:
         last_day = self.panes(st_["last_emit"][0])[-1][0]
         return st_["closed"] >= last_day
 
-    def run(self, rows: pd.DataFrame) -> pd.DataFrame:
+    def run(self, rows: pd.DataFrame, *, triggers: bool = False) -> pd.DataFrame:
+        """The windows emitted, in order; ``triggers``: with the position of the row that emitted each."""
         out, keys = [], {}
         forced = None
         newest = None  # the latest trading day of any row
@@ -174,7 +175,8 @@ class Reference:
                     for key in keys:
                         close(key, forced, pos)
         frame = pd.DataFrame(out, columns=[*COLUMNS, "trigger"])
-        return frame.sort_values(["trigger", "t", "k"], kind="stable").drop(columns="trigger").reset_index(drop=True)
+        frame = frame.sort_values(["trigger", "t", "k"], kind="stable").reset_index(drop=True)
+        return frame if triggers else frame.drop(columns="trigger")
 
 
 def aggregates(values: list[float]) -> dict[str, float]:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import headwater as hw
@@ -21,7 +21,7 @@ from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.parse import parse_metric
 from headwater.storage.stream_table import commit_time
 from headwater.types import Schema
-from tests.support.daily_reference import CALENDARS, METRICS, ZERO, M, Reference, make_rows
+from tests.support.daily_reference import CALENDARS, METRICS, SCHEMA, ZERO, M, Reference, make_rows
 
 _names = itertools.count()
 
@@ -156,3 +156,84 @@ def test_update_time_orcas_example_1_into_a_keyed_table(session, tmp_path):
     assert table(keyed) == [("09:31:00", "A", 34.0), ("09:31:00", "B", 24.0), ("11:30:00", "A", 44.0),
                             ("11:30:00", "B", 15.0), ("13:01:00", "A", 16.0), ("13:01:00", "B", 9.0),
                             ("15:00:00", "A", 20.0), ("15:00:00", "B", 20.0)]
+
+
+# ---- several windows (Orca's vector windowSize) --------------------------------------------------------------
+
+SEVERAL = {M: ["sum(v) as total1", "first(v) as f1"], 3 * M: ["sum(v) as total3", "std(v) as sd3", "count(v) as n3"]}
+
+
+def several_reference(rows: pd.DataFrame, calendar: str, **kw) -> pd.DataFrame:
+    """One reference run per window size, joined on (closing row, time, key): a size without a window there
+    gives NULLs."""
+    merged = None
+    for window, metrics in SEVERAL.items():
+        names = {m.split(" as ")[1][:-1]: m.split(" as ")[1] for m in metrics}  # reference column -> output
+        frame = Reference(CALENDARS[calendar], window=window, step=M, purge=True, **kw).run(rows, triggers=True)
+        frame = frame[["trigger", "t", "k", *names]].rename(columns=names)
+        merged = frame if merged is None else merged.merge(frame, on=["trigger", "t", "k"], how="outer")
+    assert merged is not None
+    return merged.sort_values(["trigger", "t", "k"], kind="stable").drop(columns="trigger").reset_index(drop=True)
+
+
+def several_graph(session, calendar: str, **kw):
+    g = session.stream_graph(f"opt{next(_names)}")
+    (g.source("t", schema=SCHEMA)
+      .daily_time_series_engine(window=[f"{w.seconds}s" for w in SEVERAL], step="60s", metrics=list(SEVERAL.values()),
+                                time_column="t", key_column="k", session_begin=CALENDARS[calendar]["begin"],
+                                session_end=CALENDARS[calendar]["end"], **kw)
+      .sink("out"))
+    return g
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 239), max_size=6, unique=True),
+       crash=st.one_of(st.none(), st.integers(0, 6)), calendar=st.sampled_from(["day", "night"]),
+       closed=st.sampled_from(["left", "right"]), merge=st.booleans(), fill=st.sampled_from([None, "ffill"]),
+       kick=st.sampled_from([None, pd.Timedelta(seconds=40)]))
+def test_several_windows_equal_the_reference_for_any_split_and_a_kill(session, tmp_path_factory, seed, cuts, crash,
+                                                                      calendar, closed, merge, fill, kick):
+    rows = make_rows(seed, calendar)
+    kw = {"closed": closed, "merge_session_end": merge, **({"fill": fill} if fill else {}),
+          **({"force_trigger_time": kick} if kick is not None else {})}
+    runner = LocalRunner(several_graph(session, calendar, **kw).plan(), tmp_path_factory.mktemp("several"))
+    for i, (a, b) in enumerate(itertools.pairwise([0, *sorted(cuts), len(rows)])):
+        runner.append("t", rows.iloc[a:b])
+        if crash == i:
+            runner.step(crash_after_tasks=1)  # ran, saved its state, never committed: replayed next
+        runner.step()
+    got = runner.read("out")
+    want = several_reference(rows, calendar, closed=closed, merge=merge, fill=fill, kick=kick)
+    assert got.columns.tolist() == ["t", "k", "total1", "f1", "total3", "sd3", "n3"]
+    assert want.total1.isna().any()  # rows where only the 3-minute window closed
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, atol=1e-9)
+
+
+def test_several_windows_a_row_is_late_only_when_every_size_dropped_it(session):
+    g = several_graph(session, "day", late_rows_table="late")
+    rows = pd.DataFrame({"t": pd.to_datetime(["2026-01-05 09:31:10", "2026-01-05 09:32:10", "2026-01-05 09:30:30",
+                                              "2026-01-05 09:34:10", "2026-01-05 09:30:40"]),
+                         "k": "a", "v": [1.0, 2.0, 4.0, 8.0, 16.0]})
+    out = g.run_local({"t": rows})
+    # 09:30:30: its 1-minute window [09:30, 09:31) closed at 09:31:10, but the sliding 3-minute window ending
+    # 09:33 (from the session's begin, 09:30) is open: it counts there. 09:34:10 closes that one too, so
+    # 09:30:40 is late for both sizes
+    assert out["late"].v.tolist() == [16.0]
+    assert out["out"].total3.dropna().tolist() == [1.0, 7.0, 3.0]  # windows ending 09:32, 09:33, 09:34
+
+
+def test_several_windows_arguments(session):
+    with pytest.raises(hw.GraphDefinitionError, match="with 2 windows, metrics must be a list of 2 lists"):
+        bars(session, window=["60s", "120s"], metrics=["sum(volume) as v"])
+    with pytest.raises(hw.GraphDefinitionError, match=r"several windows exclude use_window_start_time \(Orca's rule\)"):
+        bars(session, window=["60s", "120s"], metrics=[["sum(volume) as a"], ["sum(volume) as b"]],
+             use_window_start_time=True)
+    with pytest.raises(hw.GraphDefinitionError, match="window 90s must be a multiple of step 1min"):
+        bars(session, window=["60s", "90s"], metrics=[["sum(volume) as a"], ["sum(volume) as b"]])
+
+
+def test_the_options_round_trip_through_the_plan_document(session):
+    for g in (several_graph(session, "night", force_trigger_time="5s"), bars(session, update_time="10s"),
+              bars(session, time_column=None, use_system_time=True)):
+        again = hw.StreamGraph.from_json(session, g.to_json())
+        assert again.to_json() == g.to_json()

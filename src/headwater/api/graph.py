@@ -446,7 +446,8 @@ class DStream(JoinMethods):
         ``headwater.engines.session_window``. ``late_rows_table``: a table of this graph's catalog that
         receives the rows dropped as late, with the engine's input columns (else they are only counted).
         ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
-        in Orca; tumbling windows). ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
+        in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
+        window sizes at once, as in ``time_series_engine``. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
         ``update_time`` also emits sessions as they grow, as in ``time_series_engine`` (``0``: after every
         micro-batch).
         """
@@ -520,9 +521,9 @@ class DStream(JoinMethods):
     def daily_time_series_engine(
         self,
         *,
-        window: str | timedelta,
+        window: str | timedelta | Sequence[str | timedelta],
         step: str | timedelta,
-        metrics: Sequence[Expr | str],
+        metrics: Sequence[Expr | str] | Sequence[Sequence[Expr | str]],
         time_column: str | None = None,
         key_column: str | Sequence[str] | None = None,
         session_begin: str | dt.time | Sequence[str | dt.time] | None = None,
@@ -551,7 +552,8 @@ class DStream(JoinMethods):
         that long past the session's end (event time, not Orca's wall clock). ``force_trigger_time`` as in
         ``time_series_engine``: a row of another key at or past a window's end + the value closes it.
         ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
-        in Orca; tumbling windows). ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
+        in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
+        window sizes at once, as in ``time_series_engine``. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
         (sessions on that UTC clock); the output time column is ``time``. ``key_purge_freq_in_second`` as in
         ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
         see ``headwater.engines.daily_time_series``.
@@ -574,11 +576,10 @@ class DStream(JoinMethods):
 
         def make(name: str) -> DailyTimeSeriesEngine:
             where = f"daily_time_series_engine {clip(name)}"
+            windows, flat, metric_windows = _window_metrics(window, metrics, where=where)
             return DailyTimeSeriesEngine(
-                name=name, input_schema=self.node.schema,
-                window=parse_duration(window, where=f"{where} window"),
-                step=parse_duration(step, where=f"{where} step"),
-                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                name=name, input_schema=self.node.schema, window=windows,
+                step=parse_duration(step, where=f"{where} step"), metrics=flat, metric_windows=metric_windows,
                 time_column=time_column, key_column=_as_tuple(key_column),
                 session_begin=("00:00",) if session_begin is None else _times_of_day(
                     [session_begin] if isinstance(session_begin, str | dt.time) else session_begin,

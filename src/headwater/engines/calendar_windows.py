@@ -370,17 +370,22 @@ def check_key_purge_freq(freq: Any, key_column: Sequence[str], fill: Any, *, whe
 class CalendarWindowProcessor(Processor):
     """Run a calendar-window engine (spec with ``input_schema``, ``time_column``, ``key_column``,
     ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules. Without a
-    time column (system time) a row's time is its micro-batch's input commit time, in milliseconds."""
+    time column (system time) a row's time is its micro-batch's input commit time, in milliseconds.
+    ``metrics``: the positions of the spec's metrics to compute (default: all)."""
 
     def __init__(self, spec: Any, layout: DayLayout, *, panes_per_window: int = 1, delay: int = 0,
                  fill: str | float = "none", force_after: int | None = None, kick_after: int | None = None,
-                 update: int | None = None, purge_daily: bool = False, purge_every: float | None = None, use_window_start_time: bool = False,
-                 max_open_panes: int = 2) -> None:
+                 update: int | None = None, purge_daily: bool = False, purge_every: float | None = None,
+                 use_window_start_time: bool = False, max_open_panes: int = 2,
+                 metrics: Sequence[int] | None = None) -> None:
         self.spec = spec
         self.layout = layout
-        self.out_schema: Schema = spec.output_schema()
         n_keys = len(spec.key_column)
-        self.metrics = WindowMetrics(spec._outputs, spec.input_schema, [t for _, t in self.out_schema.columns[1 + n_keys:]])
+        full = spec.output_schema()
+        positions = range(len(spec._outputs)) if metrics is None else metrics
+        self.out_schema: Schema = Schema(full.columns[:1 + n_keys] + tuple(full.columns[1 + n_keys + p] for p in positions))
+        self.metrics = WindowMetrics([spec._outputs[p] for p in positions], spec.input_schema,
+                                     [t for _, t in self.out_schema.columns[1 + n_keys:]])
         self.funcs = [a.func for a in self.metrics.aggs]
         self.m = panes_per_window
         self.delay = delay
