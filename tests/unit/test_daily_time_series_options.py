@@ -237,3 +237,23 @@ def test_the_options_round_trip_through_the_plan_document(session):
               bars(session, time_column=None, use_system_time=True)):
         again = hw.StreamGraph.from_json(session, g.to_json())
         assert again.to_json() == g.to_json()
+
+
+# ---- round_time --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("step", ["60s", "2h"])
+def test_round_time_has_no_effect_windows_start_at_session_begins(session, step):
+    """time_series_engine's round_time picks the alignment of the first window from the first row's time (for a
+    2 h step: the hour with round_time, else the minute); here windows start at each session's begin, whatever
+    the first row: both settings give the same windows, for a 09:30 session too (not on an even hour)."""
+    calendar = {"session_begin": ["09:30"], "session_end": ["17:30"]} if step == "2h" else {}
+    rows = make_rows(11, "day").rename(columns={"t": "time", "k": "sym", "v": "volume"})
+    rows = rows.assign(time=rows.time + (pd.Timedelta(minutes=7) if step == "2h" else pd.Timedelta(0)))
+    outs = [bars(session, window=step, step=step, round_time=flag, **calendar).run_local({"trades": rows})["bars"]
+            for flag in (True, False)]
+    pd.testing.assert_frame_equal(outs[0], outs[1])
+    assert len(outs[0]) > 3
+    if step == "2h":
+        assert sorted(set(outs[0].time.dt.strftime("%H:%M"))) <= ["11:30", "13:30", "15:30", "17:30"]
+    with pytest.raises(hw.GraphDefinitionError, match="round_time must be True or False, got 'yes'"):
+        bars(session, round_time="yes")

@@ -447,7 +447,8 @@ class DStream(JoinMethods):
         receives the rows dropped as late, with the engine's input columns (else they are only counted).
         ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
         in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
-        window sizes at once, as in ``time_series_engine``. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
+        window sizes at once, as in ``time_series_engine``. ``round_time`` is accepted for Orca's signature and has
+        no effect: windows start at their session's begin. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
         ``update_time`` also emits sessions as they grow, as in ``time_series_engine`` (``0``: after every
         micro-batch).
         """
@@ -540,6 +541,7 @@ class DStream(JoinMethods):
         force_trigger_time: str | timedelta | None = None,
         use_system_time: bool = False,
         update_time: str | timedelta | None = None,
+        round_time: bool = True,
     ) -> DStream:
         """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
 
@@ -553,7 +555,8 @@ class DStream(JoinMethods):
         ``time_series_engine``: a row of another key at or past a window's end + the value closes it.
         ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
         in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
-        window sizes at once, as in ``time_series_engine``. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
+        window sizes at once, as in ``time_series_engine``. ``round_time`` is accepted for Orca's signature and has
+        no effect: windows start at their session's begin. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
         (sessions on that UTC clock); the output time column is ``time``. ``key_purge_freq_in_second`` as in
         ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
         see ``headwater.engines.daily_time_series``.
@@ -598,7 +601,8 @@ class DStream(JoinMethods):
                     force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
                 use_system_time=use_system_time,
                 update_time=None if update_time is None else parse_duration(
-                    update_time, where=f"{where} update_time", allow_zero=True))
+                    update_time, where=f"{where} update_time", allow_zero=True),
+                round_time=round_time)
 
         return self._engine(DailyTimeSeriesEngine.kind, make)
 

@@ -27,7 +27,10 @@ to that session's end (so a replay closes them exactly where the first run did; 
 the same stream task). ``update_time`` (tumbling windows), as in the time-series engine: a row in a later
 update period of its window than its key's previous row (periods of ``update_time`` from the window's start;
 rows before a session count as at its begin) first emits the window over the rows before it, so a window
-may be emitted several times before its final emission. ``use_system_time``: a row's time is its micro-batch's input commit time (ms, the
+may be emitted several times before its final emission. ``round_time`` is accepted and has no effect: it
+picks the time-series engine's alignment of its first window from the first row's time, but here every
+window starts at its session's begin + a multiple of ``step`` (sessions last multiples of ``step``), the
+same for any first row. ``use_system_time``: a row's time is its micro-batch's input commit time (ms, the
 same on replay; sessions are times of day of that UTC clock), and a micro-batch closes every key's windows
 that ended before it (as in the time-series engine). ``force_trigger_time``, as in the time-series engine: a row of another key at or
 past a window's end + the value closes that window (only keys seen so far are forced). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
@@ -147,6 +150,7 @@ class DailyTimeSeriesEngine(EngineSpec):
     use_system_time: bool = False
     update_time: timedelta | None = None
     metric_windows: tuple[int, ...] = ()  # with several windows: the window of each metric, by position
+    round_time: bool = True  # accepted for Orca's signature; no effect (windows start at session begins)
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -200,8 +204,9 @@ class DailyTimeSeriesEngine(EngineSpec):
 
     def _check_triggers(self, where: str) -> None:
         """The time-series engine's rules for combining its triggers (Orca's)."""
-        if not isinstance(self.use_system_time, bool):
-            raise GraphDefinitionError(f"{where}: use_system_time must be True or False, got {clip(self.use_system_time)}")
+        for flag in ("use_system_time", "round_time"):
+            if not isinstance(getattr(self, flag), bool):
+                raise GraphDefinitionError(f"{where}: {flag} must be True or False, got {clip(getattr(self, flag))}")
         kick = self.force_trigger_time
         update = self.update_time
         if self.use_system_time and (kick is not None or update is not None or self.accepted_delay):
@@ -297,6 +302,7 @@ class DailyTimeSeriesEngine(EngineSpec):
             **({"useSystemTime": True} if self.use_system_time else {}),
             **({"updateTime": format_duration(self.update_time)} if self.update_time is not None else {}),
             **({"metricWindows": list(self.metric_windows)} if self.metric_windows else {}),
+            **({"roundTime": False} if not self.round_time else {}),
         }
 
     def layout(self, window_size: timedelta | None = None) -> DayLayout:
