@@ -182,8 +182,8 @@ class DailyTimeSeriesEngine(EngineSpec):
                 raise GraphDefinitionError(
                     f"{where}: session {_hhmm(s_begin)}-{_hhmm(s_end)} lasts {format_duration(timedelta(microseconds=s_end - s_begin))}"
                     f", not a multiple of step {format_duration(self.step)}; windows are aligned to each session's "
-                    "begin and must end at its end (Orca's merge_last_window is not supported): pick a step that "
-                    "divides every session")
+                    "begin and must end at its end (Orca aligns such session bounds by a rule its documentation does "
+                    "not give, and merge_last_window is not supported): pick a step that divides every session")
         if self.closed not in ("left", "right"):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
         check_fill(self.fill, where=where)
