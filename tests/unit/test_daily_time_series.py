@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -20,158 +19,7 @@ from headwater.engines.base import SEQ
 from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.parse import parse_metric
 from headwater.types import Schema
-
-SCHEMA = {"t": "timestamp", "k": "string", "v": "double"}
-METRICS = ["sum(v) as total", "count(v) as n", "max(v) - min(v) as rng", "first(v) as f", "last(v) as l",
-           "avg(v) as mean", "std(v) as sd"]
-COLUMNS = ["t", "k", "total", "n", "rng", "f", "l", "mean", "sd"]
-H, M, ZERO = pd.Timedelta(hours=1), pd.Timedelta(minutes=1), pd.Timedelta(0)
-
-# Two calendars written out by hand: the trading day D (a date) starts at D + start and has these sessions.
-CALENDARS = {
-    "day": {"begin": ["09:30", "09:45"], "end": ["09:40", "09:55"], "start": pd.Timedelta(0),
-            "sessions": [(9 * H + 30 * M, 9 * H + 40 * M), (9 * H + 45 * M, 9 * H + 55 * M)],
-            "first_row": 9 * H + 28 * M},
-    # 23:50-24:00, then 00:05-00:15 of the next calendar day; the day starts at 23:50 (after the drop region)
-    "night": {"begin": ["23:50", "00:05"], "end": ["00:00", "00:15"], "start": 23 * H + 50 * M,
-              "sessions": [(23 * H + 50 * M, 24 * H), (24 * H + 5 * M, 24 * H + 15 * M)],
-              "first_row": 23 * H + 48 * M},
-}
-
-
-# ---- the reference: C.2 read row by row over an explicit calendar ------------------------------------------
-
-class Reference:
-    def __init__(self, calendar: dict, *, window: pd.Timedelta, step: pd.Timedelta, closed: str = "left",
-                 merge: bool = False, delay: pd.Timedelta = ZERO, fill=None, force=None,
-                 start_time: bool = False) -> None:
-        self.cal, self.window, self.step, self.closed, self.merge = calendar, window, step, closed, merge
-        self.delay, self.fill, self.force, self.start_time = delay, fill, force, start_time
-        self.m = window // step
-
-    def trading_day(self, t: pd.Timestamp) -> pd.Timestamp:
-        eps = pd.Timedelta(microseconds=1) if self.closed == "right" else pd.Timedelta(0)
-        return (t - self.cal["start"] - eps).normalize()
-
-    def panes(self, day: pd.Timestamp) -> list[tuple]:
-        """(day, session, index) of every pane of a trading day, with its end."""
-        out = []
-        for i, (b, e) in enumerate(self.cal["sessions"]):
-            out += [((day, i, k), day + b + (k + 1) * self.step) for k in range((e - b) // self.step)]
-        return out
-
-    def pane_of(self, t: pd.Timestamp):
-        day = self.trading_day(t)
-        sessions = self.cal["sessions"]
-        for i, (b, e) in enumerate(sessions):
-            begin, end = day + b, day + e
-            if (t < begin) if self.closed == "left" else (t <= begin):
-                return day, i, 0  # before the session (pre-opening or between sessions): its first window
-            if self.closed == "left" and (t < end or (self.merge and t == end)):
-                return day, i, min((t - begin) // self.step, (e - b) // self.step - 1)
-            if self.closed == "right" and t <= end:
-                return day, i, -(-(t - begin) // self.step) - 1
-        return None  # after the day's last session
-
-    def last_of_session(self, p) -> tuple:
-        day, i, _ = p
-        b, e = self.cal["sessions"][i]
-        return day, i, (e - b) // self.step - 1
-
-    def closes(self, p, end: pd.Timestamp, t: pd.Timestamp) -> bool:
-        """Left: at or past the end; right, or a session's last window holding its end row: past it."""
-        holds_end = self.closed == "right" or (self.merge and p == self.last_of_session(p))
-        return end + self.delay < t if holds_end else end + self.delay <= t
-
-    def run(self, rows: pd.DataFrame) -> pd.DataFrame:
-        out, keys = [], {}
-        forced = None
-        one_day = pd.Timedelta(days=1)
-
-        def close(key, upto, trigger):
-            st_ = keys[key]
-            if st_["closed"] is not None and upto <= st_["closed"]:
-                return
-            days = [p[0] for p in st_["rows"]] + ([st_["last_emit"][0]] if st_["last_emit"] else []) + [upto[0]]
-            d = min(days)
-            while d <= upto[0]:
-                for p, end in self.panes(d):
-                    if (st_["closed"] is not None and p <= st_["closed"]) or p > upto:
-                        continue
-                    lo = max(0, p[2] - self.m + 1)
-                    # first/last follow arrival, also across panes (as the time-series engine)
-                    values = [v for _, v in sorted(x for j in range(lo, p[2] + 1)
-                                                   for x in st_["rows"].get((p[0], p[1], j), []))]
-                    if values:
-                        vals = aggregates(values)
-                    elif self.fill is not None and st_["last_emit"] is not None and st_["last_emit"][0] == p[0]:
-                        vals = dict(st_["last_vals"]) if self.fill == "ffill" else (
-                            dict.fromkeys(aggregates([np.nan]), np.nan) if self.fill == "null"
-                            else {**dict.fromkeys(aggregates([np.nan]), float(self.fill)), "rng": 0.0})
-                    else:
-                        continue
-                    out.append({"t": end - self.window if self.start_time else end, "k": key, **vals,
-                                "trigger": trigger})
-                    st_["last_emit"], st_["last_vals"] = p, vals
-                d += one_day
-            st_["closed"] = upto
-
-        for pos, row in enumerate(rows.itertuples(index=False)):
-            if pd.isna(row.t):
-                continue
-            st_ = keys.setdefault(row.k, {"rows": {}, "closed": None, "last_emit": None, "last_vals": None})
-            if forced is not None and (st_["closed"] is None or st_["closed"] < forced):
-                st_["closed"] = forced
-            p = self.pane_of(row.t)
-            if p is not None:
-                last_window = min((p[0], p[1], p[2] + self.m - 1), self.last_of_session(p))
-                if st_["closed"] is None or last_window > st_["closed"]:
-                    st_["rows"].setdefault(p, []).append((pos, row.v))
-            day = self.trading_day(row.t)
-            closable = [q for d in (day - 2 * one_day, day - one_day, day) for q, end in self.panes(d)
-                        if self.closes(q, end, row.t)]
-            if closable:
-                close(row.k, closable[-1], pos)
-            if self.force is not None:
-                ended = [(d + e, self.last_of_session((d, i, 0))) for d in (day - one_day, day)
-                         for i, (_, e) in enumerate(self.cal["sessions"]) if d + e + self.force <= row.t]
-                if ended and (forced is None or ended[-1][1] > forced):
-                    forced = ended[-1][1]
-                    for key in keys:
-                        close(key, forced, pos)
-        frame = pd.DataFrame(out, columns=[*COLUMNS, "trigger"])
-        return frame.sort_values(["trigger", "t", "k"], kind="stable").drop(columns="trigger").reset_index(drop=True)
-
-
-def aggregates(values: list[float]) -> dict[str, float]:
-    v = pd.Series(values, dtype=float)
-    return {"total": v.sum(min_count=1), "n": float(v.count()), "rng": v.max() - v.min(), "f": v.iloc[0],
-            "l": v.iloc[-1], "mean": v.mean(), "sd": v.std(ddof=1)}
-
-
-# ---- data and harness ------------------------------------------------------------------------------------
-
-def make_rows(seed: int, calendar: str = "day", n: int = 240) -> pd.DataFrame:
-    """Rows over three trading days from before the first session to after the last: steps of seconds,
-    a fifth on whole minutes (session and window ends), out-of-order rows, NULL times and values."""
-    rng = np.random.default_rng(seed)
-    first = CALENDARS[calendar]["first_row"]
-    days = np.sort(rng.choice(pd.to_datetime(["2026-01-05", "2026-01-06", "2026-01-08"]), n))
-    clock: dict = {}
-    times = []
-    for d in days:
-        t = clock.get(d, pd.Timestamp(d) + first) + pd.Timedelta(seconds=int(rng.choice([0, 5, 10, 20, 30, 60, 90])))
-        if rng.random() < 0.2:
-            t = t.ceil("min")
-        clock[d] = t
-        times.append(t)
-    frame = pd.DataFrame({"t": pd.Series(times), "k": rng.choice(["a", "b", "c"], n),
-                          "v": rng.integers(0, 50, n).astype(float)})
-    late = rng.random(n) < 0.05
-    frame.loc[late, "t"] = frame.loc[late, "t"] - pd.Timedelta(seconds=90)
-    frame.loc[rng.random(n) < 0.05, "v"] = np.nan
-    frame.loc[rng.random(n) < 0.02, "t"] = pd.NaT
-    return frame
+from tests.support.daily_reference import CALENDARS, METRICS, SCHEMA, ZERO, M, Reference, make_rows
 
 
 @pytest.fixture(scope="module")
@@ -320,12 +168,13 @@ def test_night_session_windows_run_across_midnight(session, tmp_path):
 # ---- the reference property -------------------------------------------------------------------------------
 
 def reference(rows, calendar="day", **kw) -> pd.DataFrame:
-    kw = {"window": pd.Timedelta(seconds=60), "step": pd.Timedelta(seconds=60), **kw}
+    kw = {"window": pd.Timedelta(seconds=60), "step": pd.Timedelta(seconds=60), "purge": True, **kw}  # as the engine
     return Reference(CALENDARS[calendar], **kw).run(rows)
 
 
 ENGINE_ARGS = {"window": "window", "closed": "closed", "merge": "merge_session_end", "delay": "accepted_delay",
-               "fill": "fill", "force": "force_trigger_session_end_time", "start_time": "use_window_start_time"}
+               "fill": "fill", "force": "force_trigger_session_end_time", "start_time": "use_window_start_time",
+               "kick": "force_trigger_time", "purge": "key_purge_daily", "update": "update_time"}
 
 
 def engine_kw(**kw) -> dict:
@@ -335,7 +184,13 @@ def engine_kw(**kw) -> dict:
 @pytest.mark.parametrize("calendar", ["day", "night"])
 @pytest.mark.parametrize("kw", [{}, {"closed": "right"}, {"merge": True}, {"window": pd.Timedelta(seconds=180)},
                                 {"delay": pd.Timedelta(seconds=30)}, {"fill": "null"}, {"fill": "ffill"},
-                                {"force": pd.Timedelta(seconds=20)}, {"start_time": True}])
+                                {"force": pd.Timedelta(seconds=20)}, {"start_time": True},
+                                {"kick": pd.Timedelta(seconds=15)}, {"kick": ZERO, "fill": "ffill", "merge": True},
+                                {"kick": pd.Timedelta(seconds=30), "closed": "right", "purge": True},
+                                {"update": pd.Timedelta(seconds=10)},
+                                {"update": pd.Timedelta(seconds=20), "merge": True, "force": pd.Timedelta(seconds=20)},
+                                {"update": pd.Timedelta(seconds=15), "closed": "right", "fill": "ffill",
+                                 "start_time": True}])
 def test_whole_input_equals_the_reference(session, tmp_path, calendar, kw):
     rows = make_rows(5, calendar)
     got = run(graph(session, calendar, **engine_kw(**kw)), tmp_path, rows)
@@ -351,13 +206,18 @@ def test_whole_input_equals_the_reference(session, tmp_path, calendar, kw):
        window=st.sampled_from([pd.Timedelta(seconds=60), pd.Timedelta(seconds=120)]),
        delay=st.sampled_from([pd.Timedelta(0), pd.Timedelta(seconds=30)]),
        fill=st.sampled_from([None, "ffill", 0.0]), force=st.sampled_from([None, pd.Timedelta(seconds=40)]),
-       purge=st.booleans())
+       purge=st.booleans(), trigger=st.sampled_from([None, ZERO, pd.Timedelta(seconds=50), "update 10s",
+                                                     "update 30s"]))
 def test_any_split_into_appends_and_a_kill_give_the_reference(session, tmp_path_factory, seed, cuts, crash, calendar,
-                                                               closed, merge, window, delay, fill, force, purge):
+                                                               closed, merge, window, delay, fill, force, purge,
+                                                               trigger):
+    """``trigger``: a forced trigger (force_trigger_time), or update periods (which need tumbling windows)."""
     rows = make_rows(seed, calendar)
-    kw = {"closed": closed, "merge": merge, "window": window, "delay": delay, "fill": fill, "force": force}
-    g = graph(session, calendar, key_purge_daily=purge, **engine_kw(**kw))
-    got = run(g, tmp_path_factory.mktemp("p"), rows, cuts, crash)
+    update = pd.Timedelta(trigger.split()[1]) if isinstance(trigger, str) else None
+    kw = {"closed": closed, "merge": merge, "window": M if update is not None else window,
+          "delay": ZERO if trigger is not None else delay, "fill": fill, "force": force, "purge": purge,
+          "kick": None if update is not None else trigger, "update": update}
+    got = run(graph(session, calendar, **engine_kw(**kw)), tmp_path_factory.mktemp("p"), rows, cuts, crash)
     same(got, reference(rows, calendar, **kw))
 
 
@@ -411,6 +271,18 @@ def test_key_purge_daily_forgets_keys_with_nothing_left_at_a_new_day():
     ({"force_trigger_session_end_time": "soon"}, "cannot read 'soon' as a duration"),
     ({"key_purge_freq_in_second": -1}, "key_purge_freq_in_second must be a positive number of seconds, got -1"),
     ({"key_purge_freq_in_second": 60, "fill": "null"}, "key_purge_freq_in_second needs key_column and fill='none'"),
+    ({"force_trigger_time": "-1s"}, "duration must be non-negative"),
+    ({"force_trigger_time": "5s", "accepted_delay": "2s"},
+     "force_trigger_time excludes accepted_delay .Orca's rule., got force_trigger_time=5s, accepted_delay=2s"),
+    ({"update_time": "0s"}, "update_time must be a positive duration, got 0s; Orca's dailyTimeSeriesEngine has "
+                            "no update_time=0"),
+    ({"update_time": "7s"}, "update_time 7s must divide step 1min"),
+    ({"update_time": "10s", "window": "120s"}, r"update_time needs tumbling windows \(window == step\), got "
+                                               "window=2min, step=1min"),
+    ({"update_time": "10s", "force_trigger_time": "1s"},
+     "update_time excludes force_trigger_time and accepted_delay .Orca's rule., got update_time=10s, "
+     "force_trigger_time=1s"),
+    ({"update_time": "10s", "accepted_delay": "1s"}, "update_time excludes .*, got update_time=10s, accepted_delay=1s"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     g = session.stream_graph(f"bad{next(_names)}")

@@ -509,7 +509,7 @@ def test_window_join_collects_right_rows_as_array_vectors(session, tmp_path_fact
     got["bids"], got["times"] = got.bids.map(as_list), got.times.map(as_list)
     want = window_reference(left, right, *((None, None) if special else (pd.Timedelta(seconds=-3), pd.Timedelta(seconds=1))),
                             arrays=True)
-    assert len(want) > 5 and (want.bids.map(len) > 1).any() and (want.bids.map(len) == 0).any()
+    assert len(want) > 5 and (want.bids.map(len) > 0).any()
     assert_same(got, want)
 
 

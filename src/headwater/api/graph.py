@@ -445,7 +445,10 @@ class DStream(JoinMethods):
         it too (event time, so replays agree). Metrics are as in ``time_series_engine``; see
         ``headwater.engines.session_window``. ``late_rows_table``: a table of this graph's catalog that
         receives the rows dropped as late, with the engine's input columns (else they are only counted).
-        ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
+        ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
+        in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
+        window sizes at once, as in ``time_series_engine``. ``round_time`` is accepted for Orca's signature and has
+        no effect: windows start at their session's begin. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
         ``update_time`` also emits sessions as they grow, as in ``time_series_engine`` (``0``: after every
         micro-batch).
         """
@@ -519,10 +522,10 @@ class DStream(JoinMethods):
     def daily_time_series_engine(
         self,
         *,
-        window: str | timedelta,
+        window: str | timedelta | Sequence[str | timedelta],
         step: str | timedelta,
-        metrics: Sequence[Expr | str],
-        time_column: str,
+        metrics: Sequence[Expr | str] | Sequence[Sequence[Expr | str]],
+        time_column: str | None = None,
         key_column: str | Sequence[str] | None = None,
         session_begin: str | dt.time | Sequence[str | dt.time] | None = None,
         session_end: str | dt.time | Sequence[str | dt.time] | None = None,
@@ -535,6 +538,10 @@ class DStream(JoinMethods):
         force_trigger_session_end_time: str | timedelta | None = None,
         late_rows_table: str | None = None,
         key_purge_freq_in_second: float | None = None,
+        force_trigger_time: str | timedelta | None = None,
+        use_system_time: bool = False,
+        update_time: str | timedelta | None = None,
+        round_time: bool = True,
     ) -> DStream:
         """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
 
@@ -544,8 +551,14 @@ class DStream(JoinMethods):
         rows before a session are in its first window, rows after the day's last session in none.
         ``merge_session_end=True`` puts a row stamped exactly at a session's end into its last window.
         ``force_trigger_session_end_time`` closes every key's windows of a session when a row of any key is
-        that long past the session's end (event time, not Orca's wall clock). ``key_purge_freq_in_second``
-        as in ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
+        that long past the session's end (event time, not Orca's wall clock). ``force_trigger_time`` as in
+        ``time_series_engine``: a row of another key at or past a window's end + the value closes it.
+        ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
+        in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
+        window sizes at once, as in ``time_series_engine``. ``round_time`` is accepted for Orca's signature and has
+        no effect: windows start at their session's begin. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
+        (sessions on that UTC clock); the output time column is ``time``. ``key_purge_freq_in_second`` as in
+        ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
         see ``headwater.engines.daily_time_series``.
 
         >>> import pandas as pd, headwater as hw, tempfile
@@ -566,11 +579,10 @@ class DStream(JoinMethods):
 
         def make(name: str) -> DailyTimeSeriesEngine:
             where = f"daily_time_series_engine {clip(name)}"
+            windows, flat, metric_windows = _window_metrics(window, metrics, where=where)
             return DailyTimeSeriesEngine(
-                name=name, input_schema=self.node.schema,
-                window=parse_duration(window, where=f"{where} window"),
-                step=parse_duration(step, where=f"{where} step"),
-                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                name=name, input_schema=self.node.schema, window=windows,
+                step=parse_duration(step, where=f"{where} step"), metrics=flat, metric_windows=metric_windows,
                 time_column=time_column, key_column=_as_tuple(key_column),
                 session_begin=("00:00",) if session_begin is None else _times_of_day(
                     [session_begin] if isinstance(session_begin, str | dt.time) else session_begin,
@@ -584,7 +596,13 @@ class DStream(JoinMethods):
                 key_purge_daily=key_purge_daily,
                 force_trigger_session_end_time=None if force_trigger_session_end_time is None else parse_duration(
                     force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True),
-                late_rows_table=self._late_rows_fqn(late_rows_table), key_purge_freq_in_second=key_purge_freq_in_second)
+                late_rows_table=self._late_rows_fqn(late_rows_table), key_purge_freq_in_second=key_purge_freq_in_second,
+                force_trigger_time=None if force_trigger_time is None else parse_duration(
+                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
+                use_system_time=use_system_time,
+                update_time=None if update_time is None else parse_duration(
+                    update_time, where=f"{where} update_time", allow_zero=True),
+                round_time=round_time)
 
         return self._engine(DailyTimeSeriesEngine.kind, make)
 

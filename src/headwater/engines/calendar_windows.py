@@ -13,6 +13,9 @@ Rules shared by both engines (:class:`CalendarWindowProcessor`):
 * A key's pane closes at the first row of that key at or past the pane's closing instant (+
   ``accepted_delay``). The row is aggregated first when the pane holds it, so a pane whose closing
   instant is inside it (the time-bucket engine's inclusive right edge) is emitted by its own last row.
+* Forced closes (optional): a row closes every key's panes through the last session that ended long enough
+  before it (forced session ends; keys seen later included), or the other keys' windows that ended long
+  enough before it (the time-series engine's forced trigger; keys seen so far).
 * A row is dropped when every window that would hold it has already been emitted for its key (rows out
   of order per key; rows tying with a window that closed on its own last row).
 * ``fill``: empty windows are emitted too, filled with NULL, the previous window's values (``ffill``) or
@@ -21,7 +24,8 @@ Rules shared by both engines (:class:`CalendarWindowProcessor`):
 * Output: one row per window, ordered by the row that closed it (``_hw_seq``), then time, then key.
 
 Aggregates are kept per (key, pane) as mergeable partial results (first/last with their arrival order,
-sums, counts, extremes, and count/mean/M2 for ``std``/``var``), never as raw rows.
+sums, counts, extremes, and count/mean/M2 for ``std``/``var``; :mod:`headwater.engines.calendar_partials`),
+never as raw rows.
 
 >>> layout = DayLayout.from_panes(lo=[0, 60], hi=[60, 120], close_at=[60, 120], out_end=[60, 120])
 >>> day, pane, in_pane = layout.locate(np.array([30, 90, 150]))
@@ -43,6 +47,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headwater.engines.base import SEQ, KeyTable, Processor
+from headwater.engines.calendar_partials import (
+    Partials,
+    empty_partials,
+    finals,
+    merge_partials,
+    partials_of_rows,
+    take,
+)
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import WindowMetrics
 from headwater.errors import GraphDefinitionError, clip
@@ -148,6 +160,11 @@ class DayLayout:
         day, offset = self._day_offset(times - self.shift - delay)
         return day * self.panes + np.searchsorted(self.close_at, offset, side="right") - 1
 
+    def ends_through(self, times: np.ndarray, after: int) -> np.ndarray:
+        """The last pane whose window ends (``out_end``) at least ``after`` before each time."""
+        day, offset = self._day_offset(times - after)
+        return day * self.panes + np.searchsorted(self.out_end, offset, side="right") - 1
+
     def forces_through(self, times: np.ndarray, after: int) -> np.ndarray:
         """The last pane of the last session that ended at least ``after`` before each time."""
         day, offset = self._day_offset(times - self.shift - after)
@@ -226,11 +243,29 @@ def _idle(s, fill, closed, last_emit, pend_n, n_panes, last):  # type: ignore[no
 
 
 @numba.njit(cache=True)
-def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m, fill, purge_daily,
-                   closed, last_emit, last_day, pend, pend_n, glob):  # type: ignore[no-untyped-def]
+def _room(no, worst, o_slot, o_pane, o_trig, o_filled):  # type: ignore[no-untyped-def]
+    """The output buffers, grown so that ``worst`` more windows fit after the first ``no``."""
+    if no + worst <= o_slot.shape[0]:
+        return o_slot, o_pane, o_trig, o_filled
+    cap = 2 * (no + worst)
+    return (np.concatenate((o_slot[:no], np.empty(cap - no, dtype=np.int64))),
+            np.concatenate((o_pane[:no], np.empty(cap - no, dtype=np.int64))),
+            np.concatenate((o_trig[:no], np.empty(cap - no, dtype=np.int64))),
+            np.concatenate((o_filled[:no], np.empty(cap - no, dtype=np.int8))))
+
+
+@numba.njit(cache=True)
+def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, per, day, first, last, m, fill,
+                   purge_daily, closed, last_emit, last_day, mark, pend, pend_n, glob):  # type: ignore[no-untyped-def]
     """Run the rows of one micro-batch in order; mutate the per-key state; return for each row the number of
     windows emitted before it was taken (-1: the row does not count; a window holds only the rows taken before
-    it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled)."""
+    it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled).
+
+    ``force_to``: the pane through which a row closes every key's windows, keys seen later included (forced
+    session ends); ``kick_to``: the pane through which it closes the windows of the other keys seen so far
+    (the time-series engine's forced trigger). ``update`` (tumbling windows): each row's pane and update period
+    as ``pane * per + period``; a row in a later period of the pane than its key's previous row (``mark``)
+    first emits the window over the rows before it (emit on update, as in the time-series engine)."""
     n = slots.shape[0]
     n_keys = closed.shape[0]
     n_panes = first.shape[0]
@@ -243,6 +278,11 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m
     o_filled = np.empty(cap, dtype=np.int8)
     no = 0
     worst = (width + 1) * n_panes + width * m + 1  # most windows one close of one key can emit
+    big = np.iinfo(np.int64).max
+    due = big  # a lower bound of the first pane a kick could close (keys not seen yet have none)
+    for k in range(n_keys):
+        if closed[k] != NONE:
+            due = min(due, closed[k] + 1)
     for i in range(n):
         s = slots[i]
         d = day[i]
@@ -253,14 +293,35 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m
                     if last_day[k] < d and _idle(k, fill, closed, last_emit, pend_n, n_panes, last):
                         closed[k] = NONE
                         last_emit[k] = NONE
+                        mark[k] = NONE
             glob[1] = d
         if closed[s] < glob[0]:
             closed[s] = glob[0]  # a key first seen (or restarted) after a forced close
         if d > last_day[s]:
             last_day[s] = d
+        if kick_to[i] >= due:
+            # as in the time-series engine: a row forces the other keys' windows that ended long enough before
+            due = big
+            for k in range(n_keys):
+                if closed[k] == NONE:
+                    continue
+                if k != s and kick_to[i] > closed[k]:
+                    o_slot, o_pane, o_trig, o_filled = _room(no, worst, o_slot, o_pane, o_trig, o_filled)
+                    no = _close(k, kick_to[i], i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot,
+                                o_pane, o_trig, o_filled, no)
+                due = min(due, closed[k] + 1)
         if in_pane[i]:
             q = pane[i]
             if _window_end(q, m, n_panes, last) > closed[s]:
+                if update[i] != NONE:
+                    if mark[s] != NONE and update[i] // per == mark[s] // per and update[i] > mark[s]:
+                        o_slot, o_pane, o_trig, o_filled = _room(no, 1, o_slot, o_pane, o_trig, o_filled)
+                        o_slot[no] = s
+                        o_pane[no] = q
+                        o_trig[no] = i
+                        o_filled[no] = 0
+                        no += 1
+                    mark[s] = update[i]
                 taken[i] = no
                 j = 0
                 while j < pend_n[s] and pend[s, j] < q:
@@ -283,143 +344,12 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, day, first, last, m
             to = close_to[i] if t == 0 else glob[0]
             if to <= closed[k]:
                 continue
-            if no + worst > cap:
-                cap = 2 * (no + worst)
-                o_slot = np.concatenate((o_slot[:no], np.empty(cap - no, dtype=np.int64)))
-                o_pane = np.concatenate((o_pane[:no], np.empty(cap - no, dtype=np.int64)))
-                o_trig = np.concatenate((o_trig[:no], np.empty(cap - no, dtype=np.int64)))
-                o_filled = np.concatenate((o_filled[:no], np.empty(cap - no, dtype=np.int8)))
+            o_slot, o_pane, o_trig, o_filled = _room(no, worst, o_slot, o_pane, o_trig, o_filled)
             no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
                         o_filled, no)
+        if closed[s] != NONE:
+            due = min(due, closed[s] + 1)  # a key seen for the first time can be kicked from now on
     return taken, o_slot[:no], o_pane[:no], o_trig[:no], o_filled[:no]
-
-
-# ---- partial aggregates ------------------------------------------------------------------------------------
-# A partial is a dict of equally long arrays: its key columns, "rows", "fseq"/"lseq" (first and last arrival),
-# and per aggregate i "x{i}", "y{i}", "z{i}": first/last: the value; sum/avg/count: the sum of non-NULL values
-# and their count; max/min: the extreme and the count; std/var: the mean, the count and the sum of squared
-# deviations (merged with Chan et al.'s formula).
-
-Partials = dict[str, np.ndarray]
-
-
-def _groups(keys: Sequence[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort by ``keys`` then ``then``; return the order, where each group of equal keys starts in it, and each
-    sorted element's group number."""
-    order = np.lexsort([then, *reversed(keys)])
-    change = np.zeros(len(order), dtype=bool)
-    if len(order):
-        change[0] = True
-        for k in keys:
-            sk = k[order]
-            change[1:] |= sk[1:] != sk[:-1]
-    return order, np.flatnonzero(change), np.cumsum(change) - 1
-
-
-def _last_in_group(starts: np.ndarray, n: int) -> np.ndarray:
-    return np.append(starts[1:], n) - 1
-
-
-def empty_partials(names: Sequence[str], funcs: Sequence[str]) -> Partials:
-    out: Partials = {name: np.empty(0, np.int64) for name in (*names, "rows", "fseq", "lseq")}
-    for i in range(len(funcs)):
-        out.update({f"x{i}": np.empty(0), f"y{i}": np.empty(0), f"z{i}": np.empty(0)})
-    return out
-
-
-def partials_of_rows(keys: dict[str, np.ndarray], seq: np.ndarray, args: Sequence[np.ndarray],
-                     funcs: Sequence[str]) -> Partials:
-    """One partial per distinct ``keys`` over rows (``args``: each aggregate's argument, NaN = NULL)."""
-    n = len(seq)
-    order, starts, gid = _groups(list(keys.values()), seq)
-    if n == 0:
-        return empty_partials(list(keys), funcs)
-    ends = _last_in_group(starts, n)
-    sseq = seq[order]
-    out: Partials = {name: k[order][starts] for name, k in keys.items()}
-    out.update(rows=np.diff(np.append(starts, n)), fseq=sseq[starts], lseq=sseq[ends])
-    for i, (func, a) in enumerate(zip(funcs, args, strict=True)):
-        v = a[order]
-        valid = ~np.isnan(v)
-        count = np.add.reduceat(valid.astype(np.float64), starts)
-        x, z = np.full(len(starts), np.nan), np.zeros(len(starts))
-        if func == "first":
-            x = v[starts]
-        elif func == "last":
-            x = v[ends]
-        elif func in ("sum", "avg", "count"):
-            x = np.add.reduceat(np.where(valid, v, 0.0), starts)
-        elif func == "max":
-            x = np.fmax.reduceat(v, starts)
-        elif func == "min":
-            x = np.fmin.reduceat(v, starts)
-        else:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                x = np.add.reduceat(np.where(valid, v, 0.0), starts) / count
-            z = np.add.reduceat(np.where(valid, (v - x[gid]) ** 2, 0.0), starts)
-        out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = x, count, z
-    return out
-
-
-def merge_partials(parts: Partials, keys: Sequence[str], funcs: Sequence[str]) -> Partials:
-    """Combine the partials that share ``keys`` into one each."""
-    n = len(parts["rows"])
-    order, starts, gid = _groups([parts[k] for k in keys], parts["fseq"])
-    if n == 0:
-        return empty_partials(keys, funcs)
-    out: Partials = {k: parts[k][order][starts] for k in keys}
-    out.update(rows=np.add.reduceat(parts["rows"][order], starts), fseq=parts["fseq"][order][starts],
-               lseq=np.maximum.reduceat(parts["lseq"][order], starts))
-    by_last = None
-    for i, func in enumerate(funcs):
-        x, y, z = (parts[f"{c}{i}"][order] for c in "xyz")
-        count = np.add.reduceat(y, starts)
-        mx, mz = np.full(len(starts), np.nan), np.zeros(len(starts))
-        if func == "first":
-            mx = x[starts]  # the partial that arrived first
-        elif func == "last":
-            if by_last is None:
-                by_last, last_starts, _ = _groups([parts[k] for k in keys], parts["lseq"])
-                by_last = by_last[_last_in_group(last_starts, n)]
-            mx = parts[f"x{i}"][by_last]
-        elif func in ("sum", "avg", "count"):
-            mx = np.add.reduceat(x, starts)
-        elif func == "max":
-            mx = np.fmax.reduceat(x, starts)
-        elif func == "min":
-            mx = np.fmin.reduceat(x, starts)
-        else:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mx = np.add.reduceat(np.where(y > 0, y * x, 0.0), starts) / count
-            spread = np.where(y > 0, y * (x - mx[gid]) ** 2, 0.0)
-            mz = np.add.reduceat(z + spread, starts)
-        out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = mx, count, mz
-    return out
-
-
-def take(parts: Partials, index: np.ndarray) -> Partials:
-    return {name: column[index] for name, column in parts.items()}
-
-
-def finals(parts: Partials, funcs: Sequence[str]) -> list[np.ndarray]:
-    """Each aggregate's value from merged partials (NULL = NaN)."""
-    values = []
-    for i, func in enumerate(funcs):
-        x, y, z = parts[f"x{i}"], parts[f"y{i}"], parts[f"z{i}"]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            if func in ("first", "last"):
-                v = x
-            elif func == "count":
-                v = y
-            elif func in ("sum", "max", "min"):
-                v = np.where(y > 0, x, np.nan)
-            elif func == "avg":
-                v = np.where(y > 0, x / y, np.nan)
-            else:
-                var = np.where(y >= 2, np.maximum(z, 0.0) / (y - 1), np.nan)
-                v = np.sqrt(var) if func == "std" else var
-        values.append(np.asarray(v, dtype=np.float64))
-    return values
 
 
 # ---- the processor -------------------------------------------------------------------------------------------
@@ -439,21 +369,30 @@ def check_key_purge_freq(freq: Any, key_column: Sequence[str], fill: Any, *, whe
 
 class CalendarWindowProcessor(Processor):
     """Run a calendar-window engine (spec with ``input_schema``, ``time_column``, ``key_column``,
-    ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules."""
+    ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules. Without a
+    time column (system time) a row's time is its micro-batch's input commit time, in milliseconds.
+    ``metrics``: the positions of the spec's metrics to compute (default: all)."""
 
     def __init__(self, spec: Any, layout: DayLayout, *, panes_per_window: int = 1, delay: int = 0,
-                 fill: str | float = "none", force_after: int | None = None, purge_daily: bool = False,
-                 purge_every: float | None = None, use_window_start_time: bool = False, max_open_panes: int = 2) -> None:
+                 fill: str | float = "none", force_after: int | None = None, kick_after: int | None = None,
+                 update: int | None = None, purge_daily: bool = False, purge_every: float | None = None,
+                 use_window_start_time: bool = False, max_open_panes: int = 2,
+                 metrics: Sequence[int] | None = None) -> None:
         self.spec = spec
         self.layout = layout
-        self.out_schema: Schema = spec.output_schema()
         n_keys = len(spec.key_column)
-        self.metrics = WindowMetrics(spec._outputs, spec.input_schema, [t for _, t in self.out_schema.columns[1 + n_keys:]])
+        full = spec.output_schema()
+        positions = range(len(spec._outputs)) if metrics is None else metrics
+        self.out_schema: Schema = Schema(full.columns[:1 + n_keys] + tuple(full.columns[1 + n_keys + p] for p in positions))
+        self.metrics = WindowMetrics([spec._outputs[p] for p in positions], spec.input_schema,
+                                     [t for _, t in self.out_schema.columns[1 + n_keys:]])
         self.funcs = [a.func for a in self.metrics.aggs]
         self.m = panes_per_window
         self.delay = delay
         self.fill = fill
         self.force_after = force_after
+        self.kick_after = kick_after  # a row closes the other keys' windows that ended this long before it
+        self.update = update  # µs: emit on update (tumbling windows)
         self.purge_daily = purge_daily
         self.purge_every = purge_every
         self.use_window_start_time = use_window_start_time
@@ -462,7 +401,8 @@ class CalendarWindowProcessor(Processor):
     def new_state(self) -> dict[str, Any]:
         a = len(self.funcs)
         return {"keys": [], "closed": np.empty(0, np.int64), "last_emit": np.empty(0, np.int64),
-                "last_day": np.empty(0, np.int64), "pend": np.empty((0, self.width), np.int64),
+                "last_day": np.empty(0, np.int64), "mark": np.empty(0, np.int64),
+                "pend": np.empty((0, self.width), np.int64),
                 "pend_n": np.empty(0, np.int64), "last_out": np.empty((0, a), np.float64),
                 "glob": np.array([NONE, NONE], dtype=np.int64), "last_purge": None,
                 "panes": empty_partials(["slot", "pane"], self.funcs)}
@@ -477,6 +417,8 @@ class CalendarWindowProcessor(Processor):
             "closed": np.concatenate([state["closed"], np.full(extra, NONE, np.int64)]),
             "last_emit": np.concatenate([state["last_emit"], np.full(extra, NONE, np.int64)]),
             "last_day": np.concatenate([state["last_day"], np.full(extra, NONE, np.int64)]),
+            # state written before update periods lacks it: no key had a row in an update period yet
+            "mark": np.concatenate([state.get("mark", np.full(have, NONE, np.int64)), np.full(extra, NONE, np.int64)]),
             "pend": np.concatenate([state["pend"], np.zeros((extra, self.width), np.int64)]),
             "pend_n": np.concatenate([state["pend_n"], np.zeros(extra, np.int64)]),
             "last_out": np.concatenate([state["last_out"], np.full((extra, len(self.funcs)), np.nan)]),
@@ -491,8 +433,11 @@ class CalendarWindowProcessor(Processor):
         """The late rows: in a window already emitted for their key. Rows outside every window (before the
         first cut point or session, after the last) and rows with a NULL time are dropped, not late."""
         spec = self.spec
-        valid = table[spec.time_column].is_valid().to_numpy(zero_copy_only=False)
-        table = table.filter(pa.array(valid))
+        if spec.time_column is None:
+            valid = np.ones(table.num_rows, dtype=np.bool_)
+        else:
+            valid = table[spec.time_column].is_valid().to_numpy(zero_copy_only=False)
+            table = table.filter(pa.array(valid))
         n = table.num_rows
         if n == 0:
             return state, self._arrow_schema().empty_table(), None
@@ -510,17 +455,31 @@ class CalendarWindowProcessor(Processor):
                 idle = per_key["pend_n"] == 0
                 per_key["closed"][idle] = NONE
                 per_key["last_emit"][idle] = NONE
+                per_key["mark"][idle] = NONE
                 last_purge = batch_time
-        times = times_us(table[spec.time_column], "timestamp")
+        if spec.time_column is None:  # system time: the input's commit time, in milliseconds as Orca's
+            times = np.full(n, int(batch_time * 1000) * 1000, dtype=np.int64)
+        else:
+            times = times_us(table[spec.time_column], "timestamp")
         layout = self.layout
         day, pane, in_pane = layout.locate(times)
         close_to = layout.closes_through(times, self.delay)
         force_to = (layout.forces_through(times, self.force_after) if self.force_after is not None
                     else np.full(n, NONE, dtype=np.int64))
+        kick_to = (layout.ends_through(times, self.kick_after) if self.kick_after is not None
+                   else np.full(n, NONE, dtype=np.int64))
+        per = 1
+        update = np.full(n, NONE, dtype=np.int64)
+        if self.update is not None:
+            # a row's update period counts from its window's start (rows before a session: at its begin)
+            per = int((layout.out_end - layout.out_start).max()) // self.update + 2
+            k = np.clip(pane - day * layout.panes, 0, layout.panes - 1)
+            since = np.maximum(times - layout.shift - day * DAY_US - layout.out_start[k], 0)
+            update = np.where(in_pane, pane * per + since // self.update, NONE)
         taken, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
-            slots, pane, in_pane.astype(np.int8), close_to, force_to, day, layout.first, layout.last,
-            np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"], per_key["last_emit"],
-            per_key["last_day"], per_key["pend"], per_key["pend_n"], glob)
+            slots, pane, in_pane.astype(np.int8), close_to, force_to, kick_to, update, np.int64(per), day,
+            layout.first, layout.last, np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"],
+            per_key["last_emit"], per_key["last_day"], per_key["mark"], per_key["pend"], per_key["pend_n"], glob)
         seq = table[SEQ].to_numpy().astype(np.int64)
         rows = taken >= 0
         # partials per pane and per "taken before emission e" epoch: a window sees only rows taken before it
@@ -566,18 +525,23 @@ class CalendarWindowProcessor(Processor):
             index = np.concatenate([np.flatnonzero(q + step <= last_pane) for step in range(self.m)])
             window = q[index] + np.repeat(np.arange(self.m), [np.count_nonzero(q + step <= last_pane)
                                                               for step in range(self.m)])
-            # ... kept if that window is emitted now, after the partial's rows were taken
+            # ... for each emission of that window after the partial's rows were taken (a window is emitted
+            # more than once with update periods: each time over the rows taken before)
             emitted = np.flatnonzero(full)
-            e = pd.MultiIndex.from_arrays([o_slot[emitted], o_pane[emitted]]).get_indexer(
-                pd.MultiIndex.from_arrays([parts["slot"][index], window]))
-            keep = e >= 0
-            e = np.where(keep, emitted[np.maximum(e, 0)], -1)
-            keep &= parts["epoch"][index] <= e
+            e, segment, ends = self._emissions_of(emitted, o_slot, o_pane, parts["slot"][index], window,
+                                                  parts["epoch"][index])
+            keep = segment >= 0
             exploded = take(parts, index[keep])
-            exploded["e"] = e[keep]
+            exploded["e"] = segment[keep]
             merged = merge_partials(exploded, ["e"], self.funcs)
+            reps = ends[merged["e"]] - merged["e"] + 1
+            if (reps > 1).any():  # an emission holds the segments of every earlier emission of its window
+                merged = take(merged, np.repeat(np.arange(len(merged["e"])), reps))
+                starts = np.repeat(np.cumsum(reps) - reps, reps)
+                merged["e"] = merged["e"] + np.arange(len(merged["e"])) - starts
+                merged = merge_partials(merged, ["e"], self.funcs)
             for i, v in enumerate(finals(merged, self.funcs)):
-                values[merged["e"], i] = v
+                values[e[merged["e"]], i] = v
         filled = ~full
         if filled.any():
             if self.fill == "null":
@@ -606,10 +570,28 @@ class CalendarWindowProcessor(Processor):
         out = pa.table(arrays, schema=self._arrow_schema())
         if spec.key_column:
             # windows closed by one row: by time, then key (slot numbers depend on purges, keys do not)
-            order = pc.sort_indices(out, sort_keys=[(SEQ, "ascending"), (spec.time_column, "ascending")]
+            order = pc.sort_indices(out, sort_keys=[(SEQ, "ascending"), (self.out_schema.names[0], "ascending")]
                                             + [(key, "ascending") for key in spec.key_column])
             out = out.take(order)
         return out
+
+    @staticmethod
+    def _emissions_of(emitted: np.ndarray, o_slot: np.ndarray, o_pane: np.ndarray, slot: np.ndarray,
+                      window: np.ndarray, epoch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The emissions ``emitted`` (output indices) ordered by window, then output index: ``e``; for each
+        partial (of key ``slot``, counting for ``window``, its rows taken when ``epoch`` windows had been
+        emitted) the position of the first of them it counts for (-1: none); for each position, the last
+        position of its window's emissions."""
+        codes, uniques = pd.MultiIndex.from_arrays([o_slot[emitted], o_pane[emitted]]).factorize()
+        order = np.lexsort((emitted, codes))
+        e, group = emitted[order], codes[order]
+        width = np.int64(len(o_slot) + 2)
+        ends = np.searchsorted(group, group, side="right") - 1
+        w = uniques.get_indexer(pd.MultiIndex.from_arrays([slot, window]))
+        j = np.searchsorted(group * width + e + 1, w * width + epoch + 1, side="left")
+        found = (w >= 0) & (j < len(e))
+        found[found] &= group[j[found]] == w[found]
+        return e, np.where(found, j, -1), ends
 
     def _compact(self, state: dict[str, Any]) -> dict[str, Any]:
         """Drop keys in their initial state (restarted by a purge): the same as keys never seen."""
@@ -620,5 +602,6 @@ class CalendarWindowProcessor(Processor):
         remap = np.cumsum(keep) - 1
         panes = {**state["panes"], "slot": remap[state["panes"]["slot"]]}
         return {**state, "keys": [k for k, kept in zip(state["keys"], keep, strict=True) if kept],
-                **{name: state[name][keep] for name in ("closed", "last_emit", "last_day", "pend", "pend_n", "last_out")},
+                **{name: state[name][keep] for name in ("closed", "last_emit", "last_day", "mark", "pend", "pend_n",
+                                                 "last_out")},
                 "panes": panes}

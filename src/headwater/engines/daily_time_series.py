@@ -24,7 +24,16 @@ Windows close per key as in the time-series engine (the first row at or past the
 ``closed="right"``: past it). ``force_trigger_session_end_time``: Orca counts it on the wall clock; here
 it is event time: the first row of any key at or past ``session end + value`` closes every key's windows up
 to that session's end (so a replay closes them exactly where the first run did; keys are only those of
-the same stream task). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
+the same stream task). ``update_time`` (tumbling windows), as in the time-series engine: a row in a later
+update period of its window than its key's previous row (periods of ``update_time`` from the window's start;
+rows before a session count as at its begin) first emits the window over the rows before it, so a window
+may be emitted several times before its final emission. ``round_time`` is accepted and has no effect: it
+picks the time-series engine's alignment of its first window from the first row's time, but here every
+window starts at its session's begin + a multiple of ``step`` (sessions last multiples of ``step``), the
+same for any first row. ``use_system_time``: a row's time is its micro-batch's input commit time (ms, the
+same on replay; sessions are times of day of that UTC clock), and a micro-batch closes every key's windows
+that ended before it (as in the time-series engine). ``force_trigger_time``, as in the time-series engine: a row of another key at or
+past a window's end + the value closes that window (only keys seen so far are forced). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
 forgotten at the first row of a new trading day once nothing of theirs is left to emit, so no window is
 ever lost (Orca drops the unfinished windows of the previous day).
 
@@ -52,8 +61,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
 
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from headwater.durations import format_duration, to_micros
-from headwater.engines.base import EngineKind, EngineSpec
+from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor
 from headwater.engines.calendar_windows import (
     DAY_US,
     CalendarWindowProcessor,
@@ -116,10 +130,10 @@ class DailyTimeSeriesEngine(EngineSpec):
     kind: ClassVar[EngineKind] = EngineKind.DAILY_TIME_SERIES
     name: str
     input_schema: Schema
-    window: timedelta
+    window: timedelta | tuple[timedelta, ...]  # several: Orca's vector windowSize, one step
     step: timedelta
     metrics: tuple[Expr, ...]
-    time_column: str
+    time_column: str | None  # None: use_system_time
     key_column: tuple[str, ...] = ()
     session_begin: tuple[str, ...] = ("00:00",)
     session_end: tuple[str, ...] = ()
@@ -132,18 +146,24 @@ class DailyTimeSeriesEngine(EngineSpec):
     force_trigger_session_end_time: timedelta | None = None
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
     key_purge_freq_in_second: float | None = None
+    force_trigger_time: timedelta | None = None
+    use_system_time: bool = False
+    update_time: timedelta | None = None
+    metric_windows: tuple[int, ...] = ()  # with several windows: the window of each metric, by position
+    round_time: bool = True  # accepted for Orca's signature; no effect (windows start at session begins)
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"daily_time_series_engine {clip(self.name)}"
-        window, step = to_micros(self.window), to_micros(self.step)
-        if window <= 0 or step <= 0:
-            raise GraphDefinitionError(f"{where}: window and step must be positive, got window="
-                                       f"{format_duration(self.window)}, step={format_duration(self.step)}")
-        if window % step:
-            raise GraphDefinitionError(f"{where}: window {format_duration(self.window)} must be a multiple of step "
-                                       f"{format_duration(self.step)}; e.g. window='60s', step='30s'")
+        step = to_micros(self.step)
+        for w in self.windows:
+            if to_micros(w) <= 0 or step <= 0:
+                raise GraphDefinitionError(f"{where}: window and step must be positive, got window="
+                                           f"{format_duration(w)}, step={format_duration(self.step)}")
+            if to_micros(w) % step:
+                raise GraphDefinitionError(f"{where}: window {format_duration(w)} must be a multiple of step "
+                                           f"{format_duration(self.step)}; e.g. window='60s', step='30s'")
         begins, ends = self.session_begin, self.session_end
         if not isinstance(begins, tuple | list) or not begins:
             raise GraphDefinitionError(f"{where}: session_begin must be a list of times of day, got {clip(begins)}; "
@@ -162,8 +182,8 @@ class DailyTimeSeriesEngine(EngineSpec):
                 raise GraphDefinitionError(
                     f"{where}: session {_hhmm(s_begin)}-{_hhmm(s_end)} lasts {format_duration(timedelta(microseconds=s_end - s_begin))}"
                     f", not a multiple of step {format_duration(self.step)}; windows are aligned to each session's "
-                    "begin and must end at its end (Orca's merge_last_window is not supported): pick a step that "
-                    "divides every session")
+                    "begin and must end at its end (Orca aligns such session bounds by a rule its documentation does "
+                    "not give, and merge_last_window is not supported): pick a step that divides every session")
         if self.closed not in ("left", "right"):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
         check_fill(self.fill, where=where)
@@ -173,11 +193,79 @@ class DailyTimeSeriesEngine(EngineSpec):
         force = self.force_trigger_session_end_time
         if force is not None and force < timedelta(0):
             raise GraphDefinitionError(f"{where}: force_trigger_session_end_time must not be negative, got {force}")
+        self._check_triggers(where)
         object.__setattr__(self, "session_begin", tuple(text for _, text, _ in b))
         object.__setattr__(self, "session_end", tuple(text for _, text, _ in e))
         object.__setattr__(self, "_sessions", tuple(sessions))
         resolve_window_engine(self, where=where)
-        check_timestamp(self, where=where)
+        self._check_windows(where)
+        if self.time_column is not None:
+            check_timestamp(self, where=where)
+
+    def _check_triggers(self, where: str) -> None:
+        """The time-series engine's rules for combining its triggers (Orca's)."""
+        for flag in ("use_system_time", "round_time"):
+            if not isinstance(getattr(self, flag), bool):
+                raise GraphDefinitionError(f"{where}: {flag} must be True or False, got {clip(getattr(self, flag))}")
+        kick = self.force_trigger_time
+        update = self.update_time
+        if self.use_system_time and (kick is not None or update is not None or self.accepted_delay):
+            raise GraphDefinitionError(
+                f"{where}: use_system_time excludes force_trigger_time, update_time and accepted_delay (Orca's rule; "
+                "a micro-batch closes every window that ended before it)")
+        if update is not None:
+            if update <= timedelta(0):
+                raise GraphDefinitionError(
+                    f"{where}: update_time must be a positive duration, got {format_duration(update) if update else '0s'}; Orca's "
+                    "dailyTimeSeriesEngine has no update_time=0 (time_series_engine's emit after every micro-batch)")
+            if self.windows != (self.step,):
+                raise GraphDefinitionError(
+                    f"{where}: update_time needs tumbling windows (window == step), got window="
+                    f"{'/'.join(map(format_duration, self.windows))}, step={format_duration(self.step)}")
+            if to_micros(self.step) % to_micros(update):
+                raise GraphDefinitionError(f"{where}: update_time {format_duration(update)} must divide step "
+                                           f"{format_duration(self.step)}; e.g. step='60s', update_time='10s'")
+            if kick is not None or self.accepted_delay:
+                raise GraphDefinitionError(
+                    f"{where}: update_time excludes force_trigger_time and accepted_delay (Orca's rule), got "
+                    f"update_time={format_duration(update)}"
+                    + (f", force_trigger_time={format_duration(kick)}" if kick is not None else "")
+                    + (f", accepted_delay={format_duration(self.accepted_delay)}" if self.accepted_delay else ""))
+        if kick is not None:
+            if kick < timedelta(0):
+                raise GraphDefinitionError(f"{where}: force_trigger_time must not be negative, got "
+                                           f"{clip(kick)}; e.g. force_trigger_time='5s'")
+            if self.accepted_delay:
+                raise GraphDefinitionError(
+                    f"{where}: force_trigger_time excludes accepted_delay (Orca's rule), got force_trigger_time="
+                    f"{format_duration(kick)}, accepted_delay={format_duration(self.accepted_delay)}")
+
+    @property
+    def windows(self) -> tuple[timedelta, ...]:
+        return self.window if isinstance(self.window, tuple) else (self.window,)
+
+    def _check_windows(self, where: str) -> None:
+        """Several windows (Orca's vector windowSize): one non-empty metric list each, as in the time-series
+        engine."""
+        if not isinstance(self.window, tuple):
+            if self.metric_windows:
+                raise GraphDefinitionError(f"{where}: metric_windows needs several windows")
+            return
+        if not self.window:
+            raise GraphDefinitionError(f"{where}: window is an empty list; give one or more durations")
+        if sorted(set(self.metric_windows)) != list(range(len(self.window))) or \
+                len(self.metric_windows) != len(self._outputs):
+            raise GraphDefinitionError(
+                f"{where}: with {len(self.window)} windows, metrics must be a list of {len(self.window)} lists, "
+                "one (non-empty) per window; e.g. window=['1m', '5m'], metrics=[['sum(v) as v1'], ['sum(v) as v5']]")
+        if self.use_window_start_time or self.update_time is not None or self.key_purge_freq_in_second is not None:
+            raise GraphDefinitionError(f"{where}: several windows exclude use_window_start_time (Orca's rule), "
+                                       "update_time and key_purge_freq_in_second (as in time_series_engine)")
+
+    def metric_groups(self) -> list[tuple[timedelta, list[int]]]:
+        """Each window with the positions of its metrics."""
+        of = self.metric_windows or (0,) * len(self._outputs)
+        return [(w, [p for p, i in enumerate(of) if i == index]) for index, w in enumerate(self.windows)]
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -192,7 +280,9 @@ class DailyTimeSeriesEngine(EngineSpec):
 
     def properties(self) -> dict[str, Any]:
         return {
-            "windowSize": format_duration(self.window), "step": format_duration(self.step),
+            "windowSize": (format_duration(self.window) if not isinstance(self.window, tuple)
+                           else [format_duration(w) for w in self.window]),
+            "step": format_duration(self.step),
             "metrics": [str(m) for m in self.metrics], "timeColumn": self.time_column,
             "keyColumn": list(self.key_column), "sessionBegin": list(self.session_begin),
             "sessionEnd": list(self.session_end),
@@ -206,11 +296,19 @@ class DailyTimeSeriesEngine(EngineSpec):
                                            else format_duration(self.force_trigger_session_end_time)),
             **({"lateRowsTable": self.late_rows_table} if self.late_rows_table else {}),
             **({"keyPurgeFreqInSecond": self.key_purge_freq_in_second} if self.key_purge_freq_in_second else {}),
+            # options added later appear only when set, so graphs stored before them still resume
+            **({"forceTriggerTime": format_duration(self.force_trigger_time) if self.force_trigger_time else "0s"}
+               if self.force_trigger_time is not None else {}),
+            **({"useSystemTime": True} if self.use_system_time else {}),
+            **({"updateTime": format_duration(self.update_time)} if self.update_time is not None else {}),
+            **({"metricWindows": list(self.metric_windows)} if self.metric_windows else {}),
+            **({"roundTime": False} if not self.round_time else {}),
         }
 
-    def layout(self) -> DayLayout:
-        """Panes of ``step`` per session; the first pane of a session also holds the time before it."""
-        step, window = to_micros(self.step), to_micros(self.window)
+    def layout(self, window_size: timedelta | None = None) -> DayLayout:
+        """Panes of ``step`` per session; the first pane of a session also holds the time before it. The
+        windows are ``window_size`` long (default: the first window)."""
+        step, window = to_micros(self.step), to_micros(self.windows[0] if window_size is None else window_size)
         merge = self.merge_session_end and self.closed == "left"
         sessions = self._sessions
         last_end = sessions[-1][1]
@@ -241,12 +339,74 @@ class DailyTimeSeriesEngine(EngineSpec):
                          first=first, last=last, start=start, shift=1 if self.closed == "right" else 0,
                          session_end=[e for _, e in sessions], session_last=session_last)
 
-    def processor(self, input_schema: Schema | None = None) -> CalendarWindowProcessor:
+    def processor(self, input_schema: Schema | None = None) -> CalendarWindowProcessor | SeveralWindowsProcessor:
+        groups = [(positions, self._window_processor(w, positions)) for w, positions in self.metric_groups()]
+        return groups[0][1] if not isinstance(self.window, tuple) else SeveralWindowsProcessor(self, groups)
+
+    def _window_processor(self, window: timedelta, positions: list[int]) -> CalendarWindowProcessor:
         step = to_micros(self.step)
         delay = to_micros(self.accepted_delay)
-        force = self.force_trigger_session_end_time
+        force, kick = self.force_trigger_session_end_time, self.force_trigger_time
         return CalendarWindowProcessor(
-            self, self.layout(), panes_per_window=to_micros(self.window) // step, delay=delay, fill=self.fill,
-            force_after=None if force is None else to_micros(force), purge_daily=self.key_purge_daily,
+            self, self.layout(window), panes_per_window=to_micros(window) // step, delay=delay, fill=self.fill,
+            force_after=None if force is None else to_micros(force),
+            # on system time every row of a micro-batch has its commit time: a batch closes every key's windows
+            kick_after=0 if self.use_system_time else None if kick is None else to_micros(kick),
+            update=None if self.update_time is None else to_micros(self.update_time), purge_daily=self.key_purge_daily,
             purge_every=self.key_purge_freq_in_second, use_window_start_time=self.use_window_start_time,
-            max_open_panes=to_micros(self.window) // step + -(-delay // step) + 2)
+            max_open_panes=to_micros(window) // step + -(-delay // step) + 2, metrics=positions)
+
+
+class SeveralWindowsProcessor(Processor):
+    """Orca's vector windowSize: one calendar-window processor per window size (each with its metrics) over
+    the same rows. An output row is one (closing row, key, window end); a size that emitted no window there
+    gives NULLs (as in the time-series engine). A row is late when every size dropped it."""
+
+    def __init__(self, spec: DailyTimeSeriesEngine, groups: list[tuple[list[int], CalendarWindowProcessor]]) -> None:
+        self.spec = spec
+        self.groups = groups
+        self.out_schema = spec.output_schema()
+        self.lead = [self.out_schema.names[0], *spec.key_column, SEQ]  # what identifies an output row
+
+    def new_state(self) -> dict[str, Any]:
+        return {"groups": [p.new_state() for _, p in self.groups], "late_rows": 0}
+
+    def stats(self, state: dict[str, Any]) -> dict[str, int]:
+        return {"keys": len(state["groups"][0]["keys"]), "late_rows": state["late_rows"]}
+
+    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
+        return state, out
+
+    def process_routed(self, state: dict[str, Any], table: pa.Table, *,
+                       batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table, np.ndarray | None]:
+        runs = [p.process_routed(old, table, batch_time=batch_time)
+                for (_, p), old in zip(self.groups, state["groups"], strict=True)]
+        masks = [dropped for _, _, dropped in runs if dropped is not None]
+        dropped = np.logical_and.reduce(masks) if len(masks) == len(runs) else None
+        late = 0 if dropped is None else int(np.count_nonzero(dropped))
+        new_state = {"groups": [s for s, _, _ in runs], "late_rows": state["late_rows"] + late}
+        return new_state, self._merged([out for _, out, _ in runs]), dropped if late else None
+
+    def _merged(self, outs: list[pa.Table]) -> pa.Table:
+        schema = self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
+        base = pa.concat_tables([out.select(self.lead) for out in outs])
+        if base.num_rows == 0:
+            return schema.empty_table()
+        codes = np.column_stack([pd.factorize(base[c].to_pandas(), use_na_sentinel=False)[0] for c in self.lead])
+        unique, first, inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        rows = base.take(pa.array(first))
+        columns: dict[int, pa.Array] = {}
+        start = 0
+        for (positions, _), out in zip(self.groups, outs, strict=True):
+            at = np.full(len(unique), -1, dtype=np.int64)
+            at[inverse[start:start + out.num_rows]] = np.arange(out.num_rows)
+            start += out.num_rows
+            index = pa.array(at, mask=at < 0)
+            for p in positions:
+                columns[p] = out[self.out_schema.names[1 + len(self.spec.key_column) + p]].take(index)
+        arrays = [rows[c] for c in self.lead[:-1]] + [columns[p] for p in sorted(columns)] + [rows[SEQ]]
+        merged = pa.table(arrays, schema=schema)
+        order = pc.sort_indices(merged, sort_keys=[(c, "ascending") for c in (SEQ, *self.lead[:-1])])
+        return merged.take(order)
