@@ -76,7 +76,7 @@ from headwater.engines.calendar_windows import (
     parse_time_of_day,
 )
 from headwater.engines.time_bucket import check_fill, check_timestamp
-from headwater.engines.window_metrics import resolve_window_engine, window_output_schema
+from headwater.engines.window_metrics import SeveralWindows, resolve_window_engine, window_output_schema
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
 from headwater.types import Schema
@@ -124,7 +124,7 @@ def session_offsets(begins: list[int], ends: list[int], *, where: str) -> list[t
 
 
 @dataclass(frozen=True)
-class DailyTimeSeriesEngine(EngineSpec):
+class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
     """Parameters of ``daily_time_series_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.DAILY_TIME_SERIES
@@ -240,32 +240,11 @@ class DailyTimeSeriesEngine(EngineSpec):
                     f"{where}: force_trigger_time excludes accepted_delay (Orca's rule), got force_trigger_time="
                     f"{format_duration(kick)}, accepted_delay={format_duration(self.accepted_delay)}")
 
-    @property
-    def windows(self) -> tuple[timedelta, ...]:
-        return self.window if isinstance(self.window, tuple) else (self.window,)
-
     def _check_windows(self, where: str) -> None:
-        """Several windows (Orca's vector windowSize): one non-empty metric list each, as in the time-series
-        engine."""
-        if not isinstance(self.window, tuple):
-            if self.metric_windows:
-                raise GraphDefinitionError(f"{where}: metric_windows needs several windows")
-            return
-        if not self.window:
-            raise GraphDefinitionError(f"{where}: window is an empty list; give one or more durations")
-        if sorted(set(self.metric_windows)) != list(range(len(self.window))) or \
-                len(self.metric_windows) != len(self._outputs):
-            raise GraphDefinitionError(
-                f"{where}: with {len(self.window)} windows, metrics must be a list of {len(self.window)} lists, "
-                "one (non-empty) per window; e.g. window=['1m', '5m'], metrics=[['sum(v) as v1'], ['sum(v) as v5']]")
-        if self.use_window_start_time or self.update_time is not None or self.key_purge_freq_in_second is not None:
+        if self.check_several_windows(where) and (self.use_window_start_time or self.update_time is not None or
+                                                  self.key_purge_freq_in_second is not None):
             raise GraphDefinitionError(f"{where}: several windows exclude use_window_start_time (Orca's rule), "
                                        "update_time and key_purge_freq_in_second (as in time_series_engine)")
-
-    def metric_groups(self) -> list[tuple[timedelta, list[int]]]:
-        """Each window with the positions of its metrics."""
-        of = self.metric_windows or (0,) * len(self._outputs)
-        return [(w, [p for p, i in enumerate(of) if i == index]) for index, w in enumerate(self.windows)]
 
     @property
     def key_columns(self) -> tuple[str, ...]:

@@ -28,7 +28,12 @@ from headwater.engines.base import (
     Processor,
 )
 from headwater.engines.columns import times_us, to_arrow
-from headwater.engines.window_metrics import WindowMetrics, resolve_window_engine, window_output_schema
+from headwater.engines.window_metrics import (
+    SeveralWindows,
+    WindowMetrics,
+    resolve_window_engine,
+    window_output_schema,
+)
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
 from headwater.kernels.windows import WindowSpec
@@ -65,7 +70,7 @@ def alignment_micros(step_us: int, *, round_time: bool) -> int:
 
 
 @dataclass(frozen=True)
-class TimeSeriesEngine(EngineSpec):
+class TimeSeriesEngine(SeveralWindows, EngineSpec):
     """Parameters of ``time_series_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.TIME_SERIES
@@ -132,32 +137,11 @@ class TimeSeriesEngine(EngineSpec):
                 f"or numbers (one per metric), got {clip(self.fill)}"
             )
 
-    @property
-    def windows(self) -> tuple[timedelta, ...]:
-        return self.window if isinstance(self.window, tuple) else (self.window,)
-
     def _check_windows(self, where: str) -> None:
-        if not isinstance(self.window, tuple):
-            if self.metric_windows:
-                raise GraphDefinitionError(f"{where}: metric_windows needs several windows")
-            return
-        if not self.window:
-            raise GraphDefinitionError(f"{where}: window is an empty list; give one or more durations")
-        if sorted(set(self.metric_windows)) != list(range(len(self.window))) or \
-                len(self.metric_windows) != len(self._outputs):
-            raise GraphDefinitionError(
-                f"{where}: with {len(self.window)} windows, metrics must be a list of {len(self.window)} lists, "
-                "one (non-empty) per window; e.g. window=['1m', '5m'], metrics=[['sum(v) as v1'], ['sum(v) as v5']]"
-            )
-        if self.use_window_start_time or self.update_time is not None or self.sub_window is not None or \
-                self.key_purge_freq is not None:
+        if self.check_several_windows(where) and (self.use_window_start_time or self.update_time is not None or
+                                                  self.sub_window is not None or self.key_purge_freq is not None):
             raise GraphDefinitionError(f"{where}: several windows exclude use_window_start_time (Orca's rule), "
                                        "update_time, sub_window and key_purge_freq")
-
-    def metric_groups(self) -> list[tuple[timedelta, list[int]]]:
-        """Each window with the positions of its metrics."""
-        of = self.metric_windows or (0,) * len(self._outputs)
-        return [(w, [p for p, i in enumerate(of) if i == index]) for index, w in enumerate(self.windows)]
 
     def _check_purge(self, where: str) -> None:
         if self.key_purge_freq is None:

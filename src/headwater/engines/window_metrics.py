@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -188,3 +189,37 @@ def reduce_groups(grouped: Any, func: str) -> pd.Series:
         case "min":
             return grouped.min()
     raise GraphDefinitionError(f"aggregate {func!r} is not supported in a window")
+
+
+class SeveralWindows:
+    """Orca's vector ``windowSize`` on a window engine spec (fields ``window``, a duration or a tuple of them,
+    ``metric_windows`` and ``_outputs``): one window size per metric list."""
+
+    window: Any
+    metric_windows: tuple[int, ...]
+    _outputs: tuple[tuple[str, Expr], ...]
+
+    @property
+    def windows(self) -> tuple[timedelta, ...]:
+        return self.window if isinstance(self.window, tuple) else (self.window,)
+
+    def metric_groups(self) -> list[tuple[timedelta, list[int]]]:
+        """Each window with the positions of its metrics."""
+        of = self.metric_windows or (0,) * len(self._outputs)
+        return [(w, [p for p, i in enumerate(of) if i == index]) for index, w in enumerate(self.windows)]
+
+    def check_several_windows(self, where: str) -> bool:
+        """Check the windows and their metric lists; True when there are several (the engine then refuses the
+        options that do not combine with them)."""
+        if not isinstance(self.window, tuple):
+            if self.metric_windows:
+                raise GraphDefinitionError(f"{where}: metric_windows needs several windows")
+            return False
+        if not self.window:
+            raise GraphDefinitionError(f"{where}: window is an empty list; give one or more durations")
+        if sorted(set(self.metric_windows)) != list(range(len(self.window))) or \
+                len(self.metric_windows) != len(self._outputs):
+            raise GraphDefinitionError(
+                f"{where}: with {len(self.window)} windows, metrics must be a list of {len(self.window)} lists, "
+                "one (non-empty) per window; e.g. window=['1m', '5m'], metrics=[['sum(v) as v1'], ['sum(v) as v5']]")
+        return True
