@@ -355,7 +355,7 @@ def in_time_order(slots: np.ndarray, times: np.ndarray, latest: np.ndarray) -> n
     """``sort_by_time``: which rows keep their side's time order across all keys (a row older than an earlier
     row of any key is out of order; ``latest`` per slot, whose maximum is the side's newest time so far).
     Updates ``latest``."""
-    newest = np.array([latest.max() if len(latest) else NO_TIME], dtype=np.int64)
+    newest = np.array([newest_time(latest)], dtype=np.int64)
     keep = in_order(np.zeros(len(slots), dtype=np.int64), times, newest)
     np.maximum.at(latest, slots[keep], times[keep])
     return keep
