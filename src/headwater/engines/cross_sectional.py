@@ -408,8 +408,10 @@ class _Section:
         """Take in rows (in arrival order): a key's last row wins."""
         if len(slots) == 0:
             return
-        keys, last_from_end = np.unique(slots[::-1], return_index=True)
-        last = len(slots) - 1 - last_from_end
+        last_of = np.full(len(self.args), -1, dtype=np.int64)
+        np.maximum.at(last_of, slots, np.arange(len(slots)))  # each slot's last row; linear, unlike a sort
+        keys = np.flatnonzero(last_of >= 0)
+        last = last_of[keys]
         if self.context is not None and context is not None:  # a key that changes group changes both groups
             self.touched.update(self.context[k] for k in keys[self.present[keys]].tolist())
             self.touched.update(context[i] for i in last.tolist())
