@@ -33,14 +33,15 @@ class Reference:
     with nothing left to emit are forgotten at the first row of a new trading day (key_purge_daily);
     ``update`` (tumbling windows): a row in a later update period of its window than its key's previous row
     first emits the window over the rows before it (periods from the window's start; rows before the
-    session count as at its begin)."""
+    session count as at its begin); ``sub`` (tumbling windows): a (start, end) part of each window, the only
+    rows aggregated, and where the window is due (it closes at the first row at or past its end)."""
 
     def __init__(self, calendar: dict, *, window: pd.Timedelta, step: pd.Timedelta, closed: str = "left",
                  merge: bool = False, delay: pd.Timedelta = ZERO, fill=None, force=None,
-                 start_time: bool = False, kick=None, purge: bool = False, update=None) -> None:
+                 start_time: bool = False, kick=None, purge: bool = False, update=None, sub=None) -> None:
         self.cal, self.window, self.step, self.closed, self.merge = calendar, window, step, closed, merge
         self.delay, self.fill, self.force, self.start_time = delay, fill, force, start_time
-        self.kick, self.purge, self.update = kick, purge, update
+        self.kick, self.purge, self.update, self.sub = kick, purge, update, sub
         self.m = window // step
 
     def trading_day(self, t: pd.Timestamp) -> pd.Timestamp:
@@ -72,10 +73,25 @@ class Reference:
         b, e = self.cal["sessions"][i]
         return day, i, (e - b) // self.step - 1
 
+    def due(self, p, end: pd.Timestamp) -> pd.Timestamp:
+        """Where window ``p`` (ending at ``end``) is due: its end, or its sub-window's."""
+        return end if self.sub is None else self.start_of(p) + self.sub[1]
+
+    def in_sub(self, p, t: pd.Timestamp) -> bool:
+        """Whether a row of window ``p`` at ``t`` is in its sub-window (rows before the session: at its begin)."""
+        if self.sub is None:
+            return True
+        lo, hi = self.sub
+        offset = t - self.start_of(p)
+        if offset < ZERO or (offset == ZERO and self.closed == "right"):
+            return lo == ZERO
+        return lo <= offset < hi or offset == self.step == hi if self.closed == "left" else lo < offset <= hi
+
     def closes(self, p, end: pd.Timestamp, t: pd.Timestamp) -> bool:
         """Left: at or past the end; right, or a session's last window holding its end row: past it."""
-        holds_end = self.closed == "right" or (self.merge and p == self.last_of_session(p))
-        return end + self.delay < t if holds_end else end + self.delay <= t
+        holds_end = self.closed == "right" or (self.merge and p == self.last_of_session(p) and self.due(p, end) == end)
+        due = self.due(p, end)
+        return due + self.delay < t if holds_end else due + self.delay <= t
 
     def start_of(self, p) -> pd.Timestamp:
         day, i, k = p
@@ -142,7 +158,7 @@ class Reference:
             newest = day if newest is None else max(newest, day)
             if self.kick is not None:
                 ended = [q for d in (day - 2 * one_day, day - one_day, day) for q, end in self.panes(d)
-                         if end + self.kick <= row.t]
+                         if self.due(q, end) + self.kick <= row.t]
                 for key in keys:
                     if ended and key != row.k:
                         close(key, ended[-1], pos)
@@ -152,7 +168,7 @@ class Reference:
             if forced is not None and (st_["closed"] is None or st_["closed"] < forced):
                 st_["closed"] = forced
             p = self.pane_of(row.t)
-            if p is not None:
+            if p is not None and self.in_sub(p, row.t):
                 last_window = min((p[0], p[1], p[2] + self.m - 1), self.last_of_session(p))
                 if st_["closed"] is None or last_window > st_["closed"]:
                     if self.update is not None:

@@ -174,7 +174,8 @@ def reference(rows, calendar="day", **kw) -> pd.DataFrame:
 
 ENGINE_ARGS = {"window": "window", "closed": "closed", "merge": "merge_session_end", "delay": "accepted_delay",
                "fill": "fill", "force": "force_trigger_session_end_time", "start_time": "use_window_start_time",
-               "kick": "force_trigger_time", "purge": "key_purge_daily", "update": "update_time"}
+               "kick": "force_trigger_time", "purge": "key_purge_daily", "update": "update_time",
+               "sub": "sub_window"}
 
 
 def engine_kw(**kw) -> dict:
@@ -190,7 +191,13 @@ def engine_kw(**kw) -> dict:
                                 {"update": pd.Timedelta(seconds=10)},
                                 {"update": pd.Timedelta(seconds=20), "merge": True, "force": pd.Timedelta(seconds=20)},
                                 {"update": pd.Timedelta(seconds=15), "closed": "right", "fill": "ffill",
-                                 "start_time": True}])
+                                 "start_time": True},
+                                {"sub": (ZERO, pd.Timedelta(seconds=20))},
+                                {"sub": (pd.Timedelta(seconds=15), pd.Timedelta(seconds=45)), "closed": "right"},
+                                {"sub": (pd.Timedelta(seconds=30), M), "merge": True, "fill": "ffill"},
+                                {"sub": (ZERO, M), "merge": True, "closed": "right", "delay": pd.Timedelta(seconds=20)},
+                                {"sub": (pd.Timedelta(seconds=10), pd.Timedelta(seconds=40)),
+                                 "kick": pd.Timedelta(seconds=5), "force": pd.Timedelta(seconds=20)}])
 def test_whole_input_equals_the_reference(session, tmp_path, calendar, kw):
     rows = make_rows(5, calendar)
     got = run(graph(session, calendar, **engine_kw(**kw)), tmp_path, rows)
@@ -207,16 +214,20 @@ def test_whole_input_equals_the_reference(session, tmp_path, calendar, kw):
        delay=st.sampled_from([pd.Timedelta(0), pd.Timedelta(seconds=30)]),
        fill=st.sampled_from([None, "ffill", 0.0]), force=st.sampled_from([None, pd.Timedelta(seconds=40)]),
        purge=st.booleans(), trigger=st.sampled_from([None, ZERO, pd.Timedelta(seconds=50), "update 10s",
-                                                     "update 30s"]))
+                                                     "update 30s"]),
+       sub=st.sampled_from([None, (ZERO, pd.Timedelta(seconds=20)), (pd.Timedelta(seconds=15), pd.Timedelta(seconds=45)),
+                            (pd.Timedelta(seconds=30), M)]))
 def test_any_split_into_appends_and_a_kill_give_the_reference(session, tmp_path_factory, seed, cuts, crash, calendar,
                                                                closed, merge, window, delay, fill, force, purge,
-                                                               trigger):
-    """``trigger``: a forced trigger (force_trigger_time), or update periods (which need tumbling windows)."""
+                                                               trigger, sub):
+    """``trigger``: a forced trigger (force_trigger_time), or update periods (which need tumbling windows and
+    exclude a sub-window)."""
     rows = make_rows(seed, calendar)
     update = pd.Timedelta(trigger.split()[1]) if isinstance(trigger, str) else None
-    kw = {"closed": closed, "merge": merge, "window": M if update is not None else window,
+    sub = None if update is not None else sub
+    kw = {"closed": closed, "merge": merge, "window": M if update is not None or sub is not None else window,
           "delay": ZERO if trigger is not None else delay, "fill": fill, "force": force, "purge": purge,
-          "kick": None if update is not None else trigger, "update": update}
+          "kick": None if update is not None else trigger, "update": update, "sub": sub}
     got = run(graph(session, calendar, **engine_kw(**kw)), tmp_path_factory.mktemp("p"), rows, cuts, crash)
     same(got, reference(rows, calendar, **kw))
 
@@ -283,6 +294,13 @@ def test_key_purge_daily_forgets_keys_with_nothing_left_at_a_new_day():
      "update_time excludes force_trigger_time and accepted_delay .Orca's rule., got update_time=10s, "
      "force_trigger_time=1s"),
     ({"update_time": "10s", "accepted_delay": "1s"}, "update_time excludes .*, got update_time=10s, accepted_delay=1s"),
+    ({"sub_window": ("0s", "10s"), "window": "120s"},
+     r"sub_window needs tumbling windows \(window == step\), no update_time and no use_system_time \(Orca's rule\), "
+     "got window=2min, step=1min"),
+    ({"sub_window": ("0s", "10s"), "update_time": "10s"}, "sub_window needs tumbling windows .*, update_time"),
+    ({"sub_window": "10s:5s"}, "sub_window 10s:5s must lie inside the window 1min with start < end"),
+    ({"sub_window": "0s:90s"}, "sub_window 0s:90s must lie inside the window 1min"),
+    ({"sub_window": "0s"}, r"sub_window: expected a pair like '0s:10s' or \('0s', '10s'\), got '0s'"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     g = session.stream_graph(f"bad{next(_names)}")

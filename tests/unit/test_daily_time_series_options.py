@@ -1,5 +1,5 @@
 """daily_time_series_engine's options shared with time_series_engine (force_trigger_time, use_system_time,
-update_time, several windows, round_time): small worked examples and clear errors. The per-row reference,
+update_time, several windows, round_time, sub_window): small worked examples and clear errors. The per-row reference,
 for any split of the input into appends and after a kill, is in ``test_daily_time_series.py``."""
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def test_several_windows_arguments(session):
 
 def test_the_options_round_trip_through_the_plan_document(session):
     for g in (several_graph(session, "night", force_trigger_time="5s"), bars(session, update_time="10s"),
-              bars(session, time_column=None, use_system_time=True)):
+              bars(session, time_column=None, use_system_time=True), bars(session, sub_window="5s:25s")):
         again = hw.StreamGraph.from_json(session, g.to_json())
         assert again.to_json() == g.to_json()
 
@@ -257,3 +257,21 @@ def test_round_time_has_no_effect_windows_start_at_session_begins(session, step)
         assert sorted(set(outs[0].time.dt.strftime("%H:%M"))) <= ["11:30", "13:30", "15:30", "17:30"]
     with pytest.raises(hw.GraphDefinitionError, match="round_time must be True or False, got 'yes'"):
         bars(session, round_time="yes")
+
+
+# ---- sub_window ---------------------------------------------------------------------------------------------
+
+def test_sub_window_aggregates_the_first_10_seconds_of_each_minute(session):
+    """Orca's example of subWindow=0s:10s, on sessions: the row before the opening counts as at 09:30:00 (in
+    the sub-window); 09:30:12 closes [09:30, 09:31) and is not in it; the row at 11:30:00 belongs to the next
+    session's first window (merge_session_end=False), as at 13:00:00."""
+    rows = trades(("09:25:31", "A", 1), ("09:30:02", "A", 2), ("09:30:12", "A", 4), ("09:30:55", "A", 8),
+                  ("09:31:05", "A", 16), ("09:31:10", "A", 32), ("11:29:59", "A", 64), ("11:30:00", "A", 128),
+                  ("13:00:10", "A", 256))
+    out = bars(session, sub_window=("0s", "10s")).run_local({"trades": rows})["bars"]
+    assert table(out) == [("09:31:00", "A", 3.0), ("09:32:00", "A", 16.0), ("13:01:00", "A", 128.0)]
+    # a sub-window inside the minute: 09:30:40 closes [09:30:20, 09:30:40) and is not in it
+    rows = trades(("09:29:00", "A", 1), ("09:30:20", "A", 2), ("09:30:39", "A", 4), ("09:30:40", "A", 8),
+                  ("09:31:30", "A", 16), ("09:31:45", "A", 32))
+    out = bars(session, sub_window="20s:40s", use_window_start_time=True).run_local({"trades": rows})["bars"]
+    assert table(out) == [("09:30:00", "A", 6.0), ("09:31:00", "A", 16.0)]

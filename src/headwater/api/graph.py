@@ -445,10 +445,7 @@ class DStream(JoinMethods):
         it too (event time, so replays agree). Metrics are as in ``time_series_engine``; see
         ``headwater.engines.session_window``. ``late_rows_table``: a table of this graph's catalog that
         receives the rows dropped as late, with the engine's input columns (else they are only counted).
-        ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
-        in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
-        window sizes at once, as in ``time_series_engine``. ``round_time`` is accepted for Orca's signature and has
-        no effect: windows start at their session's begin. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
+        ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time.
         ``update_time`` also emits sessions as they grow, as in ``time_series_engine`` (``0``: after every
         micro-batch).
         """
@@ -542,6 +539,7 @@ class DStream(JoinMethods):
         use_system_time: bool = False,
         update_time: str | timedelta | None = None,
         round_time: bool = True,
+        sub_window: str | tuple[str | timedelta, str | timedelta] | None = None,
     ) -> DStream:
         """Aggregate per key the time-series windows of each day's trading sessions (Orca's dailyTimeSeriesEngine).
 
@@ -556,7 +554,8 @@ class DStream(JoinMethods):
         ``update_time`` also emits the open window as it fills, as in ``time_series_engine`` (positive only, as
         in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
         window sizes at once, as in ``time_series_engine``. ``round_time`` is accepted for Orca's signature and has
-        no effect: windows start at their session's begin. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
+        no effect: windows start at their session's begin. ``sub_window=("0s", "10s")`` aggregates only that part
+        of each (tumbling) window, which then closes at the first row at or past its end. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
         (sessions on that UTC clock); the output time column is ``time``. ``key_purge_freq_in_second`` as in
         ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
         see ``headwater.engines.daily_time_series``.
@@ -602,7 +601,8 @@ class DStream(JoinMethods):
                 use_system_time=use_system_time,
                 update_time=None if update_time is None else parse_duration(
                     update_time, where=f"{where} update_time", allow_zero=True),
-                round_time=round_time)
+                round_time=round_time,
+                sub_window=None if sub_window is None else _duration_pair(sub_window, where=f"{where} sub_window"))
 
         return self._engine(DailyTimeSeriesEngine.kind, make)
 

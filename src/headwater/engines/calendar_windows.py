@@ -114,19 +114,21 @@ class DayLayout:
 
     Pane ``k`` holds the row times ``t`` with ``lo[k] <= t - shift - day_start < hi[k]`` and closes at the
     first row at or past ``close_at[k] + shift`` (+ the accepted delay); ``out_end``/``out_start`` are the
-    output times of the window ending with pane ``k``; ``first``/``last`` the first and last pane of its
-    session. A day's territory is ``[start, start + 24h)``: where the day begins for the row mapping
+    output times of the window ending with pane ``k``, ``due`` where the time-series engine's forced trigger
+    counts from (default ``out_end``); ``first``/``last`` the first and last pane of its session. A day's territory is ``[start, start + 24h)``: where the day begins for the row mapping
     (sessions may run past midnight). ``shift`` (1 µs) turns ``(lo, hi]`` windows into ``[lo, hi)``
     ones. Panes are numbered across days: global pane ``day * K + k``.
     """
 
     def __init__(self, *, lo: Sequence[int], hi: Sequence[int], close_at: Sequence[int], out_end: Sequence[int],
                  out_start: Sequence[int], first: Sequence[int], last: Sequence[int], start: int = 0,
-                 shift: int = 0, session_end: Sequence[int] = (), session_last: Sequence[int] = ()) -> None:
+                 shift: int = 0, session_end: Sequence[int] = (), session_last: Sequence[int] = (),
+                 due: Sequence[int] | None = None) -> None:
         self.lo = np.asarray(lo, dtype=np.int64)
         self.hi = np.asarray(hi, dtype=np.int64)
         self.close_at = np.asarray(close_at, dtype=np.int64)
         self.out_end = np.asarray(out_end, dtype=np.int64)
+        self.due = self.out_end if due is None else np.asarray(due, dtype=np.int64)
         self.out_start = np.asarray(out_start, dtype=np.int64)
         self.first = np.asarray(first, dtype=np.int64)
         self.last = np.asarray(last, dtype=np.int64)
@@ -161,9 +163,10 @@ class DayLayout:
         return day * self.panes + np.searchsorted(self.close_at, offset, side="right") - 1
 
     def ends_through(self, times: np.ndarray, after: int) -> np.ndarray:
-        """The last pane whose window ends (``out_end``) at least ``after`` before each time."""
+        """The last pane whose window is due (``due``: its end, or its sub-window's) at least ``after`` before
+        each time."""
         day, offset = self._day_offset(times - after)
-        return day * self.panes + np.searchsorted(self.out_end, offset, side="right") - 1
+        return day * self.panes + np.searchsorted(self.due, offset, side="right") - 1
 
     def forces_through(self, times: np.ndarray, after: int) -> np.ndarray:
         """The last pane of the last session that ended at least ``after`` before each time."""

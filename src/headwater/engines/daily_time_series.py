@@ -24,7 +24,10 @@ Windows close per key as in the time-series engine (the first row at or past the
 ``closed="right"``: past it). ``force_trigger_session_end_time``: Orca counts it on the wall clock; here
 it is event time: the first row of any key at or past ``session end + value`` closes every key's windows up
 to that session's end (so a replay closes them exactly where the first run did; keys are only those of
-the same stream task). ``update_time`` (tumbling windows), as in the time-series engine: a row in a later
+the same stream task). ``sub_window`` (tumbling windows, as in the time-series engine): only the rows in that
+part of a window are aggregated, and the window closes at the first row at or past the sub-window's end
+(``force_trigger_time`` counts from there too); rows before a session count as at its begin. ``update_time``
+(tumbling windows), as in the time-series engine: a row in a later
 update period of its window than its key's previous row (periods of ``update_time`` from the window's start;
 rows before a session count as at its begin) first emits the window over the rows before it, so a window
 may be emitted several times before its final emission. ``round_time`` is accepted and has no effect: it
@@ -151,6 +154,7 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
     update_time: timedelta | None = None
     metric_windows: tuple[int, ...] = ()  # with several windows: the window of each metric, by position
     round_time: bool = True  # accepted for Orca's signature; no effect (windows start at session begins)
+    sub_window: tuple[timedelta, timedelta] | None = None  # (start, end) from each window's start
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -194,6 +198,7 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
         if force is not None and force < timedelta(0):
             raise GraphDefinitionError(f"{where}: force_trigger_session_end_time must not be negative, got {force}")
         self._check_triggers(where)
+        self._check_sub_window(where)
         object.__setattr__(self, "session_begin", tuple(text for _, text, _ in b))
         object.__setattr__(self, "session_end", tuple(text for _, text, _ in e))
         object.__setattr__(self, "_sessions", tuple(sessions))
@@ -240,6 +245,26 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
                     f"{where}: force_trigger_time excludes accepted_delay (Orca's rule), got force_trigger_time="
                     f"{format_duration(kick)}, accepted_delay={format_duration(self.accepted_delay)}")
 
+    def _check_sub_window(self, where: str) -> None:
+        """Orca's rules: tumbling windows, no update_time, no system time."""
+        if self.sub_window is None:
+            return
+        if not (isinstance(self.sub_window, tuple) and len(self.sub_window) == 2
+                and all(isinstance(x, timedelta) for x in self.sub_window)):
+            raise GraphDefinitionError(f"{where}: sub_window must be a pair of durations, got {clip(self.sub_window)}; "
+                                       "e.g. sub_window=('0s', '10s')")
+        lo, hi = self.sub_window
+        if self.windows != (self.step,) or self.update_time is not None or self.use_system_time:
+            raise GraphDefinitionError(
+                f"{where}: sub_window needs tumbling windows (window == step), no update_time and no "
+                f"use_system_time (Orca's rule), got window={'/'.join(map(format_duration, self.windows))}, "
+                f"step={format_duration(self.step)}" + (", update_time" if self.update_time is not None else "")
+                + (", use_system_time" if self.use_system_time else ""))
+        if not timedelta(0) <= lo < hi <= self.step:
+            raise GraphDefinitionError(
+                f"{where}: sub_window {format_duration(lo) if lo else '0s'}:{format_duration(hi) if hi else '0s'} must "
+                f"lie inside the window {format_duration(self.step)} with start < end; e.g. sub_window=('0s', '10s')")
+
     def _check_windows(self, where: str) -> None:
         if self.check_several_windows(where) and (self.use_window_start_time or self.update_time is not None or
                                                   self.key_purge_freq_in_second is not None):
@@ -282,41 +307,50 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
             **({"updateTime": format_duration(self.update_time)} if self.update_time is not None else {}),
             **({"metricWindows": list(self.metric_windows)} if self.metric_windows else {}),
             **({"roundTime": False} if not self.round_time else {}),
+            **({"subWindow": ":".join(format_duration(x) if x else "0s" for x in self.sub_window)}
+               if self.sub_window is not None else {}),
         }
 
     def layout(self, window_size: timedelta | None = None) -> DayLayout:
         """Panes of ``step`` per session; the first pane of a session also holds the time before it. The
-        windows are ``window_size`` long (default: the first window)."""
+        windows are ``window_size`` long (default: the first window). With ``sub_window`` (tumbling windows) a
+        pane is only that part of its window, which closes at the sub-window's end; the time before a session
+        counts as its begin, so it is in the first pane only if the sub-window starts there."""
         step, window = to_micros(self.step), to_micros(self.windows[0] if window_size is None else window_size)
+        sub_lo, sub_hi = (0, step) if self.sub_window is None else map(to_micros, self.sub_window)
         merge = self.merge_session_end and self.closed == "left"
         sessions = self._sessions
         last_end = sessions[-1][1]
         drop_end = min(-(-last_end // DAY_US) * DAY_US, DAY_US + sessions[0][0])
-        start = drop_end - DAY_US  # a trading day runs from here for 24 h
+        day_start = drop_end - DAY_US  # a trading day runs from here for 24 h
         lo: list[int] = []
         hi: list[int] = []
         close_at: list[int] = []
+        due: list[int] = []  # where each window is due, for force_trigger_time (its end, or its sub-window's)
         first: list[int] = []
         last: list[int] = []
         session_last: list[int] = []
-        previous_end = start
+        previous_end = day_start
         for s_begin, s_end in sessions:
             n = (s_end - s_begin) // step
             k0 = len(lo)
             for k in range(n):
-                lo.append(previous_end if k == 0 else s_begin + k * step)
-                end = s_begin + (k + 1) * step
+                start = s_begin + k * step
+                lo.append(previous_end if k == 0 and sub_lo == 0 else start + sub_lo)
+                end = start + sub_hi
                 # merged, a row at the session's end is its last window's last row; a later row closes it
-                hi.append(end + 1 if merge and k == n - 1 else end)
+                hi.append(end + 1 if merge and k == n - 1 and sub_hi == step else end)
                 close_at.append(hi[-1])
+                due.append(end)
                 first.append(k0)
                 last.append(k0 + n - 1)
             session_last.append(k0 + n - 1)
-            previous_end = hi[-1]
+            previous_end = s_end + 1 if merge else s_end
         ends = [b + (k + 1) * step for b, e in sessions for k in range((e - b) // step)]
         return DayLayout(lo=lo, hi=hi, close_at=close_at, out_end=ends, out_start=[x - window for x in ends],
-                         first=first, last=last, start=start, shift=1 if self.closed == "right" else 0,
-                         session_end=[e for _, e in sessions], session_last=session_last)
+                         first=first, last=last, start=day_start, shift=1 if self.closed == "right" else 0,
+                         session_end=[e for _, e in sessions], session_last=session_last,
+                         due=due)
 
     def processor(self, input_schema: Schema | None = None) -> CalendarWindowProcessor | SeveralWindowsProcessor:
         groups = [(positions, self._window_processor(w, positions)) for w, positions in self.metric_groups()]
