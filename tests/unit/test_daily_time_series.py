@@ -301,6 +301,7 @@ def test_key_purge_daily_forgets_keys_with_nothing_left_at_a_new_day():
     ({"sub_window": "10s:5s"}, "sub_window 10s:5s must lie inside the window 1min with start < end"),
     ({"sub_window": "0s:90s"}, "sub_window 0s:90s must lie inside the window 1min"),
     ({"sub_window": "0s"}, r"sub_window: expected a pair like '0s:10s' or \('0s', '10s'\), got '0s'"),
+    ({"sub_window": 5}, r"sub_window: expected a pair like '0s:10s' or \('0s', '10s'\), got 5"),
 ])
 def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw, message):
     g = session.stream_graph(f"bad{next(_names)}")

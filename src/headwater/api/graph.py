@@ -85,7 +85,7 @@ def _window_metrics(window: Any, metrics: Any, *, where: str) -> tuple[Any, tupl
 
 def _duration_pair(value: str | tuple[str | timedelta, str | timedelta], *, where: str) -> tuple[timedelta, timedelta]:
     """``"0s:10s"`` or ``("0s", "10s")`` (Orca's ``0s:10s``)."""
-    parts = value.split(":") if isinstance(value, str) else list(value)
+    parts = value.split(":") if isinstance(value, str) else list(value) if isinstance(value, tuple | list) else []
     if len(parts) != 2:
         raise GraphDefinitionError(f"{where}: expected a pair like '0s:10s' or ('0s', '10s'), got {clip(value)}")
     lo, hi = (parse_duration(p.strip() if isinstance(p, str) else p, where=where, allow_zero=True) for p in parts)
