@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import headwater as hw
@@ -173,6 +173,7 @@ def test_late_rows_are_counted_once_in_the_engine_stats(session, tmp_path_factor
     from headwater.runtime.engine_stats import engine_rows
 
     rows = make_rows(seed)
+    assume(late_count(rows) > 0)  # a few draws shift no row out of its window
     root = tmp_path_factory.mktemp("late")
     runner = LocalRunner(graph(session).plan(), root)
     for i, (a, b) in enumerate(itertools.pairwise([0, *sorted(cuts), len(rows)])):

@@ -160,7 +160,7 @@ class JoinMethods:
             delay = None if max_delayed_time is None else \
                 parse_duration(max_delayed_time, where=f"{where} max_delayed_time", allow_zero=True)
             return WindowJoinEngine(**common, window=_window(window, where), max_delayed_time=delay, closed=closed,
-                                    null_fill=tuple(null_fill), sort_by_time=sort_by_time,
+                                    null_fill=_fill_values(null_fill, where=f"window_join_engine {clip(name)}"), sort_by_time=sort_by_time,
                                     use_system_time=use_system_time, garbage_size=garbage_size)
 
         return self._join(right, WindowJoinEngine.kind, make, matching_column, metrics, time_column)
@@ -182,3 +182,11 @@ def _window(value: Any, where: str) -> tuple[timedelta, timedelta]:
         return sign * parse_duration(text.lstrip("-+"), where=f"{where} window", allow_zero=True)
 
     return one(parts[0]), one(parts[1])
+
+
+def _fill_values(value: Any, *, where: str) -> tuple[Any, ...]:
+    """``null_fill`` as a tuple: a list or tuple of values, one per output column."""
+    if not isinstance(value, list | tuple):
+        raise GraphDefinitionError(f"{where}: null_fill must be a list with one value per output column (None keeps "
+                                   f"its NULLs), got {clip(value)}")
+    return tuple(value)

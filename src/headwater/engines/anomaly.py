@@ -34,6 +34,7 @@ from headwater.engines.base import (
     EngineSpec,
     KeyTable,
     Processor,
+    check_flags,
     resolve_columns,
     resolve_expr,
 )
@@ -82,6 +83,7 @@ class AnomalyDetectionEngine(EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"anomaly_detection_engine {clip(self.name)}"
+        check_flags(self, where=where)
         schema = self.input_schema
         (time_col,) = resolve_columns((self.time_column,), schema, what="time_column", where=where)
         if schema[time_col] not in TEMPORAL:

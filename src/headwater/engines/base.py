@@ -10,6 +10,7 @@ state; streaming == batch is therefore testable without Spark.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -116,6 +117,15 @@ class EngineSpec(abc.ABC):
     def late_rows_fqn(self) -> str | None:
         """The public table the engine's late rows go to (engines with ``late_rows_table``), else None."""
         return None
+
+
+def check_flags(spec: Any, *, where: str) -> None:
+    """Every ``bool`` option of an engine spec (a dataclass) is True or False: a truthy ``"no"`` must not
+    switch one on."""
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if f.type in ("bool", bool) and not isinstance(value, bool):
+            raise GraphDefinitionError(f"{where}: {f.name} must be True or False, got {clip(value)}")
 
 
 def resolve_columns(names: Sequence[str], schema: Schema, *, what: str, where: str) -> tuple[str, ...]:

@@ -63,6 +63,7 @@ from headwater.engines.base import (
     EngineSpec,
     KeyTable,
     Processor,
+    check_flags,
     metric_outputs,
     resolve_columns,
     resolve_expr,
@@ -125,6 +126,7 @@ class CrossSectionalEngine(EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"cross_sectional_engine {clip(self.name)}"
+        check_flags(self, where=where)
         schema = self.input_schema
         self._check_trigger(where)
         if not self.key_column:

@@ -70,7 +70,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headwater.durations import format_duration, to_micros
-from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor
+from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor, check_flags
 from headwater.engines.calendar_windows import (
     DAY_US,
     CalendarWindowProcessor,
@@ -160,6 +160,7 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"daily_time_series_engine {clip(self.name)}"
+        check_flags(self, where=where)
         step = to_micros(self.step)
         for w in self.windows:
             if to_micros(w) <= 0 or step <= 0:
@@ -209,9 +210,6 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
 
     def _check_triggers(self, where: str) -> None:
         """The time-series engine's rules for combining its triggers (Orca's)."""
-        for flag in ("use_system_time", "round_time"):
-            if not isinstance(getattr(self, flag), bool):
-                raise GraphDefinitionError(f"{where}: {flag} must be True or False, got {clip(getattr(self, flag))}")
         kick = self.force_trigger_time
         update = self.update_time
         if self.use_system_time and (kick is not None or update is not None or self.accepted_delay):

@@ -25,6 +25,7 @@ from headwater.engines.base import (
     EngineSpec,
     KeyTable,
     Processor,
+    check_flags,
     metric_outputs,
     resolve_columns,
     resolve_expr,
@@ -62,6 +63,7 @@ class ReactiveStateEngine(EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"{self.kind.lower()} {clip(self.name)}"
+        check_flags(self, where=where)
         if (self.key_purge_filter is None) != (self.key_purge_freq is None):
             raise GraphDefinitionError(
                 f"{where}: pass both key_purge_filter= and key_purge_freq= (or neither); "

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor
+from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor, check_flags
 from headwater.engines.columns import evaluate_rowwise
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
@@ -77,6 +77,7 @@ class ReactiveStatelessEngine(EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"reactive_stateless_engine {clip(self.name)}"
+        check_flags(self, where=where)
         for c in (*self.key_column, self.value_column, *([self.time_column] if self.time_column else [])):
             if c not in self.input_schema:
                 raise GraphDefinitionError(f"{where}: column {clip(c)} is not an input column {self.input_schema}")

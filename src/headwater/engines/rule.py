@@ -32,7 +32,15 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor, resolve_columns, resolve_expr
+from headwater.engines.base import (
+    SEQ,
+    EngineKind,
+    EngineSpec,
+    Processor,
+    check_flags,
+    resolve_columns,
+    resolve_expr,
+)
 from headwater.engines.columns import evaluate_rowwise, filter_mask, to_numpy
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
@@ -87,6 +95,7 @@ class RuleEngine(EngineSpec):
 
     def __post_init__(self) -> None:
         where, schema = self.where, self.input_schema
+        check_flags(self, where=where)
         if self.policy not in POLICIES:
             raise GraphDefinitionError(f"{where}: policy must be one of {', '.join(POLICIES)}, got {clip(self.policy)}")
         if self.rule_set_column is not None:

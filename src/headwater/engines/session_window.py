@@ -51,6 +51,7 @@ from headwater.engines.base import (
     EngineSpec,
     KeyTable,
     Processor,
+    check_flags,
 )
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
@@ -86,6 +87,7 @@ class SessionWindowEngine(EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"session_window_engine {clip(self.name)}"
+        check_flags(self, where=where)
         if self.session_gap <= timedelta(0):
             raise GraphDefinitionError(f"{where}: session_gap must be positive, got {format_duration(self.session_gap)}")
         if self.update_time is not None:

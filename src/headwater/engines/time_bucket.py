@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from headwater.engines.base import EngineKind, EngineSpec
+from headwater.engines.base import EngineKind, EngineSpec, check_flags
 from headwater.engines.calendar_windows import (
     MINUTE_US,
     SECOND_US,
@@ -96,6 +96,7 @@ class TimeBucketEngine(EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"time_bucket_engine {clip(self.name)}"
+        check_flags(self, where=where)
         points = self.time_cut_points
         if not isinstance(points, tuple | list) or len(points) < 2:
             raise GraphDefinitionError(

@@ -20,13 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.durations import format_duration, to_micros
-from headwater.engines.base import (
-    SEQ,
-    EngineKind,
-    EngineSpec,
-    KeyTable,
-    Processor,
-)
+from headwater.engines.base import SEQ, EngineKind, EngineSpec, KeyTable, Processor, check_flags
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
     SeveralWindows,
@@ -97,9 +91,7 @@ class TimeSeriesEngine(SeveralWindows, EngineSpec):
 
     def __post_init__(self) -> None:
         where = f"time_series_engine {clip(self.name)}"
-        for flag in ("use_window_start_time", "round_time", "use_system_time"):
-            if not isinstance(getattr(self, flag), bool):
-                raise GraphDefinitionError(f"{where}: {flag} must be True or False, got {clip(getattr(self, flag))}")
+        check_flags(self, where=where)
         for window in self.windows:
             if to_micros(window) % to_micros(self.step):
                 raise GraphDefinitionError(

@@ -26,7 +26,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headwater.engines.base import SEQ, EngineSpec, KeyTable, metric_outputs, resolve_columns, resolve_expr
+from headwater.engines.base import (
+    SEQ,
+    EngineSpec,
+    KeyTable,
+    check_flags,
+    metric_outputs,
+    resolve_columns,
+    resolve_expr,
+)
 from headwater.engines.columns import evaluate_rowwise, times_us, to_arrow, to_numpy
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Col, Expr, Lit
@@ -166,7 +174,15 @@ class JoinEngine(EngineSpec):
                                            "of the output; rename it with 'as'")
             infer_type(expr, scope, where=f"{where} metric {clip(name)}", kinds=self.metric_kinds)
         object.__setattr__(self, "_outputs", tuple((n, resolve_expr(e, scope)) for n, e in outputs))
+        self._check_options()
         self.check()
+
+    def _check_options(self) -> None:
+        """Flags are True or False; a garbage_size is a positive int."""
+        check_flags(self, where=self.where)
+        size = getattr(self, "garbage_size", 1)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise GraphDefinitionError(f"{self.where}: garbage_size must be a positive int, got {clip(size)}")
 
     def check(self) -> None:
         """Engine-specific checks (subclasses)."""

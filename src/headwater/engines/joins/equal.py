@@ -24,7 +24,7 @@ import pyarrow as pa
 from headwater.durations import format_duration, to_micros
 from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
 from headwater.engines.joins.base import SLOT, TIME, JoinEngine, Sides, concat, frame, with_work_columns
-from headwater.errors import GraphDefinitionError, clip
+from headwater.errors import GraphDefinitionError
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,6 @@ class EqualJoinEngine(JoinEngine):
     def check(self) -> None:
         if not self.time_column:
             raise GraphDefinitionError(f"{self.where}: time_column is required (rows join on key and time)")
-        if isinstance(self.garbage_size, bool) or not isinstance(self.garbage_size, int) or self.garbage_size < 1:
-            raise GraphDefinitionError(f"{self.where}: garbage_size must be a positive int, got {clip(self.garbage_size)}")
         if self.max_delayed_time < timedelta(0):
             raise GraphDefinitionError(f"{self.where}: max_delayed_time must not be negative")
 
