@@ -10,12 +10,16 @@ agree before any number is printed:
   chunks to ``wait_until_caught_up`` returning.
 - **pyspark**: the same job as a hand-written Structured Streaming query on the same SparkSession: a
   Parquet file source (one file per append, written and renamed into the directory inside the clock),
-  Spark's own window / session-window aggregation or stream-stream join with watermarks, Parquet (or
-  ``foreachBatch``) sink. The same job first runs once on the warm-up rows; the clock runs from
-  writing the first file to ``processAllAvailable`` returning. For the as-of join, which Spark has no
-  streaming operator for, also a batch ``cogroup().applyInPandas(pd.merge_asof)`` (Spark's documented
-  as-of recipe), timed from writing the same files to its output written.
+  Spark's own window / session-window aggregation, stream-stream join with watermarks or stream-static
+  join (with a table the workload preloads, read by ``spark.read``), Parquet (or ``foreachBatch``) sink.
+  The same job first runs once on the warm-up rows; the clock runs from writing the first file to
+  ``processAllAvailable`` returning. For the as-of join, which Spark has no streaming operator for, also
+  a batch ``cogroup().applyInPandas(pd.merge_asof)`` (Spark's documented as-of recipe), timed from
+  writing the same files to its output written.
 - **pandas**: a single-process reference of the same result (``groupby``, ``merge_asof``, ``merge``).
+
+A workload's preloaded tables (reference data) are loaded before either clock: appended to their Headwater
+source and processed, written as the PySpark job's static table.
 
 Windows and joins that wait for later rows close per key in Headwater and on Spark's global watermark
 in PySpark. The last append of each workload is a *flush*: one row per key two days after the data,
@@ -48,14 +52,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the engine_families package beside this script
-from engine_families import calendars, cross, joins, time_windows
+from engine_families import calendars, cross, joins, keyed_joins, time_windows
 from engine_families.common import FLUSH, TOLERANCE, Family, Workload, ddl
 from engine_families.joins import asof_spark_batch
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "engines.json"
 CATALOG = "bench"
-MODULES = (time_windows, calendars, cross, joins)  # each: FAMILIES, add_arguments(parser), QUICK (smoke-run sizes)
+# each: FAMILIES, add_arguments(parser), QUICK (smoke-run sizes)
+MODULES = (time_windows, calendars, cross, joins, keyed_joins)
 FAMILIES = {f.name: f for module in MODULES for f in module.FAMILIES}
 
 
@@ -85,6 +90,7 @@ def run_headwater(session: Any, fam: Family, w: Workload, warm: Workload | None,
         wg = session.stream_graph(f"{short}_warm")
         fam.graph(wg, f"{short}_w_", warm, args.tasks)
         wg.submit()
+        preload(session, f"{short}_w_", f"{short}_warm", warm, args.timeout)
         for table, rows in warm.appends:
             session.append(f"{short}_w_{table}", rows)
         session.wait_until_caught_up(f"{short}_warm", timeout=args.timeout)
@@ -94,6 +100,7 @@ def run_headwater(session: Any, fam: Family, w: Workload, warm: Workload | None,
     t0 = time.perf_counter()
     g.submit()
     session.wait_until_caught_up(fam.name, timeout=args.timeout)  # the first, empty trigger: not timed
+    preload(session, f"{short}_", fam.name, w, args.timeout)  # caught up: the engine holds it before the clock
     startup = time.perf_counter() - t0
     before = session.progress(fam.name)
     load = os.getloadavg()[0]
@@ -111,12 +118,21 @@ def run_headwater(session: Any, fam: Family, w: Workload, warm: Workload | None,
             "loadavg_1m_after": os.getloadavg()[0], "subgraphs": split}, out
 
 
+def preload(session: Any, prefix: str, graph: str, w: Workload, timeout: float) -> None:
+    """Append the workload's preloaded tables and wait until the graph has processed them."""
+    if w.preload:
+        for table, rows in w.preload.items():
+            session.append(f"{prefix}{table}", rows)
+        session.wait_until_caught_up(graph, timeout=timeout)
+
+
 # -- hand-written PySpark -----------------------------------------------------------------------------------
 def write_file(rows: pa.Table, staging: Path, target: Path) -> None:
     """One append as one Parquet file, renamed into the source directory (a file source must never see a
     half-written file). Times as UTC timestamps, which Spark reads as TIMESTAMP (a watermark needs one)."""
     i = rows.schema.get_field_index("time")
-    rows = rows.set_column(i, "time", rows["time"].cast(pa.timestamp("us", tz="UTC")))
+    if i >= 0:
+        rows = rows.set_column(i, "time", rows["time"].cast(pa.timestamp("us", tz="UTC")))
     pq.write_table(rows, staging)
     os.rename(staging, target)
 
@@ -140,8 +156,8 @@ def query_phases(queries: list[Any], since: dict[str, int]) -> dict[str, Any]:
 
 def run_spark_job(spark: Any, fam: Family, w: Workload, root: Path, timeout: float) -> tuple[dict[str, Any],
                                                                                               pd.DataFrame]:
-    """Start the family's queries on empty source directories, then time: write every append as a file,
-    wait until the queries have processed all of them."""
+    """Start the family's queries on empty source directories (and static tables of the preloaded rows),
+    then time: write every append as a file, wait until the queries have processed all of them."""
     root.mkdir(parents=True)
     dirs = {table: root / "in" / table for table in w.schemas}
     for d in dirs.values():
@@ -153,6 +169,10 @@ def run_spark_job(spark: Any, fam: Family, w: Workload, root: Path, timeout: flo
         if fam.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", fam.max_files_per_trigger)
         inputs[table] = reader.parquet(str(dirs[table]))
+    for table, rows in w.preload.items():  # static tables: read by spark.read, joined stream-static
+        (root / "static" / table).mkdir(parents=True)
+        write_file(rows, root / "staging" / f"{table}.parquet", root / "static" / table / "part-0.parquet")
+        inputs[table] = spark.read.parquet(str(root / "static" / table))
     t0 = time.perf_counter()
     queries, read = fam.spark(spark, inputs, root / "out", root / "checkpoint", w)
     try:

@@ -37,6 +37,9 @@ class Workload:
     rows: int  # input rows counted for throughput: all tables, flush rows excluded
     reference: pd.DataFrame  # the expected output, from pandas, before the flush time
     params: dict[str, Any] = field(default_factory=dict)
+    # tables loaded before the clock: appended to the source and caught up (Headwater), a static Parquet table
+    # read by spark.read (PySpark); constant during the timed run
+    preload: dict[str, pa.Table] = field(default_factory=dict)
 
 
 def names(prefix: str, n: int) -> np.ndarray:
