@@ -48,14 +48,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the engine_families package beside this script
-from engine_families import cross, joins, time_windows
+from engine_families import alerts, cross, joins, time_windows
 from engine_families.common import FLUSH, TOLERANCE, Family, Workload, ddl
 from engine_families.joins import asof_spark_batch
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "engines.json"
 CATALOG = "bench"
-MODULES = (time_windows, cross, joins)  # each: FAMILIES, add_arguments(parser), QUICK (smoke-run sizes)
+MODULES = (time_windows, cross, joins, alerts)  # each: FAMILIES, add_arguments(parser), QUICK (smoke-run sizes)
 FAMILIES = {f.name: f for module in MODULES for f in module.FAMILIES}
 
 
@@ -283,14 +283,14 @@ def machine() -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    head = f"{'family':<16}{'baseline':<15}{'headwater rows/s':>18}{'baseline rows/s':>17}{'ratio':>8}" \
+    head = f"{'family':<18}{'baseline':<15}{'headwater rows/s':>18}{'baseline rows/s':>17}{'ratio':>8}" \
            f"{'target':>10}{'load':>6}  met?"
     lines = [head]
     for name, r in results.items():
         target = r["target_rows_per_s"]
         for base, rate in r["rows_per_s"]["baselines"].items():
             ratio, met = r["ratio"][base], r["met"][base]
-            lines.append(f"{name:<16}{base:<15}{r['rows_per_s']['headwater']:>18,.0f}{rate:>17,.0f}{ratio:>7.2f}x"
+            lines.append(f"{name:<18}{base:<15}{r['rows_per_s']['headwater']:>18,.0f}{rate:>17,.0f}{ratio:>7.2f}x"
                          f"{(f'{target / 1e6:.0f} M' if target else '-'):>10}"
                          f"{r['headwater']['loadavg_1m_before']:>6.1f}  {'yes' if met else 'NO'}")
     return "\n".join(lines)
