@@ -99,3 +99,24 @@ def test_bad_rule_changes_are_refused_before_reaching_a_worker(session):
         spec.check_control({"op": "update_rule", "key": 3, "rules": ["value"]})
     with pytest.raises(GraphDefinitionError, match="unknown rule change"):
         spec.check_control({"op": "drop_table", "key": 3})
+
+
+@pytest.mark.parametrize("policy", ["shortcut", "all"])
+def test_string_sets_null_and_unknown_values_and_both_policies_match_a_per_row_reference(session, policy):
+    sets = {"a": ["price > 1", "value < 3", "value * price < 10"], "b": ["price < 5"], None: ["value > 0", "price > 0"]}
+    g = session.stream_graph(f"r{next(_names)}")
+    (g.source("t", schema={"side": "string", "value": "double", "price": "double"})
+      .rule_engine(rule_sets=sets, output_columns=["side"], policy=policy, rule_set_column="side").sink("out"))
+    rng = np.random.default_rng(3)
+    rows = pd.DataFrame({"side": rng.choice(np.array(["a", "b", "c", None], dtype=object), 200),
+                         "value": rng.integers(-1, 5, 200).astype(float), "price": rng.integers(-1, 7, 200).astype(float)})
+    checks = {"price > 1": lambda r: r.price > 1, "value < 3": lambda r: r.value < 3,
+              "value * price < 10": lambda r: r.value * r.price < 10, "price < 5": lambda r: r.price < 5,
+              "value > 0": lambda r: r.value > 0, "price > 0": lambda r: r.price > 0}
+    want = []
+    for r in rows.itertuples():
+        outcomes = [bool(checks[c](r)) for c in sets.get(r.side, sets[None])]
+        want.append(outcomes if policy == "all" else next((i for i, ok in enumerate(outcomes) if not ok), None))
+    out = g.run_local({"t": rows})["out"]
+    got = [list(x) for x in out.result] if policy == "all" else [None if pd.isna(x) else int(x) for x in out.result]
+    assert got == want

@@ -173,6 +173,7 @@ class AnomalyDetectionProcessor(Processor):
         aggs = spec.aggregates()
         index = {a.key(): i for i, a in enumerate(aggs)}
         self.n_aggs = len(aggs)
+        self.mixed = MIXED in spec._kinds  # only mixed conditions read each row's latest window
         self.checks = [replace_aggregates(m, index) for m in spec.metrics]  # aggregates read as __agg<i>
         self.texts = list(spec.anomaly_description) or [str(m) for m in spec.metrics]
         # row and mixed conditions, evaluated per key in arrival order (sequence functions such as prev keep state)
@@ -195,9 +196,11 @@ class AnomalyDetectionProcessor(Processor):
         windows_state, row_aggs = state["windows"], np.full((table.num_rows, self.n_aggs), np.nan)
         if self.windows is not None and table.num_rows:
             windows_state, closed = self.windows.process(state["windows"], table, batch_time=batch_time)
-            row_aggs = self._latest_windows(closed, keys, slots, seq, last)
-            values = {f"__agg{i}": closed[f"agg__{i}"].to_numpy(zero_copy_only=False).astype(np.float64)
-                      for i in range(self.n_aggs)}
+            found, window_slots = self._closed(closed, keys)
+            if self.mixed:
+                row_aggs = self._latest_windows(found, window_slots, closed[SEQ].to_numpy(), slots, seq, last)
+            self._keep_last(found, window_slots, last)
+            values = {f"__agg{i}": found[:, i] for i in range(self.n_aggs)}
             for i, (check, kind) in enumerate(zip(self.checks, spec._kinds, strict=True)):
                 if kind == WINDOW:
                     hit = filter_mask(evaluate_rowwise(check, values, closed.num_rows))
@@ -216,25 +219,34 @@ class AnomalyDetectionProcessor(Processor):
         out = self._output(pieces)
         return {"keys": keys.keys, "windows": windows_state, "last": last, "rows": rows_state}, out
 
-    def _latest_windows(self, closed: pa.Table, keys: KeyTable, slots: np.ndarray, seq: np.ndarray,
-                        last: np.ndarray) -> np.ndarray:
-        """Each row's key's last closed window aggregates (a window its own row closed counts); updates ``last``."""
+    def _latest_windows(self, values: np.ndarray, window_slots: np.ndarray, window_seq: np.ndarray,
+                        slots: np.ndarray, seq: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """Each row's key's last closed window aggregates (a window its own row closed counts), from ``last``
+        (before this batch) and this batch's closed windows."""
+        out = last[slots].copy()
+        if len(values):
+            rows = pd.DataFrame({SEQ: seq, "slot": slots, "row": np.arange(len(seq))})
+            found = pd.merge_asof(rows.sort_values(SEQ), pd.DataFrame({SEQ: window_seq, "slot": window_slots,
+                                                                         "w": np.arange(len(values))}),
+                                  on=SEQ, by="slot", direction="backward")
+            has = found["w"].notna().to_numpy()
+            out[found["row"].to_numpy()[has]] = values[found["w"].to_numpy()[has].astype(np.int64)]
+        return out
+
+    def _keep_last(self, values: np.ndarray, window_slots: np.ndarray, last: np.ndarray) -> None:
+        """Updates ``last``: each key's latest closed window aggregates."""
+        if len(values):
+            last_of_key = pd.Series(np.arange(len(values))).groupby(window_slots).max()
+            last[last_of_key.index.to_numpy()] = values[last_of_key.to_numpy()]
+
+    def _closed(self, closed: pa.Table, keys: KeyTable) -> tuple[np.ndarray, np.ndarray]:
+        """The closed windows' aggregates (one row each) and their keys' slots."""
         values = np.column_stack([closed[f"agg__{i}"].to_numpy(zero_copy_only=False).astype(np.float64)
                                   for i in range(self.n_aggs)]) if closed.num_rows else np.empty((0, self.n_aggs))
         key_names = self.spec.key_column
         window_slots = keys.slots_from_arrow([closed[k] for k in key_names]) if key_names and closed.num_rows \
             else np.zeros(closed.num_rows, dtype=np.int64)
-        out = last[slots].copy()
-        if closed.num_rows:
-            rows = pd.DataFrame({SEQ: seq, "slot": slots, "row": np.arange(len(seq))})
-            found = pd.merge_asof(rows.sort_values(SEQ), pd.DataFrame({SEQ: closed[SEQ].to_numpy(), "slot": window_slots,
-                                                                         "w": np.arange(closed.num_rows)}),
-                                  on=SEQ, by="slot", direction="backward")
-            has = found["w"].notna().to_numpy()
-            out[found["row"].to_numpy()[has]] = values[found["w"].to_numpy()[has].astype(np.int64)]
-            last_of_key = pd.Series(np.arange(closed.num_rows)).groupby(window_slots).max()
-            last[last_of_key.index.to_numpy()] = values[last_of_key.to_numpy()]
-        return out
+        return values, window_slots
 
     def _output(self, pieces: list[tuple[pa.Table, np.ndarray, int, int]]) -> pa.Table:
         spec = self.spec

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from headwater.engines.base import (
     SEQ,
@@ -173,18 +174,32 @@ class RuleProcessor(Processor):
             self._compiled = {signature: sets}
         return self._compiled[signature]
 
+    def chosen_sets(self, table: pa.Table, keys: list[Any]) -> np.ndarray:
+        """Each row's rule set, as its position in ``keys``: a value without a set of its own (or NULL) takes
+        the default set (key None)."""
+        column, default = self.spec.rule_set_column, keys.index(None)
+        integral = column is not None and self.spec.input_schema[column] in INTEGRAL
+        named = [k for k in keys if k is not None and (not integral or -2**63 <= k < 2**63)]  # others match no row
+        if column is None or not named or table.num_rows == 0:
+            return np.full(table.num_rows, default, dtype=np.int64)
+        values = table[column]
+        if integral:
+            values, value_set = values.cast(pa.int64()), pa.array(named, pa.int64())
+        else:
+            value_set = pa.array(named, values.type)
+        found = pc.fill_null(pc.index_in(values, value_set=value_set), -1).to_numpy(zero_copy_only=False)
+        positions = np.array([keys.index(k) for k in named], dtype=np.int64)
+        return np.where(found < 0, default, positions[found])
+
     def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
         spec, n = self.spec, table.num_rows
         sets = self.rule_sets(state)
         keys = list(sets)
-        index = {k: i for i, k in enumerate(keys)}
-        if spec.rule_set_column is None:
-            chosen = np.full(n, index[None], dtype=np.int64)
-        else:  # a value without a set of its own (or NULL) takes the default set
-            chosen = np.array([index.get(v, index[None]) for v in table[spec.rule_set_column].to_pylist()],
-                              dtype=np.int64)
+        chosen = self.chosen_sets(table, keys)
         failed = np.full(n, -1, dtype=np.int64)  # shortcut: index of the first failing rule
-        outcomes: list[list[bool] | None] = [None] * n
+        offsets = np.zeros(n + 1, dtype=np.int32)  # all: row r's outcomes are flat[offsets[r]:offsets[r + 1]]
+        np.cumsum(np.array([len(sets[k]) for k in keys], dtype=np.int32)[chosen], out=offsets[1:])
+        flat = np.empty(offsets[-1], dtype=bool)
         for i, key in enumerate(keys):
             rows = np.flatnonzero(chosen == i)
             if len(rows) == 0:
@@ -196,11 +211,10 @@ class RuleProcessor(Processor):
                 results[:, j] = filter_mask(evaluate_rowwise(rule, values, len(rows)))
             failed[rows] = np.where(results.all(axis=1), -1, np.argmin(results, axis=1))
             if spec.policy == "all":
-                for r, outcome in zip(rows.tolist(), results.tolist(), strict=True):
-                    outcomes[r] = outcome
+                flat[offsets[rows][:, None] + np.arange(results.shape[1])] = results
         arrays = [table[c] for c in spec.output_columns]
         if spec.policy == "shortcut":
             arrays.append(pa.array(failed, pa.int32(), mask=failed < 0))
         else:
-            arrays.append(pa.array(outcomes, pa.list_(pa.bool_())))
+            arrays.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)))
         return state, pa.table([*arrays, table[SEQ]], schema=self.out_schema)
