@@ -21,15 +21,40 @@ import numpy as np
 Partials = dict[str, np.ndarray]
 
 
+def packed_keys(keys: Sequence[np.ndarray]) -> np.ndarray | None:
+    """Each row of the (non-empty) integer ``keys`` as one int64 that sorts like the row; None when the keys'
+    ranges are too wide for that."""
+    packed = np.zeros(len(keys[0]), np.int64)
+    span = 1
+    for k in keys:
+        lo, hi = int(k.min()), int(k.max())
+        span *= hi - lo + 1
+        if span > 2**62:
+            return None
+        packed = packed * (hi - lo + 1) + (k - lo)
+    return packed
+
+
 def _groups(keys: Sequence[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort by ``keys`` then ``then``; return the order, where each group of equal keys starts in it, and each
-    sorted element's group number."""
-    order = np.lexsort([then, *reversed(keys)])
+    """Sort by ``keys`` then ``then`` (ties in input order); return the order, where each group of equal keys
+    starts in it, and each sorted element's group number."""
+    packed = packed_keys(keys) if len(then) else None
+    if packed is None:
+        order = np.lexsort([then, *reversed(keys)])
+        sorted_keys = [k[order] for k in keys]
+    else:
+        # ``then`` mostly ascends in each group already (rows and partials come in arrival order): then a
+        # stable sort by the keys alone is the same order, and cheaper
+        order = np.argsort(packed, kind="stable")
+        sorted_keys = [packed[order]]
+        same, later = sorted_keys[0][1:] == sorted_keys[0][:-1], then[order]
+        if (same & (later[1:] < later[:-1])).any():
+            order = np.lexsort((then, packed))
+            sorted_keys = [packed[order]]
     change = np.zeros(len(order), dtype=bool)
     if len(order):
         change[0] = True
-        for k in keys:
-            sk = k[order]
+        for sk in sorted_keys:
             change[1:] |= sk[1:] != sk[:-1]
     return order, np.flatnonzero(change), np.cumsum(change) - 1
 
@@ -46,20 +71,24 @@ def empty_partials(names: Sequence[str], funcs: Sequence[str]) -> Partials:
 
 
 def partials_of_rows(keys: dict[str, np.ndarray], seq: np.ndarray, args: Sequence[np.ndarray],
-                     funcs: Sequence[str]) -> Partials:
-    """One partial per distinct ``keys`` over rows (``args``: each aggregate's argument, NaN = NULL)."""
+                     funcs: Sequence[str], *, rows: np.ndarray | None = None) -> Partials:
+    """One partial per distinct ``keys`` over rows (``args``: each aggregate's argument, NaN = NULL; ``rows``:
+    the positions of the rows in ``args``, by default all)."""
     n = len(seq)
-    order, starts, gid = _groups(list(keys.values()), seq)
     if n == 0:
         return empty_partials(list(keys), funcs)
+    order, starts, gid = _groups(list(keys.values()), seq)
     ends = _last_in_group(starts, n)
-    sseq = seq[order]
-    out: Partials = {name: k[order][starts] for name, k in keys.items()}
-    out.update(rows=np.diff(np.append(starts, n)), fseq=sseq[starts], lseq=sseq[ends])
+    at = order if rows is None else rows[order]
+    out: Partials = {name: k[order[starts]] for name, k in keys.items()}
+    out.update(rows=np.diff(np.append(starts, n)), fseq=seq[order[starts]], lseq=seq[order[ends]])
+    sorted_args: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # the aggregates of one column share it
     for i, (func, a) in enumerate(zip(funcs, args, strict=True)):
-        v = a[order]
-        valid = ~np.isnan(v)
-        count = np.add.reduceat(valid.astype(np.float64), starts)
+        if id(a) not in sorted_args:
+            v = a[at]
+            valid = ~np.isnan(v)
+            sorted_args[id(a)] = v, valid, np.add.reduceat(valid.astype(np.float64), starts)
+        v, valid, count = sorted_args[id(a)]
         x, z = np.full(len(starts), np.nan), np.zeros(len(starts))
         if func == "first":
             x = v[starts]
@@ -82,11 +111,11 @@ def partials_of_rows(keys: dict[str, np.ndarray], seq: np.ndarray, args: Sequenc
 def merge_partials(parts: Partials, keys: Sequence[str], funcs: Sequence[str]) -> Partials:
     """Combine the partials that share ``keys`` into one each."""
     n = len(parts["rows"])
-    order, starts, gid = _groups([parts[k] for k in keys], parts["fseq"])
     if n == 0:
         return empty_partials(keys, funcs)
-    out: Partials = {k: parts[k][order][starts] for k in keys}
-    out.update(rows=np.add.reduceat(parts["rows"][order], starts), fseq=parts["fseq"][order][starts],
+    order, starts, gid = _groups([parts[k] for k in keys], parts["fseq"])
+    out: Partials = {k: parts[k][order[starts]] for k in keys}
+    out.update(rows=np.add.reduceat(parts["rows"][order], starts), fseq=parts["fseq"][order[starts]],
                lseq=np.maximum.reduceat(parts["lseq"][order], starts))
     by_last = None
     for i, func in enumerate(funcs):

@@ -52,6 +52,7 @@ from headwater.engines.calendar_partials import (
     empty_partials,
     finals,
     merge_partials,
+    packed_keys,
     partials_of_rows,
     take,
 )
@@ -355,6 +356,15 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
     return taken, o_slot[:no], o_pane[:no], o_trig[:no], o_filled[:no]
 
 
+def _window_keys(slot: np.ndarray, pane: np.ndarray) -> np.ndarray:
+    """Each (key slot, pane) pair as one int64, equal for equal pairs."""
+    keys = packed_keys([slot, pane])
+    if keys is None:  # panes too far apart: number them densely
+        keys = packed_keys([slot, np.unique(pane, return_inverse=True)[1]])
+    assert keys is not None
+    return keys
+
+
 # ---- the processor -------------------------------------------------------------------------------------------
 
 def check_key_purge_freq(freq: Any, key_column: Sequence[str], fill: Any, *, where: str) -> None:
@@ -440,7 +450,8 @@ class CalendarWindowProcessor(Processor):
             valid = np.ones(table.num_rows, dtype=np.bool_)
         else:
             valid = table[spec.time_column].is_valid().to_numpy(zero_copy_only=False)
-            table = table.filter(pa.array(valid))
+            if not valid.all():
+                table = table.filter(pa.array(valid))
         n = table.num_rows
         if n == 0:
             return state, self._arrow_schema().empty_table(), None
@@ -484,10 +495,11 @@ class CalendarWindowProcessor(Processor):
             layout.first, layout.last, np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"],
             per_key["last_emit"], per_key["last_day"], per_key["mark"], per_key["pend"], per_key["pend_n"], glob)
         seq = table[SEQ].to_numpy().astype(np.int64)
-        rows = taken >= 0
+        rows = np.flatnonzero(taken >= 0)
         # partials per pane and per "taken before emission e" epoch: a window sees only rows taken before it
-        parts = partials_of_rows({"slot": slots[rows], "pane": pane[rows], "epoch": taken[rows]}, seq[rows],
-                                 [a[rows] for a in self.metrics.arguments(table)], self.funcs)
+        # (pane first: rows come in time order, so they are nearly sorted by it already)
+        parts = partials_of_rows({"pane": pane[rows], "slot": slots[rows], "epoch": taken[rows]}, seq[rows],
+                                 self.metrics.arguments(table), self.funcs, rows=rows)
         old = state["panes"]
         parts = {name: np.concatenate([old[name], parts[name]]) if name in old
                  else np.concatenate([np.full(len(old["rows"]), -1, np.int64), parts[name]]) for name in parts}
@@ -585,12 +597,15 @@ class CalendarWindowProcessor(Processor):
         partial (of key ``slot``, counting for ``window``, its rows taken when ``epoch`` windows had been
         emitted) the position of the first of them it counts for (-1: none); for each position, the last
         position of its window's emissions."""
-        codes, uniques = pd.MultiIndex.from_arrays([o_slot[emitted], o_pane[emitted]]).factorize()
-        order = np.lexsort((emitted, codes))
+        n_emitted = len(emitted)
+        windows = _window_keys(np.concatenate([o_slot[emitted], slot]), np.concatenate([o_pane[emitted], window]))
+        uniques, codes = np.unique(windows[:n_emitted], return_inverse=True)
+        order = np.argsort(codes, kind="stable")  # ``emitted`` ascends: by window, then output index
         e, group = emitted[order], codes[order]
         width = np.int64(len(o_slot) + 2)
         ends = np.searchsorted(group, group, side="right") - 1
-        w = uniques.get_indexer(pd.MultiIndex.from_arrays([slot, window]))
+        w = np.searchsorted(uniques, windows[n_emitted:])
+        w[uniques[np.minimum(w, len(uniques) - 1)] != windows[n_emitted:]] = -1
         j = np.searchsorted(group * width + e + 1, w * width + epoch + 1, side="left")
         found = (w >= 0) & (j < len(e))
         found[found] &= group[j[found]] == w[found]
