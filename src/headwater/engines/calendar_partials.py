@@ -35,28 +35,41 @@ def packed_keys(keys: Sequence[np.ndarray]) -> np.ndarray | None:
     return packed
 
 
-def _groups(keys: Sequence[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort by ``keys`` then ``then`` (ties in input order); return the order, where each group of equal keys
-    starts in it, and each sorted element's group number."""
-    packed = packed_keys(keys) if len(then) else None
-    if packed is None:
-        order = np.lexsort([then, *reversed(keys)])
-        sorted_keys = [k[order] for k in keys]
-    else:
+def _starts(sorted_keys: Sequence[np.ndarray]) -> np.ndarray:
+    """Where each run of equal (sorted) keys starts."""
+    change = np.zeros(len(sorted_keys[0]), dtype=bool)
+    change[0] = True
+    for k in sorted_keys:
+        change[1:] |= k[1:] != k[:-1]
+    return np.flatnonzero(change)
+
+
+def _ascend_in_groups(values: np.ndarray, starts: np.ndarray, *, strictly: bool = False) -> bool:
+    """Whether ``values`` ascend within each group (the groups start at ``starts``)."""
+    down = values[1:] <= values[:-1] if strictly else values[1:] < values[:-1]
+    down[starts[1:] - 1] = False
+    return not down.any()
+
+
+def _groups(keys: Sequence[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort (non-empty) ``keys`` then ``then`` (ties in input order); return the order and where each group of
+    equal keys starts in it."""
+    packed = packed_keys(keys)
+    if packed is not None:
         # ``then`` mostly ascends in each group already (rows and partials come in arrival order): then a
         # stable sort by the keys alone is the same order, and cheaper
         order = np.argsort(packed, kind="stable")
-        sorted_keys = [packed[order]]
-        same, later = sorted_keys[0][1:] == sorted_keys[0][:-1], then[order]
-        if (same & (later[1:] < later[:-1])).any():
-            order = np.lexsort((then, packed))
-            sorted_keys = [packed[order]]
-    change = np.zeros(len(order), dtype=bool)
-    if len(order):
-        change[0] = True
-        for sk in sorted_keys:
-            change[1:] |= sk[1:] != sk[:-1]
-    return order, np.flatnonzero(change), np.cumsum(change) - 1
+        starts = _starts([packed[order]])
+        if _ascend_in_groups(then[order], starts):
+            return order, starts
+        order = np.lexsort((then, packed))
+        return order, _starts([packed[order]])
+    order = np.lexsort([then, *reversed(keys)])
+    return order, _starts([k[order] for k in keys])
+
+
+def _group_numbers(starts: np.ndarray, n: int) -> np.ndarray:
+    return np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
 
 
 def _last_in_group(starts: np.ndarray, n: int) -> np.ndarray:
@@ -77,33 +90,39 @@ def partials_of_rows(keys: dict[str, np.ndarray], seq: np.ndarray, args: Sequenc
     n = len(seq)
     if n == 0:
         return empty_partials(list(keys), funcs)
-    order, starts, gid = _groups(list(keys.values()), seq)
+    order, starts = _groups(list(keys.values()), seq)
     ends = _last_in_group(starts, n)
+    sizes = np.diff(np.append(starts, n))
     at = order if rows is None else rows[order]
     out: Partials = {name: k[order[starts]] for name, k in keys.items()}
-    out.update(rows=np.diff(np.append(starts, n)), fseq=seq[order[starts]], lseq=seq[order[ends]])
-    sorted_args: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # the aggregates of one column share it
+    out.update(rows=sizes, fseq=seq[order[starts]], lseq=seq[order[ends]])
+    # each argument column sorted once for all its aggregates: its values, their NULLs as 0 and their counts
+    sorted_args: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for i, (func, a) in enumerate(zip(funcs, args, strict=True)):
         if id(a) not in sorted_args:
             v = a[at]
             valid = ~np.isnan(v)
-            sorted_args[id(a)] = v, valid, np.add.reduceat(valid.astype(np.float64), starts)
-        v, valid, count = sorted_args[id(a)]
+            if valid.all():
+                sorted_args[id(a)] = v, valid, v, sizes.astype(np.float64)
+            else:
+                sorted_args[id(a)] = (v, valid, np.where(valid, v, 0.0),
+                                      np.add.reduceat(valid.astype(np.float64), starts))
+        v, valid, zeroed, count = sorted_args[id(a)]
         x, z = np.full(len(starts), np.nan), np.zeros(len(starts))
         if func == "first":
             x = v[starts]
         elif func == "last":
             x = v[ends]
         elif func in ("sum", "avg", "count"):
-            x = np.add.reduceat(np.where(valid, v, 0.0), starts)
+            x = np.add.reduceat(zeroed, starts)
         elif func == "max":
             x = np.fmax.reduceat(v, starts)
         elif func == "min":
             x = np.fmin.reduceat(v, starts)
         else:
             with np.errstate(invalid="ignore", divide="ignore"):
-                x = np.add.reduceat(np.where(valid, v, 0.0), starts) / count
-            z = np.add.reduceat(np.where(valid, (v - x[gid]) ** 2, 0.0), starts)
+                x = np.add.reduceat(zeroed, starts) / count
+            z = np.add.reduceat(np.where(valid, (v - x[_group_numbers(starts, n)]) ** 2, 0.0), starts)
         out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = x, count, z
     return out
 
@@ -113,32 +132,36 @@ def merge_partials(parts: Partials, keys: Sequence[str], funcs: Sequence[str]) -
     n = len(parts["rows"])
     if n == 0:
         return empty_partials(keys, funcs)
-    order, starts, gid = _groups([parts[k] for k in keys], parts["fseq"])
+    order, starts = _groups([parts[k] for k in keys], parts["fseq"])
+    lseq = parts["lseq"][order]
     out: Partials = {k: parts[k][order[starts]] for k in keys}
     out.update(rows=np.add.reduceat(parts["rows"][order], starts), fseq=parts["fseq"][order[starts]],
-               lseq=np.maximum.reduceat(parts["lseq"][order], starts))
+               lseq=np.maximum.reduceat(lseq, starts))
     by_last = None
     for i, func in enumerate(funcs):
-        x, y, z = (parts[f"{c}{i}"][order] for c in "xyz")
-        count = np.add.reduceat(y, starts)
+        count = np.add.reduceat(parts[f"y{i}"][order], starts)
         mx, mz = np.full(len(starts), np.nan), np.zeros(len(starts))
         if func == "first":
-            mx = x[starts]  # the partial that arrived first
+            mx = parts[f"x{i}"][order[starts]]  # the partial that arrived first
         elif func == "last":
-            if by_last is None:
-                by_last, last_starts, _ = _groups([parts[k] for k in keys], parts["lseq"])
-                by_last = by_last[_last_in_group(last_starts, n)]
+            if by_last is None:  # the partial that arrived last (ties: the last of them in input order)
+                if _ascend_in_groups(lseq, starts, strictly=True):
+                    by_last = order[_last_in_group(starts, n)]
+                else:
+                    last_order, last_starts = _groups([parts[k] for k in keys], parts["lseq"])
+                    by_last = last_order[_last_in_group(last_starts, n)]
             mx = parts[f"x{i}"][by_last]
         elif func in ("sum", "avg", "count"):
-            mx = np.add.reduceat(x, starts)
+            mx = np.add.reduceat(parts[f"x{i}"][order], starts)
         elif func == "max":
-            mx = np.fmax.reduceat(x, starts)
+            mx = np.fmax.reduceat(parts[f"x{i}"][order], starts)
         elif func == "min":
-            mx = np.fmin.reduceat(x, starts)
+            mx = np.fmin.reduceat(parts[f"x{i}"][order], starts)
         else:
+            x, y, z = (parts[f"{c}{i}"][order] for c in "xyz")
             with np.errstate(invalid="ignore", divide="ignore"):
                 mx = np.add.reduceat(np.where(y > 0, y * x, 0.0), starts) / count
-            spread = np.where(y > 0, y * (x - mx[gid]) ** 2, 0.0)
+            spread = np.where(y > 0, y * (x - mx[_group_numbers(starts, n)]) ** 2, 0.0)
             mz = np.add.reduceat(z + spread, starts)
         out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = mx, count, mz
     return out

@@ -186,9 +186,9 @@ def _window_end(q, m, n_panes, last):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True)
-def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
-           o_filled, no):  # type: ignore[no-untyped-def]
-    """Emit key ``s``'s windows ending at panes up to ``to``; return the new output count."""
+def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, out, no):  # type: ignore[no-untyped-def]
+    """Emit key ``s``'s windows ending at panes up to ``to`` into ``out`` (see :func:`_calendar_pass`); return
+    the new output count."""
     n_panes = first.shape[0]
     big = np.iinfo(np.int64).max
     start = big
@@ -209,17 +209,17 @@ def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, o
             elif q > p and q < nxt:
                 nxt = q
         if nonempty:
-            o_filled[no] = 0
+            out[3, no] = 0
         elif fill and last_emit[s] != NONE and last_emit[s] // n_panes == d:
-            o_filled[no] = 1
+            out[3, no] = 1
         else:
             if nxt == big:
                 break
             p = nxt  # nothing to emit before the next pane with rows
             continue
-        o_slot[no] = s
-        o_pane[no] = p
-        o_trig[no] = trig
+        out[0, no] = s
+        out[1, no] = p
+        out[2, no] = trig
         no += 1
         last_emit[s] = p
         p += 1
@@ -247,15 +247,13 @@ def _idle(s, fill, closed, last_emit, pend_n, n_panes, last):  # type: ignore[no
 
 
 @numba.njit(cache=True)
-def _room(no, worst, o_slot, o_pane, o_trig, o_filled):  # type: ignore[no-untyped-def]
-    """The output buffers, grown so that ``worst`` more windows fit after the first ``no``."""
-    if no + worst <= o_slot.shape[0]:
-        return o_slot, o_pane, o_trig, o_filled
-    cap = 2 * (no + worst)
-    return (np.concatenate((o_slot[:no], np.empty(cap - no, dtype=np.int64))),
-            np.concatenate((o_pane[:no], np.empty(cap - no, dtype=np.int64))),
-            np.concatenate((o_trig[:no], np.empty(cap - no, dtype=np.int64))),
-            np.concatenate((o_filled[:no], np.empty(cap - no, dtype=np.int8))))
+def _room(no, worst, out):  # type: ignore[no-untyped-def]
+    """The output buffer, grown so that ``worst`` more windows fit after the first ``no``."""
+    if no + worst <= out.shape[1]:
+        return out
+    grown = np.empty((out.shape[0], 2 * (no + worst)), dtype=np.int64)
+    grown[:, :no] = out[:, :no]
+    return grown
 
 
 @numba.njit(cache=True)
@@ -264,6 +262,8 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
     """Run the rows of one micro-batch in order; mutate the per-key state; return for each row the number of
     windows emitted before it was taken (-1: the row does not count; a window holds only the rows taken before
     it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled).
+    The windows are written to the rows of one buffer: numba counts references to an array reassigned in the
+    loop (to grow it) at every row, so one buffer costs a quarter of four.
 
     ``force_to``: the pane through which a row closes every key's windows, keys seen later included (forced
     session ends); ``kick_to``: the pane through which it closes the windows of the other keys seen so far
@@ -276,10 +276,7 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
     width = pend.shape[1]
     taken = np.full(n, -1, dtype=np.int64)
     cap = n + 16
-    o_slot = np.empty(cap, dtype=np.int64)
-    o_pane = np.empty(cap, dtype=np.int64)
-    o_trig = np.empty(cap, dtype=np.int64)
-    o_filled = np.empty(cap, dtype=np.int8)
+    out = np.empty((4, cap), dtype=np.int64)  # rows: key slot, last pane, closing row, filled
     no = 0
     worst = (width + 1) * n_panes + width * m + 1  # most windows one close of one key can emit
     big = np.iinfo(np.int64).max
@@ -310,20 +307,19 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
                 if closed[k] == NONE:
                     continue
                 if k != s and kick_to[i] > closed[k]:
-                    o_slot, o_pane, o_trig, o_filled = _room(no, worst, o_slot, o_pane, o_trig, o_filled)
-                    no = _close(k, kick_to[i], i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot,
-                                o_pane, o_trig, o_filled, no)
+                    out = _room(no, worst, out)
+                    no = _close(k, kick_to[i], i, m, first, last, fill, closed, last_emit, pend, pend_n, out, no)
                 due = min(due, closed[k] + 1)
         if in_pane[i]:
             q = pane[i]
             if _window_end(q, m, n_panes, last) > closed[s]:
                 if update[i] != NONE:
                     if mark[s] != NONE and update[i] // per == mark[s] // per and update[i] > mark[s]:
-                        o_slot, o_pane, o_trig, o_filled = _room(no, 1, o_slot, o_pane, o_trig, o_filled)
-                        o_slot[no] = s
-                        o_pane[no] = q
-                        o_trig[no] = i
-                        o_filled[no] = 0
+                        out = _room(no, 1, out)
+                        out[0, no] = s
+                        out[1, no] = q
+                        out[2, no] = i
+                        out[3, no] = 0
                         no += 1
                     mark[s] = update[i]
                 taken[i] = no
@@ -348,12 +344,11 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
             to = close_to[i] if t == 0 else glob[0]
             if to <= closed[k]:
                 continue
-            o_slot, o_pane, o_trig, o_filled = _room(no, worst, o_slot, o_pane, o_trig, o_filled)
-            no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
-                        o_filled, no)
+            out = _room(no, worst, out)
+            no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, out, no)
         if closed[s] != NONE:
             due = min(due, closed[s] + 1)  # a key seen for the first time can be kicked from now on
-    return taken, o_slot[:no], o_pane[:no], o_trig[:no], o_filled[:no]
+    return taken, out[0, :no], out[1, :no], out[2, :no], out[3, :no]
 
 
 def _window_keys(slot: np.ndarray, pane: np.ndarray) -> np.ndarray:
@@ -504,13 +499,13 @@ class CalendarWindowProcessor(Processor):
         parts = {name: np.concatenate([old[name], parts[name]]) if name in old
                  else np.concatenate([np.full(len(old["rows"]), -1, np.int64), parts[name]]) for name in parts}
         out = self._emitted(parts, per_key, o_slot, o_pane, o_trig, o_filled, seq, keys)
-        panes = merge_partials(parts, ["slot", "pane"], self.funcs)
-        # keep the panes a window still to be emitted holds
-        q = panes["pane"]
+        # keep the panes a window still to be emitted holds (chosen before merging: far fewer to merge)
+        q = parts["pane"]
         k = len(layout.first)
         d = np.floor_divide(q, k)
         window_end = np.minimum(q + self.m - 1, d * k + layout.last[q - d * k])
-        panes = take(panes, np.flatnonzero(window_end > per_key["closed"][panes["slot"]]))
+        open_panes = np.flatnonzero(window_end > per_key["closed"][parts["slot"]])
+        panes = merge_partials(take(parts, open_panes), ["slot", "pane"], self.funcs)
         late = in_pane & (taken < 0)  # in a window, but one already emitted for its key
         new_state = {"keys": keys.keys, **per_key, "glob": glob, "last_purge": last_purge, "panes": panes,
                      "late_rows": int(state.get("late_rows", 0)) + int(np.count_nonzero(late))}
