@@ -6,7 +6,8 @@ and their count; max/min: the extreme and the count; std/var: the mean, the coun
 deviations (merged with Chan et al.'s formula).
 
 >>> import numpy as np
->>> parts = partials_of_rows({"pane": np.array([0, 0, 1])}, np.array([0, 1, 2]), [np.array([1.0, 2.0, 4.0])], ["sum"])
+>>> parts = partials_of_rows(np.array([0, 0, 1]), 2, {"pane": np.array([0, 0, 1])}, np.array([0, 1, 2]),
+...                          [np.array([1.0, 2.0, 4.0])], ["sum"])
 >>> merged = merge_partials({**parts, "pane": np.zeros(2, np.int64)}, ["pane"], ["sum"])
 >>> finals(merged, ["sum"])[0].tolist()
 [7.0]
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 Partials = dict[str, np.ndarray]
@@ -24,14 +26,14 @@ Partials = dict[str, np.ndarray]
 def packed_keys(keys: Sequence[np.ndarray]) -> np.ndarray | None:
     """Each row of the (non-empty) integer ``keys`` as one int64 that sorts like the row; None when the keys'
     ranges are too wide for that."""
-    packed = np.zeros(len(keys[0]), np.int64)
-    span = 1
-    for k in keys:
-        lo, hi = int(k.min()), int(k.max())
-        span *= hi - lo + 1
-        if span > 2**62:
-            return None
-        packed = packed * (hi - lo + 1) + (k - lo)
+    bounds = [(int(k.min()), int(k.max())) for k in keys]
+    if np.prod([float(hi - lo + 1) for lo, hi in bounds]) > 2.0**62:
+        return None
+    packed = keys[0] - bounds[0][0]
+    for k, (lo, hi) in zip(keys[1:], bounds[1:], strict=True):
+        packed *= hi - lo + 1
+        packed += k
+        packed -= lo
     return packed
 
 
@@ -83,14 +85,33 @@ def empty_partials(names: Sequence[str], funcs: Sequence[str]) -> Partials:
     return out
 
 
-def partials_of_rows(keys: dict[str, np.ndarray], seq: np.ndarray, args: Sequence[np.ndarray],
-                     funcs: Sequence[str], *, rows: np.ndarray | None = None) -> Partials:
-    """One partial per distinct ``keys`` over rows (``args``: each aggregate's argument, NaN = NULL; ``rows``:
-    the positions of the rows in ``args``, by default all)."""
+@numba.njit(cache=True)
+def _by_group(group, n_groups):  # type: ignore[no-untyped-def]
+    """A stable order of the elements by ``group`` (each from 0 to ``n_groups - 1``, no group empty), and where
+    each group starts in it: a counting sort."""
+    starts = np.zeros(n_groups + 1, dtype=np.int64)
+    for g in group:
+        starts[g + 1] += 1
+    starts = np.cumsum(starts)
+    at = starts[:-1].copy()
+    order = np.empty(len(group), dtype=np.int64)
+    for i in range(len(group)):
+        order[at[group[i]]] = i
+        at[group[i]] += 1
+    return order, starts[:-1]
+
+
+def partials_of_rows(group: np.ndarray, n_groups: int, keys: dict[str, np.ndarray], seq: np.ndarray,
+                     args: Sequence[np.ndarray], funcs: Sequence[str], *, rows: np.ndarray | None = None) -> Partials:
+    """One partial per group of rows (``group``: each row's, from 0 to ``n_groups - 1``, none empty; ``keys``:
+    columns equal within a group, kept with its partial; ``args``: each aggregate's argument, NaN = NULL;
+    ``rows``: the positions of the rows in ``args``, by default all). A group's rows count in ``seq`` order."""
     n = len(seq)
     if n == 0:
         return empty_partials(list(keys), funcs)
-    order, starts = _groups(list(keys.values()), seq)
+    order, starts = _by_group(group, n_groups)
+    if not _ascend_in_groups(seq[order], starts):
+        order = np.lexsort((seq, group))
     ends = _last_in_group(starts, n)
     sizes = np.diff(np.append(starts, n))
     at = order if rows is None else rows[order]
@@ -122,7 +143,7 @@ def partials_of_rows(keys: dict[str, np.ndarray], seq: np.ndarray, args: Sequenc
         else:
             with np.errstate(invalid="ignore", divide="ignore"):
                 x = np.add.reduceat(zeroed, starts) / count
-            z = np.add.reduceat(np.where(valid, (v - x[_group_numbers(starts, n)]) ** 2, 0.0), starts)
+            z = np.add.reduceat(np.where(valid, (v - x[group[order]]) ** 2, 0.0), starts)
         out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = x, count, z
     return out
 

@@ -186,7 +186,8 @@ def _window_end(q, m, n_panes, last):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True)
-def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, out, no):  # type: ignore[no-untyped-def]
+def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, part_of, out,
+           no):  # type: ignore[no-untyped-def]
     """Emit key ``s``'s windows ending at panes up to ``to`` into ``out`` (see :func:`_calendar_pass`); return
     the new output count."""
     n_panes = first.shape[0]
@@ -231,6 +232,7 @@ def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, o
     if k:
         for j in range(pend_n[s] - k):
             pend[s, j] = pend[s, j + k]
+            part_of[s, j] = part_of[s, j + k]
         pend_n[s] -= k
     return no
 
@@ -261,7 +263,9 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
                    purge_daily, closed, last_emit, last_day, mark, pend, pend_n, glob):  # type: ignore[no-untyped-def]
     """Run the rows of one micro-batch in order; mutate the per-key state; return for each row the number of
     windows emitted before it was taken (-1: the row does not count; a window holds only the rows taken before
-    it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled).
+    it was emitted) and its partial (the rows of one key and pane taken between the same two emissions; numbered
+    from 0 in order of their first rows), the number of partials, and the windows emitted (key slot, last pane,
+    index of the row that closed it, filled).
     The windows are written to the rows of one buffer: numba counts references to an array reassigned in the
     loop (to grow it) at every row, so one buffer costs a quarter of four.
 
@@ -275,6 +279,10 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
     n_panes = first.shape[0]
     width = pend.shape[1]
     taken = np.full(n, -1, dtype=np.int64)
+    part = np.full(n, -1, dtype=np.int64)
+    part_of = np.full(pend.shape, -1, dtype=np.int64)  # the partial of each pending pane, if it has one yet
+    part_epoch = np.empty(n, dtype=np.int64)
+    n_parts = 0
     cap = n + 16
     out = np.empty((4, cap), dtype=np.int64)  # rows: key slot, last pane, closing row, filled
     no = 0
@@ -308,7 +316,8 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
                     continue
                 if k != s and kick_to[i] > closed[k]:
                     out = _room(no, worst, out)
-                    no = _close(k, kick_to[i], i, m, first, last, fill, closed, last_emit, pend, pend_n, out, no)
+                    no = _close(k, kick_to[i], i, m, first, last, fill, closed, last_emit, pend, pend_n, part_of,
+                                out, no)
                 due = min(due, closed[k] + 1)
         if in_pane[i]:
             q = pane[i]
@@ -331,8 +340,15 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
                         raise RuntimeError("calendar windows: more open panes than the state holds")
                     for k in range(pend_n[s], j, -1):
                         pend[s, k] = pend[s, k - 1]
+                        part_of[s, k] = part_of[s, k - 1]
                     pend[s, j] = q
+                    part_of[s, j] = -1
                     pend_n[s] += 1
+                if part_of[s, j] < 0 or part_epoch[part_of[s, j]] != no:
+                    part_of[s, j] = n_parts
+                    part_epoch[n_parts] = no
+                    n_parts += 1
+                part[i] = part_of[s, j]
         targets = 0
         if close_to[i] > closed[s]:
             targets = 1
@@ -345,17 +361,18 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
             if to <= closed[k]:
                 continue
             out = _room(no, worst, out)
-            no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, out, no)
+            no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, part_of, out, no)
         if closed[s] != NONE:
             due = min(due, closed[s] + 1)  # a key seen for the first time can be kicked from now on
-    return taken, out[0, :no], out[1, :no], out[2, :no], out[3, :no]
+    return taken, part, n_parts, out[0, :no], out[1, :no], out[2, :no], out[3, :no]
 
 
 def _window_keys(slot: np.ndarray, pane: np.ndarray) -> np.ndarray:
-    """Each (key slot, pane) pair as one int64, equal for equal pairs."""
-    keys = packed_keys([slot, pane])
+    """Each (key slot, pane) pair as one int64, equal for equal pairs; by pane first, as rows come in time order
+    (looking up nearly sorted values is faster)."""
+    keys = packed_keys([pane, slot])
     if keys is None:  # panes too far apart: number them densely
-        keys = packed_keys([slot, np.unique(pane, return_inverse=True)[1]])
+        keys = packed_keys([np.unique(pane, return_inverse=True)[1], slot])
     assert keys is not None
     return keys
 
@@ -485,16 +502,15 @@ class CalendarWindowProcessor(Processor):
             k = np.clip(pane - day * layout.panes, 0, layout.panes - 1)
             since = np.maximum(times - layout.shift - day * DAY_US - layout.out_start[k], 0)
             update = np.where(in_pane, pane * per + since // self.update, NONE)
-        taken, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
+        taken, part, n_parts, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
             slots, pane, in_pane.astype(np.int8), close_to, force_to, kick_to, update, np.int64(per), day,
             layout.first, layout.last, np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"],
             per_key["last_emit"], per_key["last_day"], per_key["mark"], per_key["pend"], per_key["pend_n"], glob)
         seq = table[SEQ].to_numpy().astype(np.int64)
         rows = np.flatnonzero(taken >= 0)
-        # partials per pane and per "taken before emission e" epoch: a window sees only rows taken before it
-        # (pane first: rows come in time order, so they are nearly sorted by it already)
-        parts = partials_of_rows({"pane": pane[rows], "slot": slots[rows], "epoch": taken[rows]}, seq[rows],
-                                 self.metrics.arguments(table), self.funcs, rows=rows)
+        # partials per key, pane and "taken before emission e" epoch: a window sees only rows taken before it
+        parts = partials_of_rows(part[rows], n_parts, {"slot": slots[rows], "pane": pane[rows], "epoch": taken[rows]},
+                                 seq[rows], self.metrics.arguments(table), self.funcs, rows=rows)
         old = state["panes"]
         parts = {name: np.concatenate([old[name], parts[name]]) if name in old
                  else np.concatenate([np.full(len(old["rows"]), -1, np.int64), parts[name]]) for name in parts}
@@ -594,9 +610,10 @@ class CalendarWindowProcessor(Processor):
         position of its window's emissions."""
         n_emitted = len(emitted)
         windows = _window_keys(np.concatenate([o_slot[emitted], slot]), np.concatenate([o_pane[emitted], window]))
-        uniques, codes = np.unique(windows[:n_emitted], return_inverse=True)
-        order = np.argsort(codes, kind="stable")  # ``emitted`` ascends: by window, then output index
-        e, group = emitted[order], codes[order]
+        order = np.argsort(windows[:n_emitted], kind="stable")  # ``emitted`` ascends: by window, then output index
+        e, sorted_windows = emitted[order], windows[:n_emitted][order]
+        first = np.append(True, sorted_windows[1:] != sorted_windows[:-1])
+        uniques, group = sorted_windows[first], np.cumsum(first) - 1
         width = np.int64(len(o_slot) + 2)
         ends = np.searchsorted(group, group, side="right") - 1
         w = np.searchsorted(uniques, windows[n_emitted:])
