@@ -8,7 +8,7 @@ deviations (merged with Chan et al.'s formula).
 >>> import numpy as np
 >>> parts = partials_of_rows(np.array([0, 0, 1]), 2, {"pane": np.array([0, 0, 1])}, np.array([0, 1, 2]),
 ...                          [np.array([1.0, 2.0, 4.0])], ["sum"])
->>> merged = merge_partials({**parts, "pane": np.zeros(2, np.int64)}, ["pane"], ["sum"])
+>>> merged = merge_partials(parts, {"pane": np.zeros(2, np.int64)}, ["sum"])
 >>> finals(merged, ["sum"])[0].tolist()
 [7.0]
 """
@@ -87,41 +87,43 @@ def empty_partials(names: Sequence[str], funcs: Sequence[str]) -> Partials:
 
 @numba.njit(cache=True)
 def _by_group(group, n_groups):  # type: ignore[no-untyped-def]
-    """A stable order of the elements by ``group`` (each from 0 to ``n_groups - 1``, no group empty), and where
-    each group starts in it: a counting sort."""
+    """The positions of the elements of ``group`` in a group (from 0 to ``n_groups - 1``; -1: none), stably
+    sorted by it, and where each group starts among them: a counting sort."""
     starts = np.zeros(n_groups + 1, dtype=np.int64)
     for g in group:
-        starts[g + 1] += 1
+        if g >= 0:
+            starts[g + 1] += 1
     starts = np.cumsum(starts)
     at = starts[:-1].copy()
-    order = np.empty(len(group), dtype=np.int64)
+    order = np.empty(starts[-1], dtype=np.int64)
     for i in range(len(group)):
-        order[at[group[i]]] = i
-        at[group[i]] += 1
+        g = group[i]
+        if g >= 0:
+            order[at[g]] = i
+            at[g] += 1
     return order, starts[:-1]
 
 
 def partials_of_rows(group: np.ndarray, n_groups: int, keys: dict[str, np.ndarray], seq: np.ndarray,
-                     args: Sequence[np.ndarray], funcs: Sequence[str], *, rows: np.ndarray | None = None) -> Partials:
-    """One partial per group of rows (``group``: each row's, from 0 to ``n_groups - 1``, none empty; ``keys``:
-    columns equal within a group, kept with its partial; ``args``: each aggregate's argument, NaN = NULL;
-    ``rows``: the positions of the rows in ``args``, by default all). A group's rows count in ``seq`` order."""
-    n = len(seq)
-    if n == 0:
+                     args: Sequence[np.ndarray], funcs: Sequence[str]) -> Partials:
+    """One partial per group of rows (``group``: each row's, from 0 to ``n_groups - 1`` with none empty, or -1
+    for a row in none; ``keys``: columns equal within a group, kept with its partial; ``args``: each aggregate's
+    argument, NaN = NULL). A group's rows count in ``seq`` order."""
+    if n_groups == 0:
         return empty_partials(list(keys), funcs)
     order, starts = _by_group(group, n_groups)
-    if not _ascend_in_groups(seq[order], starts):
-        order = np.lexsort((seq, group))
+    if (seq[1:] < seq[:-1]).any() and not _ascend_in_groups(seq[order], starts):  # rows not in arrival order
+        order = order[np.lexsort((seq[order], group[order]))]
+    n = len(order)
     ends = _last_in_group(starts, n)
     sizes = np.diff(np.append(starts, n))
-    at = order if rows is None else rows[order]
     out: Partials = {name: k[order[starts]] for name, k in keys.items()}
     out.update(rows=sizes, fseq=seq[order[starts]], lseq=seq[order[ends]])
     # each argument column sorted once for all its aggregates: its values, their NULLs as 0 and their counts
     sorted_args: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for i, (func, a) in enumerate(zip(funcs, args, strict=True)):
         if id(a) not in sorted_args:
-            v = a[at]
+            v = a[order]
             valid = ~np.isnan(v)
             if valid.all():
                 sorted_args[id(a)] = v, valid, v, sizes.astype(np.float64)
@@ -148,48 +150,50 @@ def partials_of_rows(group: np.ndarray, n_groups: int, keys: dict[str, np.ndarra
     return out
 
 
-def merge_partials(parts: Partials, keys: Sequence[str], funcs: Sequence[str]) -> Partials:
-    """Combine the partials that share ``keys`` into one each."""
-    n = len(parts["rows"])
+def merge_partials(parts: Partials, keys: dict[str, np.ndarray], funcs: Sequence[str], *,
+                   rows: np.ndarray | None = None) -> Partials:
+    """Combine the partials at ``rows`` (positions in ``parts``, repeats allowed; by default all) that share
+    ``keys`` (one value per position in ``rows``) into one each."""
+    if rows is None:
+        rows = np.arange(len(parts["rows"]))
+    n = len(rows)
     if n == 0:
-        return empty_partials(keys, funcs)
-    order, starts = _groups([parts[k] for k in keys], parts["fseq"])
-    lseq = parts["lseq"][order]
-    out: Partials = {k: parts[k][order[starts]] for k in keys}
-    out.update(rows=np.add.reduceat(parts["rows"][order], starts), fseq=parts["fseq"][order[starts]],
+        return empty_partials(list(keys), funcs)
+    fseq = parts["fseq"][rows]
+    order, starts = _groups(list(keys.values()), fseq)
+    at = rows[order]  # the sorted partials' positions in ``parts``
+    lseq = parts["lseq"][at]
+    out: Partials = {name: k[order[starts]] for name, k in keys.items()}
+    out.update(rows=np.add.reduceat(parts["rows"][at], starts), fseq=fseq[order[starts]],
                lseq=np.maximum.reduceat(lseq, starts))
     by_last = None
     for i, func in enumerate(funcs):
-        count = np.add.reduceat(parts[f"y{i}"][order], starts)
+        count = np.add.reduceat(parts[f"y{i}"][at], starts)
         mx, mz = np.full(len(starts), np.nan), np.zeros(len(starts))
         if func == "first":
-            mx = parts[f"x{i}"][order[starts]]  # the partial that arrived first
+            mx = parts[f"x{i}"][at[starts]]  # the partial that arrived first
         elif func == "last":
             if by_last is None:  # the partial that arrived last (ties: the last of them in input order)
                 if _ascend_in_groups(lseq, starts, strictly=True):
-                    by_last = order[_last_in_group(starts, n)]
+                    by_last = at[_last_in_group(starts, n)]
                 else:
-                    last_order, last_starts = _groups([parts[k] for k in keys], parts["lseq"])
-                    by_last = last_order[_last_in_group(last_starts, n)]
+                    last_order, last_starts = _groups(list(keys.values()), parts["lseq"][rows])
+                    by_last = rows[last_order[_last_in_group(last_starts, n)]]
             mx = parts[f"x{i}"][by_last]
         elif func in ("sum", "avg", "count"):
-            mx = np.add.reduceat(parts[f"x{i}"][order], starts)
+            mx = np.add.reduceat(parts[f"x{i}"][at], starts)
         elif func == "max":
-            mx = np.fmax.reduceat(parts[f"x{i}"][order], starts)
+            mx = np.fmax.reduceat(parts[f"x{i}"][at], starts)
         elif func == "min":
-            mx = np.fmin.reduceat(parts[f"x{i}"][order], starts)
+            mx = np.fmin.reduceat(parts[f"x{i}"][at], starts)
         else:
-            x, y, z = (parts[f"{c}{i}"][order] for c in "xyz")
+            x, y, z = (parts[f"{c}{i}"][at] for c in "xyz")
             with np.errstate(invalid="ignore", divide="ignore"):
                 mx = np.add.reduceat(np.where(y > 0, y * x, 0.0), starts) / count
             spread = np.where(y > 0, y * (x - mx[_group_numbers(starts, n)]) ** 2, 0.0)
             mz = np.add.reduceat(z + spread, starts)
         out[f"x{i}"], out[f"y{i}"], out[f"z{i}"] = mx, count, mz
     return out
-
-
-def take(parts: Partials, index: np.ndarray) -> Partials:
-    return {name: column[index] for name, column in parts.items()}
 
 
 def finals(parts: Partials, funcs: Sequence[str]) -> list[np.ndarray]:

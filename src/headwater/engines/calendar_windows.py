@@ -54,7 +54,6 @@ from headwater.engines.calendar_partials import (
     merge_partials,
     packed_keys,
     partials_of_rows,
-    take,
 )
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import WindowMetrics
@@ -506,11 +505,10 @@ class CalendarWindowProcessor(Processor):
             slots, pane, in_pane.astype(np.int8), close_to, force_to, kick_to, update, np.int64(per), day,
             layout.first, layout.last, np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"],
             per_key["last_emit"], per_key["last_day"], per_key["mark"], per_key["pend"], per_key["pend_n"], glob)
-        seq = table[SEQ].to_numpy().astype(np.int64)
-        rows = np.flatnonzero(taken >= 0)
+        seq = table[SEQ].to_numpy().astype(np.int64, copy=False)
         # partials per key, pane and "taken before emission e" epoch: a window sees only rows taken before it
-        parts = partials_of_rows(part[rows], n_parts, {"slot": slots[rows], "pane": pane[rows], "epoch": taken[rows]},
-                                 seq[rows], self.metrics.arguments(table), self.funcs, rows=rows)
+        parts = partials_of_rows(part, n_parts, {"slot": slots, "pane": pane, "epoch": taken}, seq,
+                                 self.metrics.arguments(table), self.funcs)
         old = state["panes"]
         parts = {name: np.concatenate([old[name], parts[name]]) if name in old
                  else np.concatenate([np.full(len(old["rows"]), -1, np.int64), parts[name]]) for name in parts}
@@ -521,7 +519,8 @@ class CalendarWindowProcessor(Processor):
         d = np.floor_divide(q, k)
         window_end = np.minimum(q + self.m - 1, d * k + layout.last[q - d * k])
         open_panes = np.flatnonzero(window_end > per_key["closed"][parts["slot"]])
-        panes = merge_partials(take(parts, open_panes), ["slot", "pane"], self.funcs)
+        panes = merge_partials(parts, {"slot": parts["slot"][open_panes], "pane": parts["pane"][open_panes]},
+                               self.funcs, rows=open_panes)
         late = in_pane & (taken < 0)  # in a window, but one already emitted for its key
         new_state = {"keys": keys.keys, **per_key, "glob": glob, "last_purge": last_purge, "panes": panes,
                      "late_rows": int(state.get("late_rows", 0)) + int(np.count_nonzero(late))}
@@ -557,15 +556,12 @@ class CalendarWindowProcessor(Processor):
             e, segment, ends = self._emissions_of(emitted, o_slot, o_pane, parts["slot"][index], window,
                                                   parts["epoch"][index])
             keep = segment >= 0
-            exploded = take(parts, index[keep])
-            exploded["e"] = segment[keep]
-            merged = merge_partials(exploded, ["e"], self.funcs)
+            merged = merge_partials(parts, {"e": segment[keep]}, self.funcs, rows=index[keep])
             reps = ends[merged["e"]] - merged["e"] + 1
             if (reps > 1).any():  # an emission holds the segments of every earlier emission of its window
-                merged = take(merged, np.repeat(np.arange(len(merged["e"])), reps))
-                starts = np.repeat(np.cumsum(reps) - reps, reps)
-                merged["e"] = merged["e"] + np.arange(len(merged["e"])) - starts
-                merged = merge_partials(merged, ["e"], self.funcs)
+                copies = np.repeat(np.arange(len(merged["e"])), reps)
+                later = np.arange(len(copies)) - np.repeat(np.cumsum(reps) - reps, reps)
+                merged = merge_partials(merged, {"e": merged["e"][copies] + later}, self.funcs, rows=copies)
             for i, v in enumerate(finals(merged, self.funcs)):
                 values[e[merged["e"]], i] = v
         filled = ~full
