@@ -52,8 +52,8 @@ from headwater.engines.calendar_partials import (
     empty_partials,
     finals,
     merge_partials,
+    packed_keys,
     partials_of_rows,
-    take,
 )
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import WindowMetrics
@@ -185,9 +185,10 @@ def _window_end(q, m, n_panes, last):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True)
-def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
-           o_filled, no):  # type: ignore[no-untyped-def]
-    """Emit key ``s``'s windows ending at panes up to ``to``; return the new output count."""
+def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, part_of, out,
+           no):  # type: ignore[no-untyped-def]
+    """Emit key ``s``'s windows ending at panes up to ``to`` into ``out`` (see :func:`_calendar_pass`); return
+    the new output count."""
     n_panes = first.shape[0]
     big = np.iinfo(np.int64).max
     start = big
@@ -208,17 +209,17 @@ def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, o
             elif q > p and q < nxt:
                 nxt = q
         if nonempty:
-            o_filled[no] = 0
+            out[3, no] = 0
         elif fill and last_emit[s] != NONE and last_emit[s] // n_panes == d:
-            o_filled[no] = 1
+            out[3, no] = 1
         else:
             if nxt == big:
                 break
             p = nxt  # nothing to emit before the next pane with rows
             continue
-        o_slot[no] = s
-        o_pane[no] = p
-        o_trig[no] = trig
+        out[0, no] = s
+        out[1, no] = p
+        out[2, no] = trig
         no += 1
         last_emit[s] = p
         p += 1
@@ -230,6 +231,7 @@ def _close(s, to, trig, m, first, last, fill, closed, last_emit, pend, pend_n, o
     if k:
         for j in range(pend_n[s] - k):
             pend[s, j] = pend[s, j + k]
+            part_of[s, j] = part_of[s, j + k]
         pend_n[s] -= k
     return no
 
@@ -246,15 +248,13 @@ def _idle(s, fill, closed, last_emit, pend_n, n_panes, last):  # type: ignore[no
 
 
 @numba.njit(cache=True)
-def _room(no, worst, o_slot, o_pane, o_trig, o_filled):  # type: ignore[no-untyped-def]
-    """The output buffers, grown so that ``worst`` more windows fit after the first ``no``."""
-    if no + worst <= o_slot.shape[0]:
-        return o_slot, o_pane, o_trig, o_filled
-    cap = 2 * (no + worst)
-    return (np.concatenate((o_slot[:no], np.empty(cap - no, dtype=np.int64))),
-            np.concatenate((o_pane[:no], np.empty(cap - no, dtype=np.int64))),
-            np.concatenate((o_trig[:no], np.empty(cap - no, dtype=np.int64))),
-            np.concatenate((o_filled[:no], np.empty(cap - no, dtype=np.int8))))
+def _room(no, worst, out):  # type: ignore[no-untyped-def]
+    """The output buffer, grown so that ``worst`` more windows fit after the first ``no``."""
+    if no + worst <= out.shape[1]:
+        return out
+    grown = np.empty((out.shape[0], 2 * (no + worst)), dtype=np.int64)
+    grown[:, :no] = out[:, :no]
+    return grown
 
 
 @numba.njit(cache=True)
@@ -262,7 +262,11 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
                    purge_daily, closed, last_emit, last_day, mark, pend, pend_n, glob):  # type: ignore[no-untyped-def]
     """Run the rows of one micro-batch in order; mutate the per-key state; return for each row the number of
     windows emitted before it was taken (-1: the row does not count; a window holds only the rows taken before
-    it was emitted), and the windows emitted (key slot, last pane, index of the row that closed it, filled).
+    it was emitted) and its partial (the rows of one key and pane taken between the same two emissions; numbered
+    from 0 in order of their first rows), the number of partials, and the windows emitted (key slot, last pane,
+    index of the row that closed it, filled).
+    The windows are written to the rows of one buffer: numba counts references to an array reassigned in the
+    loop (to grow it) at every row, so one buffer costs a quarter of four.
 
     ``force_to``: the pane through which a row closes every key's windows, keys seen later included (forced
     session ends); ``kick_to``: the pane through which it closes the windows of the other keys seen so far
@@ -274,11 +278,12 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
     n_panes = first.shape[0]
     width = pend.shape[1]
     taken = np.full(n, -1, dtype=np.int64)
+    part = np.full(n, -1, dtype=np.int64)
+    part_of = np.full(pend.shape, -1, dtype=np.int64)  # the partial of each pending pane, if it has one yet
+    part_epoch = np.empty(n, dtype=np.int64)
+    n_parts = 0
     cap = n + 16
-    o_slot = np.empty(cap, dtype=np.int64)
-    o_pane = np.empty(cap, dtype=np.int64)
-    o_trig = np.empty(cap, dtype=np.int64)
-    o_filled = np.empty(cap, dtype=np.int8)
+    out = np.empty((4, cap), dtype=np.int64)  # rows: key slot, last pane, closing row, filled
     no = 0
     worst = (width + 1) * n_panes + width * m + 1  # most windows one close of one key can emit
     big = np.iinfo(np.int64).max
@@ -309,20 +314,20 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
                 if closed[k] == NONE:
                     continue
                 if k != s and kick_to[i] > closed[k]:
-                    o_slot, o_pane, o_trig, o_filled = _room(no, worst, o_slot, o_pane, o_trig, o_filled)
-                    no = _close(k, kick_to[i], i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot,
-                                o_pane, o_trig, o_filled, no)
+                    out = _room(no, worst, out)
+                    no = _close(k, kick_to[i], i, m, first, last, fill, closed, last_emit, pend, pend_n, part_of,
+                                out, no)
                 due = min(due, closed[k] + 1)
         if in_pane[i]:
             q = pane[i]
             if _window_end(q, m, n_panes, last) > closed[s]:
                 if update[i] != NONE:
                     if mark[s] != NONE and update[i] // per == mark[s] // per and update[i] > mark[s]:
-                        o_slot, o_pane, o_trig, o_filled = _room(no, 1, o_slot, o_pane, o_trig, o_filled)
-                        o_slot[no] = s
-                        o_pane[no] = q
-                        o_trig[no] = i
-                        o_filled[no] = 0
+                        out = _room(no, 1, out)
+                        out[0, no] = s
+                        out[1, no] = q
+                        out[2, no] = i
+                        out[3, no] = 0
                         no += 1
                     mark[s] = update[i]
                 taken[i] = no
@@ -334,8 +339,15 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
                         raise RuntimeError("calendar windows: more open panes than the state holds")
                     for k in range(pend_n[s], j, -1):
                         pend[s, k] = pend[s, k - 1]
+                        part_of[s, k] = part_of[s, k - 1]
                     pend[s, j] = q
+                    part_of[s, j] = -1
                     pend_n[s] += 1
+                if part_of[s, j] < 0 or part_epoch[part_of[s, j]] != no:
+                    part_of[s, j] = n_parts
+                    part_epoch[n_parts] = no
+                    n_parts += 1
+                part[i] = part_of[s, j]
         targets = 0
         if close_to[i] > closed[s]:
             targets = 1
@@ -347,12 +359,21 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
             to = close_to[i] if t == 0 else glob[0]
             if to <= closed[k]:
                 continue
-            o_slot, o_pane, o_trig, o_filled = _room(no, worst, o_slot, o_pane, o_trig, o_filled)
-            no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, o_slot, o_pane, o_trig,
-                        o_filled, no)
+            out = _room(no, worst, out)
+            no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, part_of, out, no)
         if closed[s] != NONE:
             due = min(due, closed[s] + 1)  # a key seen for the first time can be kicked from now on
-    return taken, o_slot[:no], o_pane[:no], o_trig[:no], o_filled[:no]
+    return taken, part, n_parts, out[0, :no], out[1, :no], out[2, :no], out[3, :no]
+
+
+def _window_keys(slot: np.ndarray, pane: np.ndarray) -> np.ndarray:
+    """Each (key slot, pane) pair as one int64, equal for equal pairs; by pane first, as rows come in time order
+    (looking up nearly sorted values is faster)."""
+    keys = packed_keys([pane, slot])
+    if keys is None:  # panes too far apart: number them densely
+        keys = packed_keys([np.unique(pane, return_inverse=True)[1], slot])
+    assert keys is not None
+    return keys
 
 
 # ---- the processor -------------------------------------------------------------------------------------------
@@ -440,7 +461,8 @@ class CalendarWindowProcessor(Processor):
             valid = np.ones(table.num_rows, dtype=np.bool_)
         else:
             valid = table[spec.time_column].is_valid().to_numpy(zero_copy_only=False)
-            table = table.filter(pa.array(valid))
+            if not valid.all():
+                table = table.filter(pa.array(valid))
         n = table.num_rows
         if n == 0:
             return state, self._arrow_schema().empty_table(), None
@@ -479,26 +501,26 @@ class CalendarWindowProcessor(Processor):
             k = np.clip(pane - day * layout.panes, 0, layout.panes - 1)
             since = np.maximum(times - layout.shift - day * DAY_US - layout.out_start[k], 0)
             update = np.where(in_pane, pane * per + since // self.update, NONE)
-        taken, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
+        taken, part, n_parts, o_slot, o_pane, o_trig, o_filled = _calendar_pass(
             slots, pane, in_pane.astype(np.int8), close_to, force_to, kick_to, update, np.int64(per), day,
             layout.first, layout.last, np.int64(self.m), self.fill != "none", self.purge_daily, per_key["closed"],
             per_key["last_emit"], per_key["last_day"], per_key["mark"], per_key["pend"], per_key["pend_n"], glob)
-        seq = table[SEQ].to_numpy().astype(np.int64)
-        rows = taken >= 0
-        # partials per pane and per "taken before emission e" epoch: a window sees only rows taken before it
-        parts = partials_of_rows({"slot": slots[rows], "pane": pane[rows], "epoch": taken[rows]}, seq[rows],
-                                 [a[rows] for a in self.metrics.arguments(table)], self.funcs)
+        seq = table[SEQ].to_numpy().astype(np.int64, copy=False)
+        # partials per key, pane and "taken before emission e" epoch: a window sees only rows taken before it
+        parts = partials_of_rows(part, n_parts, {"slot": slots, "pane": pane, "epoch": taken}, seq,
+                                 self.metrics.arguments(table), self.funcs)
         old = state["panes"]
         parts = {name: np.concatenate([old[name], parts[name]]) if name in old
                  else np.concatenate([np.full(len(old["rows"]), -1, np.int64), parts[name]]) for name in parts}
         out = self._emitted(parts, per_key, o_slot, o_pane, o_trig, o_filled, seq, keys)
-        panes = merge_partials(parts, ["slot", "pane"], self.funcs)
-        # keep the panes a window still to be emitted holds
-        q = panes["pane"]
+        # keep the panes a window still to be emitted holds (chosen before merging: far fewer to merge)
+        q = parts["pane"]
         k = len(layout.first)
         d = np.floor_divide(q, k)
         window_end = np.minimum(q + self.m - 1, d * k + layout.last[q - d * k])
-        panes = take(panes, np.flatnonzero(window_end > per_key["closed"][panes["slot"]]))
+        open_panes = np.flatnonzero(window_end > per_key["closed"][parts["slot"]])
+        panes = merge_partials(parts, {"slot": parts["slot"][open_panes], "pane": parts["pane"][open_panes]},
+                               self.funcs, rows=open_panes)
         late = in_pane & (taken < 0)  # in a window, but one already emitted for its key
         new_state = {"keys": keys.keys, **per_key, "glob": glob, "last_purge": last_purge, "panes": panes,
                      "late_rows": int(state.get("late_rows", 0)) + int(np.count_nonzero(late))}
@@ -534,15 +556,12 @@ class CalendarWindowProcessor(Processor):
             e, segment, ends = self._emissions_of(emitted, o_slot, o_pane, parts["slot"][index], window,
                                                   parts["epoch"][index])
             keep = segment >= 0
-            exploded = take(parts, index[keep])
-            exploded["e"] = segment[keep]
-            merged = merge_partials(exploded, ["e"], self.funcs)
+            merged = merge_partials(parts, {"e": segment[keep]}, self.funcs, rows=index[keep])
             reps = ends[merged["e"]] - merged["e"] + 1
             if (reps > 1).any():  # an emission holds the segments of every earlier emission of its window
-                merged = take(merged, np.repeat(np.arange(len(merged["e"])), reps))
-                starts = np.repeat(np.cumsum(reps) - reps, reps)
-                merged["e"] = merged["e"] + np.arange(len(merged["e"])) - starts
-                merged = merge_partials(merged, ["e"], self.funcs)
+                copies = np.repeat(np.arange(len(merged["e"])), reps)
+                later = np.arange(len(copies)) - np.repeat(np.cumsum(reps) - reps, reps)
+                merged = merge_partials(merged, {"e": merged["e"][copies] + later}, self.funcs, rows=copies)
             for i, v in enumerate(finals(merged, self.funcs)):
                 values[e[merged["e"]], i] = v
         filled = ~full
@@ -585,12 +604,16 @@ class CalendarWindowProcessor(Processor):
         partial (of key ``slot``, counting for ``window``, its rows taken when ``epoch`` windows had been
         emitted) the position of the first of them it counts for (-1: none); for each position, the last
         position of its window's emissions."""
-        codes, uniques = pd.MultiIndex.from_arrays([o_slot[emitted], o_pane[emitted]]).factorize()
-        order = np.lexsort((emitted, codes))
-        e, group = emitted[order], codes[order]
+        n_emitted = len(emitted)
+        windows = _window_keys(np.concatenate([o_slot[emitted], slot]), np.concatenate([o_pane[emitted], window]))
+        order = np.argsort(windows[:n_emitted], kind="stable")  # ``emitted`` ascends: by window, then output index
+        e, sorted_windows = emitted[order], windows[:n_emitted][order]
+        first = np.append(True, sorted_windows[1:] != sorted_windows[:-1])
+        uniques, group = sorted_windows[first], np.cumsum(first) - 1
         width = np.int64(len(o_slot) + 2)
         ends = np.searchsorted(group, group, side="right") - 1
-        w = uniques.get_indexer(pd.MultiIndex.from_arrays([slot, window]))
+        w = np.searchsorted(uniques, windows[n_emitted:])
+        w[uniques[np.minimum(w, len(uniques) - 1)] != windows[n_emitted:]] = -1
         j = np.searchsorted(group * width + e + 1, w * width + epoch + 1, side="left")
         found = (w >= 0) & (j < len(e))
         found[found] &= group[j[found]] == w[found]
