@@ -555,7 +555,8 @@ class DStream(JoinMethods):
         in Orca; tumbling windows). ``window=["1m", "5m"]`` with one metric list per window computes several
         window sizes at once, as in ``time_series_engine``. ``round_time`` is accepted for Orca's signature and has
         no effect: windows start at their session's begin. ``sub_window=("0s", "10s")`` aggregates only that part
-        of each (tumbling) window, which then closes at the first row at or past its end. ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
+        of each (tumbling) window, which then closes at the first row at or past its end.
+        ``use_system_time=True`` (no ``time_column``): a row's time is its micro-batch's input commit time
         (sessions on that UTC clock); the output time column is ``time``. ``key_purge_freq_in_second`` as in
         ``time_bucket_engine``. Other arguments (and ``late_rows_table``) as in ``time_series_engine``;
         see ``headwater.engines.daily_time_series``.

@@ -115,8 +115,9 @@ class DayLayout:
     Pane ``k`` holds the row times ``t`` with ``lo[k] <= t - shift - day_start < hi[k]`` and closes at the
     first row at or past ``close_at[k] + shift`` (+ the accepted delay); ``out_end``/``out_start`` are the
     output times of the window ending with pane ``k``, ``due`` where the time-series engine's forced trigger
-    counts from (default ``out_end``); ``first``/``last`` the first and last pane of its session. A day's territory is ``[start, start + 24h)``: where the day begins for the row mapping
-    (sessions may run past midnight). ``shift`` (1 µs) turns ``(lo, hi]`` windows into ``[lo, hi)``
+    counts from (default ``out_end``); ``first``/``last`` the first and last pane of its session. A day's
+    territory is ``[start, start + 24h)``: where the day begins for the row mapping (sessions may run past
+    midnight). ``shift`` (1 µs) turns ``(lo, hi]`` windows into ``[lo, hi)``
     ones. Panes are numbered across days: global pane ``day * K + k``.
     """
 

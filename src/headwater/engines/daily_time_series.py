@@ -35,10 +35,11 @@ picks the time-series engine's alignment of its first window from the first row'
 window starts at its session's begin + a multiple of ``step`` (sessions last multiples of ``step``), the
 same for any first row. ``use_system_time``: a row's time is its micro-batch's input commit time (ms, the
 same on replay; sessions are times of day of that UTC clock), and a micro-batch closes every key's windows
-that ended before it (as in the time-series engine). ``force_trigger_time``, as in the time-series engine: a row of another key at or
-past a window's end + the value closes that window (only keys seen so far are forced). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are
-forgotten at the first row of a new trading day once nothing of theirs is left to emit, so no window is
-ever lost (Orca drops the unfinished windows of the previous day).
+that ended before it (as in the time-series engine). ``force_trigger_time``, as in the time-series engine:
+a row of another key at or past a window's end + the value closes that window (only keys seen so far are
+forced). ``key_purge_daily``: see :mod:`headwater.engines.calendar_windows` — keys are forgotten at the
+first row of a new trading day once nothing of theirs is left to emit, so no window is ever lost (Orca drops
+the unfinished windows of the previous day).
 
 >>> import pyarrow as pa
 >>> from datetime import timedelta
