@@ -325,6 +325,7 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
         lo: list[int] = []
         hi: list[int] = []
         close_at: list[int] = []
+        ends: list[int] = []  # each window's end
         due: list[int] = []  # where each window is due, for force_trigger_time (its end, or its sub-window's)
         first: list[int] = []
         last: list[int] = []
@@ -340,16 +341,15 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
                 # merged, a row at the session's end is its last window's last row; a later row closes it
                 hi.append(end + 1 if merge and k == n - 1 and sub_hi == step else end)
                 close_at.append(hi[-1])
+                ends.append(start + step)
                 due.append(end)
                 first.append(k0)
                 last.append(k0 + n - 1)
             session_last.append(k0 + n - 1)
             previous_end = s_end + 1 if merge else s_end
-        ends = [b + (k + 1) * step for b, e in sessions for k in range((e - b) // step)]
         return DayLayout(lo=lo, hi=hi, close_at=close_at, out_end=ends, out_start=[x - window for x in ends],
                          first=first, last=last, start=day_start, shift=1 if self.closed == "right" else 0,
-                         session_end=[e for _, e in sessions], session_last=session_last,
-                         due=due)
+                         session_end=[e for _, e in sessions], session_last=session_last, due=due)
 
     def processor(self, input_schema: Schema | None = None) -> CalendarWindowProcessor | SeveralWindowsProcessor:
         groups = [(positions, self._window_processor(w, positions)) for w, positions in self.metric_groups()]
