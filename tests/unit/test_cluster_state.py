@@ -49,3 +49,27 @@ def test_a_malformed_state_file_is_refused_with_a_reason(tmp_path, text):
 def test_status_of_a_directory_without_a_cluster_says_so(tmp_path):
     with pytest.raises(hw.ConfigurationError, match="no cluster was started"):
         cluster.status(tmp_path)
+
+
+def test_a_process_inside_exec_is_still_ours(monkeypatch):
+    """``spark-class`` execs Java: while the new image is mapped, ``/proc/<pid>/cmdline`` reads empty. That
+    must not count as the process having exited (it once failed ``cluster up`` with an empty log)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "marker"])
+    try:
+        p = cluster.Process("spark-worker", child.pid, cluster._start_ticks(child.pid), "marker")
+        real, empty_reads = cluster._cmdline, ["", ""]
+        monkeypatch.setattr(cluster, "_cmdline", lambda pid: empty_reads.pop() if empty_reads else real(pid))
+        assert cluster._is_ours(p)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_zombie_is_not_running():
+    child = subprocess.Popen([sys.executable, "-c", "pass", "marker"])
+    ticks = cluster._start_ticks(child.pid)
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it has exited, but is not reaped: a zombie
+    try:
+        assert not cluster._is_ours(cluster.Process("worker-0", child.pid, ticks, "marker"))
+    finally:
+        child.wait()

@@ -48,20 +48,43 @@ class Process:
     health: str | None = None  # the URL that answers when it is ready
 
 
-def _start_ticks(pid: int) -> int | None:
+def _stat(pid: int) -> tuple[str, int] | None:
+    """The process's state letter and start time in clock ticks since boot (``/proc/<pid>/stat``)."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 
 
-def _is_ours(p: Process) -> bool:
-    """Whether ``p`` is still the very process ``up`` started (same pid, start time and command line)."""
+def _start_ticks(pid: int) -> int | None:
+    stat = _stat(pid)
+    return stat[1] if stat else None
+
+
+def _cmdline(pid: int) -> str | None:
     try:
-        cmdline = Path(f"/proc/{p.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
-        return False
-    return _start_ticks(p.pid) == p.started and p.marker in cmdline
+        return None
+
+
+def _is_ours(p: Process, exec_grace: float = 2.0) -> bool:
+    """Whether ``p`` is still the very process ``up`` started (same pid, start time and command line).
+
+    A process inside ``execve`` (``spark-class`` is a shell script that execs Java) briefly shows an empty
+    command line; so does a zombie. An empty one is read again until the exec is over, a zombie is gone.
+    """
+    deadline = time.monotonic() + exec_grace
+    while True:
+        cmdline, stat = _cmdline(p.pid), _stat(p.pid)
+        if cmdline is None or stat is None or stat[1] != p.started or stat[0] in "ZX":
+            return False
+        if cmdline:
+            return p.marker in cmdline
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)  # polling the end of an exec with a deadline
 
 
 def _spawn(name: str, argv: list[str], logs: Path, env: dict[str, str], marker: str,
