@@ -37,7 +37,6 @@ from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
 from headwater.engines.columns import to_arrow
 from headwater.engines.joins.base import (
     ARRIVAL,
-    NO_TIME,
     SLOT,
     TIME,
     JoinEngine,
@@ -45,11 +44,9 @@ from headwater.engines.joins.base import (
     concat,
     frame,
     grow,
-    in_order,
-    in_time_order,
-    newest_time,
     with_work_columns,
 )
+from headwater.engines.joins.ordering import NO_TIME, RightRows, in_order, in_time_order, newest_time
 from headwater.errors import GraphDefinitionError
 
 
@@ -138,9 +135,8 @@ class AsofJoinProcessor(Processor):
             forced = ~due & ((newest - waiting[TIME].to_numpy() > self.delay) |
                              (batch_time - waiting[ARRIVAL].to_numpy() >= max(2 * self.delay / 1e6, 2.0)))
         joined = waiting[due | forced]
-        rights = _Rights(history)
-        match = rights.nearest(joined[SLOT].to_numpy(), joined[TIME].to_numpy(), direction="backward", exact=True)
-        later = rights.nearest(joined[SLOT].to_numpy(), joined[TIME].to_numpy(), direction="forward", exact=False)
+        rights = _rights(history)
+        match, later = rights.around(joined[SLOT].to_numpy(), joined[TIME].to_numpy())
         batch_end = int(table[SEQ].to_numpy().max()) if table.num_rows else 0
         later_seq = np.where(later < 0, -1, rights.seq[np.maximum(later, 0)])
         trigger = np.where(due[due | forced], np.maximum(joined[SEQ].to_numpy(), later_seq), batch_end)
@@ -159,7 +155,7 @@ class AsofJoinProcessor(Processor):
         return new_state, out
 
     @staticmethod
-    def _purge(history: pa.Table, rights: _Rights, waiting: pa.Table, left_latest: np.ndarray) -> pa.Table | None:
+    def _purge(history: pa.Table, rights: RightRows, waiting: pa.Table, left_latest: np.ndarray) -> pa.Table | None:
         """Keep, per key, the right rows from the last one at or before the earliest time a left row can still
         have (a waiting row's, else the key's newest left time): earlier ones can never be a match again."""
         if history.num_rows == 0:
@@ -170,7 +166,7 @@ class AsofJoinProcessor(Processor):
             floor[w.index.to_numpy()] = np.minimum(floor[w.index.to_numpy()], w.to_numpy())
         slots = np.flatnonzero(floor > NO_TIME)
         cut = np.full(len(floor), NO_TIME, dtype=np.int64)  # per key: drop right rows before this time
-        found = rights.nearest(slots, floor[slots], direction="backward", exact=True)
+        found, _ = rights.around(slots, floor[slots])
         cut[slots[found >= 0]] = rights.time[found[found >= 0]]
         times = history[TIME].to_numpy()
         keep = times >= cut[history[SLOT].to_numpy()]
@@ -199,23 +195,5 @@ class AsofJoinProcessor(Processor):
         return {**state, "keys": keys.keys, "right": kept}, out
 
 
-class _Rights:
-    """The right rows sorted by (time, arrival), for nearest-in-time look-ups per key."""
-
-    def __init__(self, history: pa.Table) -> None:
-        slot, time, seq = (history[c].to_numpy() for c in (SLOT, TIME, SEQ))
-        self.pos = np.lexsort((seq, time))  # ties in time: the later arrival last
-        self.slot, self.time, self.seq = slot[self.pos], time[self.pos], seq[self.pos]
-        self._frame = pd.DataFrame({SLOT: self.slot, TIME: self.time, "at": np.arange(len(self.pos), dtype=np.int64)})
-
-    def nearest(self, slots: np.ndarray, times: np.ndarray, *, direction: str, exact: bool) -> np.ndarray:
-        """For each probe (slot, time): the index (into the sorted arrays) of its slot's last row at or before
-        it (``backward``), or first after it (``forward``); -1 where there is none."""
-        if len(slots) == 0:
-            return np.empty(0, dtype=np.int64)
-        order = np.argsort(times, kind="stable")
-        probe = pd.DataFrame({SLOT: np.asarray(slots, np.int64)[order], TIME: np.asarray(times, np.int64)[order]})
-        merged = pd.merge_asof(probe, self._frame, on=TIME, by=SLOT, direction=direction, allow_exact_matches=exact)
-        found = np.empty(len(order), dtype=np.int64)
-        found[order] = merged["at"].fillna(-1).to_numpy(np.int64)
-        return found
+def _rights(history: pa.Table) -> RightRows:
+    return RightRows(*(history[c].to_numpy() for c in (SLOT, TIME, SEQ)))

@@ -354,39 +354,9 @@ def frame(rows: pa.Table, *columns: str) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
-def in_order(slots: np.ndarray, times: np.ndarray, latest: np.ndarray) -> np.ndarray:
-    """Which rows keep their key's time order: a row older than an earlier row of its key (in this batch
-    or before, ``latest`` per slot) is out of order (time engines drop those, Orca C.0). Updates ``latest``."""
-    if len(slots) == 0:
-        return np.zeros(0, dtype=bool)
-    df = pd.DataFrame({"slot": slots, "t": times})
-    before = df.groupby("slot", sort=False)["t"].cummax().groupby(df["slot"]).shift(1).to_numpy(np.float64)
-    floor = np.fmax(before, latest[slots].astype(np.float64))
-    keep = ~(times < floor)
-    np.maximum.at(latest, slots[keep], times[keep])
-    return keep
-
-
-def in_time_order(slots: np.ndarray, times: np.ndarray, latest: np.ndarray) -> np.ndarray:
-    """``sort_by_time``: which rows keep their side's time order across all keys (a row older than an earlier
-    row of any key is out of order; ``latest`` per slot, whose maximum is the side's newest time so far).
-    Updates ``latest``."""
-    newest = np.array([newest_time(latest)], dtype=np.int64)
-    keep = in_order(np.zeros(len(slots), dtype=np.int64), times, newest)
-    np.maximum.at(latest, slots[keep], times[keep])
-    return keep
-
-
-def newest_time(latest: np.ndarray) -> int:
-    """The newest time of a side over all keys (``NO_TIME`` before its first row)."""
-    return int(latest.max()) if len(latest) else NO_TIME
-
-
 def grow(values: np.ndarray, size: int, fill: int) -> np.ndarray:
     """A per-slot array extended to ``size`` slots (new keys get ``fill``)."""
     if len(values) >= size:
         return values
     return np.concatenate([values, np.full(size - len(values), fill, dtype=values.dtype)])
 
-
-NO_TIME = np.iinfo(np.int64).min

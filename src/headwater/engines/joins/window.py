@@ -39,7 +39,6 @@ from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
 from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
 from headwater.engines.joins.base import (
     LEFT,
-    NO_TIME,
     RIGHT,
     SLOT,
     TIME,
@@ -47,11 +46,9 @@ from headwater.engines.joins.base import (
     Sides,
     concat,
     grow,
-    in_order,
-    in_time_order,
-    newest_time,
     with_work_columns,
 )
+from headwater.engines.joins.ordering import NO_TIME, in_order, in_time_order, newest_time
 from headwater.engines.window_metrics import reduce_groups, replace_aggregates
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Call, Col, Expr

@@ -1,0 +1,119 @@
+"""Per-key time order of a join's sides: which rows keep it, and nearest-in-time look-ups of right rows.
+
+Both are single passes compiled with numba: a join task runs them on every micro-batch over all of its
+rows (the as-of join looks up every left row twice), where pandas' grouped ``cummax`` and ``merge_asof``
+cost more than the join itself.
+
+>>> latest = np.full(2, NO_TIME)
+>>> in_order(np.array([0, 1, 0, 0]), np.array([5, 1, 3, 7]), latest).tolist()
+[True, True, False, True]
+>>> latest.tolist()
+[7, 1]
+>>> rights = RightRows(np.array([0, 1, 0]), np.array([10, 10, 20]), np.array([0, 1, 2]))
+>>> before, after = rights.around(np.array([0, 0, 1]), np.array([15, 20, 5]))
+>>> before.tolist(), after.tolist()  # indices into the rows sorted by (key, time, arrival)
+([0, 1, -1], [1, -1, 2])
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+NO_TIME = np.iinfo(np.int64).min
+
+
+@numba.njit(cache=True)
+def _keep_in_order(slots, times, latest, keep):  # type: ignore[no-untyped-def]
+    for i in range(len(slots)):
+        s = slots[i]
+        if times[i] >= latest[s]:
+            keep[i] = True
+            latest[s] = times[i]
+
+
+def in_order(slots: np.ndarray, times: np.ndarray, latest: np.ndarray) -> np.ndarray:
+    """Which rows keep their key's time order: a row older than an earlier row of its key (in this batch
+    or before, ``latest`` per slot) is out of order (time engines drop those, Orca C.0). Updates ``latest``."""
+    keep = np.zeros(len(slots), dtype=np.bool_)
+    _keep_in_order(np.asarray(slots, np.int64), np.asarray(times, np.int64), latest, keep)
+    return keep
+
+
+def in_time_order(slots: np.ndarray, times: np.ndarray, latest: np.ndarray) -> np.ndarray:
+    """``sort_by_time``: which rows keep their side's time order across all keys (a row older than an earlier
+    row of any key is out of order; ``latest`` per slot, whose maximum is the side's newest time so far).
+    Updates ``latest``."""
+    newest = np.array([newest_time(latest)], dtype=np.int64)
+    keep = in_order(np.zeros(len(slots), dtype=np.int64), times, newest)
+    np.maximum.at(latest, slots[keep], times[keep])
+    return keep
+
+
+def newest_time(latest: np.ndarray) -> int:
+    """The newest time of a side over all keys (``NO_TIME`` before its first row)."""
+    return int(latest.max()) if len(latest) else NO_TIME
+
+
+@numba.njit(cache=True)
+def _around(starts, time, slots, probes, before, after):  # type: ignore[no-untyped-def]
+    n_slots = len(starts) - 1
+    for i in range(len(slots)):
+        s = slots[i]
+        before[i] = -1
+        after[i] = -1
+        if s >= n_slots:
+            continue
+        lo, hi = starts[s], starts[s + 1]
+        first, t = lo, probes[i]
+        while lo < hi:  # the first row of the key later than the probe
+            mid = (lo + hi) // 2
+            if time[mid] <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo > first:
+            before[i] = lo - 1
+        if lo < starts[s + 1]:
+            after[i] = lo
+
+
+@numba.njit(cache=True)
+def _counting_sort(slots, times, seqs, starts, pos):  # type: ignore[no-untyped-def]
+    """Stable order by slot into ``pos``; whether each key's rows were in (time, arrival) order already."""
+    at = starts[:-1].copy()
+    for i in range(len(slots)):
+        s = slots[i]
+        j = at[s]
+        if j > starts[s]:
+            k = pos[j - 1]
+            if times[i] < times[k] or (times[i] == times[k] and seqs[i] < seqs[k]):
+                return False
+        pos[j] = i
+        at[s] = j + 1
+    return True
+
+
+class RightRows:
+    """Right rows sorted by (key slot, time, arrival), for nearest-in-time look-ups per key.
+
+    ``pos`` maps a sorted index back to the row's position in the arrays given; ``time`` and ``seq`` are in
+    sorted order. A side's rows are in time order per key already (out-of-order rows are dropped on arrival),
+    so sorting is a stable counting sort by slot; any other input is sorted in full."""
+
+    def __init__(self, slots: np.ndarray, times: np.ndarray, seqs: np.ndarray) -> None:
+        slots, times, seqs = (np.asarray(a, np.int64) for a in (slots, times, seqs))
+        n_slots = int(slots.max()) + 1 if len(slots) else 0
+        self.starts = np.zeros(n_slots + 1, dtype=np.int64)
+        np.cumsum(np.bincount(slots, minlength=n_slots), out=self.starts[1:])
+        pos = np.empty(len(slots), dtype=np.int64)
+        if not _counting_sort(slots, times, seqs, self.starts, pos):
+            pos = np.lexsort((seqs, times, slots))
+        self.pos, self.time, self.seq = pos, times[pos], seqs[pos]
+
+    def around(self, slots: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each probe (slot, time): the sorted index of its key's last row at or before that time, and
+        of its key's first row after it; -1 where there is none."""
+        before, after = np.empty(len(slots), np.int64), np.empty(len(slots), np.int64)
+        _around(self.starts, self.time, np.asarray(slots, np.int64), np.asarray(times, np.int64), before, after)
+        return before, after
