@@ -68,6 +68,8 @@ MAX_EXPRESSION_CHARS = 10_000
 
 def parse_expr(text: str, *, where: str = "expression") -> Any:
     """Parse an expression string (no ``as``) into an :class:`Expr` (or a :class:`MultiExpr`)."""
+    if not isinstance(text, str):
+        raise GraphDefinitionError(f"{where}: expected an expression as text, e.g. 'price > 10', got {clip(text)}")
     if len(text) > MAX_EXPRESSION_CHARS:
         raise GraphDefinitionError(f"{where}: the expression {clip(text)} has {len(text):,} characters, more than "
                                    f"the {MAX_EXPRESSION_CHARS:,} allowed; split it, or compute parts in a map")

@@ -92,10 +92,15 @@ def _duration_pair(value: str | tuple[str | timedelta, str | timedelta], *, wher
     return lo, hi
 
 
-def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...]:
+def _as_tuple(value: str | Sequence[str] | None, where: str) -> tuple[str, ...]:
+    """A column name or a list of names (None: none) as a tuple; anything else is refused naming ``where``."""
     if value is None:
         return ()
-    return (value,) if isinstance(value, str) else tuple(value)
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise GraphDefinitionError(f"{where} must be a column name or a list of names, got {clip(value)}")
 
 
 class StreamGraph:
@@ -168,12 +173,14 @@ class StreamGraph:
 
     def keyed_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table keeps the first row of every key (later rows with that key are dropped)."""
-        return self._source(name, schema, TableKind.KEYED, _as_tuple(key_column), None)
+        keys = _as_tuple(key_column, f"keyed_source {clip(name)} key_column")
+        return self._source(name, schema, TableKind.KEYED, keys, None)
 
     def latest_keyed_source(self, name: str, key_column: str | Sequence[str], time_column: str,
                             schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table accepts a row only if it is newer than the stored row of its key."""
-        return self._source(name, schema, TableKind.LATEST_KEYED, _as_tuple(key_column), time_column)
+        keys = _as_tuple(key_column, f"latest_keyed_source {clip(name)} key_column")
+        return self._source(name, schema, TableKind.LATEST_KEYED, keys, time_column)
 
     def source_by_name(self, name: str) -> DStream:
         """Read an existing public stream table (another graph's sink, a standalone table, or this graph's)."""
@@ -405,11 +412,11 @@ class DStream(JoinMethods):
                 metrics=flat,
                 metric_windows=metric_windows,
                 time_column=time_column,
-                key_column=_as_tuple(key_column),
+                key_column=_as_tuple(key_column, f"{where} key_column"),
                 accepted_delay=parse_duration(accepted_delay, where=f"{where} accepted_delay", allow_zero=True),
                 closed=closed,
                 use_window_start_time=use_window_start_time,
-                fill=fill if isinstance(fill, str | int | float) else tuple(fill),
+                fill=_fill_arg(fill, where=f"{where} fill"),
                 round_time=round_time,
                 update_time=None if update_time is None else parse_duration(
                     update_time, where=f"{where} update_time", allow_zero=True),
@@ -456,7 +463,7 @@ class DStream(JoinMethods):
                 name=name, input_schema=self.node.schema,
                 session_gap=parse_duration(session_gap, where=f"{where} session_gap"),
                 metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
-                time_column=time_column, key_column=_as_tuple(key_column),
+                time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
                 use_session_start_time=use_session_start_time,
                 force_trigger_time=None if force_trigger_time is None else parse_duration(
                     force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
@@ -509,7 +516,7 @@ class DStream(JoinMethods):
                 name=name, input_schema=self.node.schema,
                 time_cut_points=_times_of_day(time_cut_points, where=f"{where} time_cut_points"),
                 metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
-                time_column=time_column, key_column=_as_tuple(key_column),
+                time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
                 use_window_start_time=use_window_start_time, closed=closed, fill=fill,
                 key_purge_freq_in_second=key_purge_freq_in_second,
                 late_rows_table=self._late_rows_fqn(late_rows_table))
@@ -583,7 +590,7 @@ class DStream(JoinMethods):
             return DailyTimeSeriesEngine(
                 name=name, input_schema=self.node.schema, window=windows,
                 step=parse_duration(step, where=f"{where} step"), metrics=flat, metric_windows=metric_windows,
-                time_column=time_column, key_column=_as_tuple(key_column),
+                time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
                 session_begin=("00:00",) if session_begin is None else _times_of_day(
                     [session_begin] if isinstance(session_begin, str | dt.time) else session_begin,
                     where=f"{where} session_begin"),
@@ -643,7 +650,7 @@ class DStream(JoinMethods):
             return CrossSectionalEngine(
                 name=name, input_schema=self.node.schema,
                 metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
-                key_column=_as_tuple(key_column), triggering_pattern=triggering_pattern,
+                key_column=_as_tuple(key_column, f"{where} key_column"), triggering_pattern=triggering_pattern,
                 triggering_interval=triggering_interval_arg(triggering_pattern, triggering_interval, where=where),
                 time_column=time_column,
                 use_system_time=triggering_pattern not in DATA_TIME_TRIGGERS if use_system_time is None
@@ -676,11 +683,11 @@ class DStream(JoinMethods):
             return AnomalyDetectionEngine(
                 name=name, input_schema=self.node.schema,
                 metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
-                time_column=time_column, key_column=_as_tuple(key_column),
+                time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
                 window=None if window is None else parse_duration(window, where=f"{where} window"),
                 step=None if step is None else parse_duration(step, where=f"{where} step"),
                 garbage_size=garbage_size, round_time=round_time,
-                anomaly_description=_as_tuple(anomaly_description))
+                anomaly_description=_as_tuple(anomaly_description, f"{where} anomaly_description"))
 
         return self._engine(AnomalyDetectionEngine.kind, make)
 
@@ -708,7 +715,8 @@ class DStream(JoinMethods):
             return RuleEngine(name=name, input_schema=self.node.schema,
                               rule_sets=tuple((k, tuple(v) if isinstance(v, list | tuple) else (v,))
                                               for k, v in rule_sets.items()),
-                              output_columns=_as_tuple(output_columns), policy=policy, rule_set_column=rule_set_column)
+                              output_columns=_as_tuple(output_columns, "rule_engine output_columns"), policy=policy,
+                              rule_set_column=rule_set_column)
 
         return self._engine(RuleEngine.kind, make)
 
@@ -761,7 +769,8 @@ class DStream(JoinMethods):
     ) -> DStream:
         """Two reactive state engines over the same rows, grouped by ``key_column1`` and ``key_column2``."""
         if self.parallelism is not None and not (
-            self.parallelism.key in _as_tuple(key_column1) and self.parallelism.key in _as_tuple(key_column2)
+            self.parallelism.key in _as_tuple(key_column1, "dual_ownership_reactive_state_engine key_column1")
+            and self.parallelism.key in _as_tuple(key_column2, "dual_ownership_reactive_state_engine key_column2")
         ):
             raise GraphDefinitionError(
                 f"dual_ownership_reactive_state_engine after parallelize({clip(self.parallelism.key)}, "
@@ -775,7 +784,8 @@ class DStream(JoinMethods):
                 name=name, input_schema=self.node.schema,
                 metrics1=tuple(to_metric(m, where=where) for m in _as_list(metrics1, where)),
                 metrics2=tuple(to_metric(m, where=where) for m in _as_list(metrics2, where)),
-                key_column1=_as_tuple(key_column1), key_column2=_as_tuple(key_column2))
+                key_column1=_as_tuple(key_column1, f"{where} key_column1"),
+                key_column2=_as_tuple(key_column2, f"{where} key_column2"))
 
         return self._engine(DualOwnershipReactiveStateEngine.kind, make)
 
@@ -802,7 +812,7 @@ class DStream(JoinMethods):
             where = f"reactive_stateless_engine {clip(name)}"
             return ReactiveStatelessEngine(
                 name=name, input_schema=self.node.schema, formulas=formulas_from(metrics, where=where),
-                key_column=_as_tuple(key_column), value_column=value_column, time_column=time_column,
+                key_column=_as_tuple(key_column, f"{where} key_column"), value_column=value_column, time_column=time_column,
                 filter=None if filter is None else (float(filter[0]), float(filter[1])))
 
         return self._engine(ReactiveStatelessEngine.kind, make)
@@ -820,7 +830,7 @@ class DStream(JoinMethods):
             "name": name,
             "input_schema": self.node.schema,
             "metrics": tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
-            "key_column": _as_tuple(key_column),
+            "key_column": _as_tuple(key_column, f"{where} key_column"),
             "filter": expr(filter, "filter"),
             "keep_order": keep_order,
             "key_purge_filter": expr(key_purge_filter, "key_purge_filter"),
@@ -888,20 +898,24 @@ class DStream(JoinMethods):
         return self._table(name, TableRole.BUFFER, TableKind.PLAIN, (), None)
 
     def keyed_buffer(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        return self._table(name, TableRole.BUFFER, TableKind.KEYED, _as_tuple(key_column), None)
+        keys = _as_tuple(key_column, f"keyed_buffer {clip(name)} key_column")
+        return self._table(name, TableRole.BUFFER, TableKind.KEYED, keys, None)
 
     def latest_keyed_buffer(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, _as_tuple(key_column), time_column)
+        keys = _as_tuple(key_column, f"latest_keyed_buffer {clip(name)} key_column")
+        return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, keys, time_column)
 
     def sink(self, name: str) -> DStream:
         """Write the stream to a public table (the end of a chain)."""
         return self._table(name, TableRole.SINK, TableKind.PLAIN, (), None)
 
     def keyed_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        return self._table(name, TableRole.SINK, TableKind.KEYED, _as_tuple(key_column), None)
+        keys = _as_tuple(key_column, f"keyed_sink {clip(name)} key_column")
+        return self._table(name, TableRole.SINK, TableKind.KEYED, keys, None)
 
     def latest_keyed_sink(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, _as_tuple(key_column), time_column)
+        keys = _as_tuple(key_column, f"latest_keyed_sink {clip(name)} key_column")
+        return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, keys, time_column)
 
 
 def _as_list(metrics: Any, where: str) -> list[Any]:
@@ -910,6 +924,16 @@ def _as_list(metrics: Any, where: str) -> list[Any]:
     if not isinstance(metrics, Sequence):
         raise GraphDefinitionError(f"{where}: metrics must be a list of strings or expressions, got {clip(metrics)}")
     return list(metrics)
+
+
+def _fill_arg(value: Any, *, where: str) -> str | float | tuple[Any, ...]:
+    """One fill mode or value for every metric, or a list of them, one per metric (checked by the engine)."""
+    if isinstance(value, str | int | float):
+        return value
+    if isinstance(value, Sequence):
+        return tuple(value)
+    raise GraphDefinitionError(f"{where}: expected a fill mode ('none', 'null', 'ffill'), a number, or a "
+                               f"list of them, got {clip(value)}")
 
 
 def _times_of_day(value: Any, *, where: str) -> tuple[str, ...]:
