@@ -43,3 +43,8 @@ def test_right_rows_around_a_probe_are_its_keys_neighbours_in_time_then_arrival(
         later = [k for k in mine if times[order[k]] > t]
         assert b == (at_or_before[-1] if at_or_before else -1)
         assert a == (later[0] if later else -1)
+    probe_slots = np.array([p[0] for p in probes], np.int64)
+    probe_times = np.array([p[1] for p in probes], np.int64)
+    lows, highs = rights.search(probe_slots, probe_times, "left"), rights.search(probe_slots, probe_times, "right")
+    for (slot, t), low, high in zip(probes, lows, highs, strict=True):  # the window join's [t, t] range
+        assert [order[k] for k in range(low, high)] == [i for i in order if slots[i] == slot and times[i] == t]

@@ -135,7 +135,7 @@ class AsofJoinProcessor(Processor):
             forced = ~due & ((newest - waiting[TIME].to_numpy() > self.delay) |
                              (batch_time - waiting[ARRIVAL].to_numpy() >= max(2 * self.delay / 1e6, 2.0)))
         joined = waiting[due | forced]
-        rights = _rights(history)
+        rights = RightRows.of(history)
         match, later = rights.around(joined[SLOT].to_numpy(), joined[TIME].to_numpy())
         batch_end = int(table[SEQ].to_numpy().max()) if table.num_rows else 0
         later_seq = np.where(later < 0, -1, rights.seq[np.maximum(later, 0)])
@@ -193,7 +193,3 @@ class AsofJoinProcessor(Processor):
         latest = pd.Series(np.arange(len(slots))).groupby(slots).max().to_numpy()  # one right row per key suffices
         kept = history.take(pa.array(np.sort(latest))) if len(latest) else None
         return {**state, "keys": keys.keys, "right": kept}, out
-
-
-def _rights(history: pa.Table) -> RightRows:
-    return RightRows(*(history[c].to_numpy() for c in (SLOT, TIME, SEQ)))

@@ -1,8 +1,8 @@
 """Per-key time order of a join's sides: which rows keep it, and nearest-in-time look-ups of right rows.
 
 Both are single passes compiled with numba: a join task runs them on every micro-batch over all of its
-rows (the as-of join looks up every left row twice), where pandas' grouped ``cummax`` and ``merge_asof``
-cost more than the join itself.
+rows (the as-of join looks up each left row's match and the right row that makes it due, the window join
+each window's ends), where pandas' grouped ``cummax`` and ``merge_asof`` cost more than the join itself.
 
 >>> latest = np.full(2, NO_TIME)
 >>> in_order(np.array([0, 1, 0, 0]), np.array([5, 1, 3, 7]), latest).tolist()
@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+import pyarrow as pa
+
+from headwater.engines.base import SEQ
+from headwater.engines.joins.base import SLOT, TIME
 
 NO_TIME = np.iinfo(np.int64).min
 
@@ -56,26 +60,21 @@ def newest_time(latest: np.ndarray) -> int:
 
 
 @numba.njit(cache=True)
-def _around(starts, time, slots, probes, before, after):  # type: ignore[no-untyped-def]
+def _search(starts, time, slots, probes, right, out):  # type: ignore[no-untyped-def]
     n_slots = len(starts) - 1
     for i in range(len(slots)):
         s = slots[i]
-        before[i] = -1
-        after[i] = -1
-        if s >= n_slots:
+        if s >= n_slots:  # a key without right rows: an empty segment at the end
+            out[i] = starts[n_slots]
             continue
-        lo, hi = starts[s], starts[s + 1]
-        first, t = lo, probes[i]
-        while lo < hi:  # the first row of the key later than the probe
+        lo, hi, t = starts[s], starts[s + 1], probes[i]
+        while lo < hi:
             mid = (lo + hi) // 2
-            if time[mid] <= t:
+            if time[mid] < t or (right and time[mid] == t):
                 lo = mid + 1
             else:
                 hi = mid
-        if lo > first:
-            before[i] = lo - 1
-        if lo < starts[s + 1]:
-            after[i] = lo
+        out[i] = lo
 
 
 @numba.njit(cache=True)
@@ -101,6 +100,11 @@ class RightRows:
     sorted order. A side's rows are in time order per key already (out-of-order rows are dropped on arrival),
     so sorting is a stable counting sort by slot; any other input is sorted in full."""
 
+    @classmethod
+    def of(cls, cache: pa.Table) -> RightRows:
+        """The right rows of a join's cache (its working columns: key slot, time, arrival)."""
+        return cls(*(cache[c].to_numpy() for c in (SLOT, TIME, SEQ)))
+
     def __init__(self, slots: np.ndarray, times: np.ndarray, seqs: np.ndarray) -> None:
         slots, times, seqs = (np.asarray(a, np.int64) for a in (slots, times, seqs))
         n_slots = int(slots.max()) + 1 if len(slots) else 0
@@ -111,9 +115,18 @@ class RightRows:
             pos = np.lexsort((seqs, times, slots))
         self.pos, self.time, self.seq = pos, times[pos], seqs[pos]
 
+    def search(self, slots: np.ndarray, times: np.ndarray, side: str = "right") -> np.ndarray:
+        """Where each probe (slot, time) falls among its key's sorted rows: before the rows at that time
+        (``side="left"``) or after them (``"right"``), as an index into the sorted arrays."""
+        out = np.empty(len(slots), np.int64)
+        _search(self.starts, self.time, np.asarray(slots, np.int64), np.asarray(times, np.int64), side == "right", out)
+        return out
+
     def around(self, slots: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each probe (slot, time): the sorted index of its key's last row at or before that time, and
         of its key's first row after it; -1 where there is none."""
-        before, after = np.empty(len(slots), np.int64), np.empty(len(slots), np.int64)
-        _around(self.starts, self.time, np.asarray(slots, np.int64), np.asarray(times, np.int64), before, after)
-        return before, after
+        slots = np.asarray(slots, np.int64)
+        at = self.search(slots, times, "right")
+        last = len(self.starts) - 1
+        begin, end = self.starts[np.minimum(slots, last)], self.starts[np.minimum(slots + 1, last)]
+        return np.where(at > begin, at - 1, -1), np.where(at < end, at, -1)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -48,7 +48,7 @@ from headwater.engines.joins.base import (
     grow,
     with_work_columns,
 )
-from headwater.engines.joins.ordering import NO_TIME, in_order, in_time_order, newest_time
+from headwater.engines.joins.ordering import NO_TIME, RightRows, in_order, in_time_order, newest_time
 from headwater.engines.window_metrics import reduce_groups, replace_aggregates
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Call, Col, Expr
@@ -217,9 +217,10 @@ class WindowJoinProcessor(Processor):
         if self.delay is not None and len(right_latest) and not (self.spec.sort_by_time or self.spec.use_system_time):
             forced = ~due & (high + self.delay < right_latest.max())
         ready = np.flatnonzero(due | forced)
-        rights = _Sorted(history)
-        start, end = rights.ranges(slots[ready], pending[LOW].to_numpy()[ready], high[ready])
-        after = rights.first_after(slots[ready], high[ready])
+        rights = RightRows.of(history)
+        start = rights.search(slots[ready], pending[LOW].to_numpy()[ready], "left")  # the window's rows:
+        end = rights.search(slots[ready], high[ready], "right")  # sorted indices start..end-1
+        _, after = rights.around(slots[ready], high[ready])
         batch_end = int(table[SEQ].to_numpy().max()) if table.num_rows else 0
         left_seq = pending[SEQ].to_numpy()[ready]
         trigger = np.where(due[ready], np.maximum(left_seq, np.where(after < 0, -1, rights.seq[np.maximum(after, 0)])),
@@ -283,15 +284,15 @@ class WindowJoinProcessor(Processor):
         rows = with_work_columns(rows, slots, times)
         return rows.append_column(LOW, pa.array(low, pa.int64())).append_column(HIGH, pa.array(high, pa.int64()))
 
-    def _aggregate(self, history: pa.Table, rights: _Sorted, start: np.ndarray,
+    def _aggregate(self, history: pa.Table, rights: RightRows, start: np.ndarray,
                    end: np.ndarray) -> dict[str, np.ndarray | pa.Array]:
-        """Each aggregate over the right rows ``rights.order[start:end]`` of each output row, as ``__agg<i>``
+        """Each aggregate over the right rows ``rights.pos[start:end]`` of each output row, as ``__agg<i>``
         (``to_array``: the rows' values in (time, arrival) order, as an Arrow list array)."""
         m = len(start)
         lengths = np.maximum(end - start, 0)
         owner = np.repeat(np.arange(m), lengths)
         offsets = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        rows = rights.order[np.repeat(start, lengths) + offsets]
+        rows = rights.pos[np.repeat(start, lengths) + offsets]
         sources = self.spec.sources()
         out: dict[str, np.ndarray | pa.Array] = {}
         for i, agg in enumerate(self.aggs):
@@ -324,33 +325,3 @@ class WindowJoinProcessor(Processor):
         keep = history[TIME].to_numpy() >= reach[history[SLOT].to_numpy()]
         kept = history.filter(pa.array(keep))
         return kept if kept.num_rows else None
-
-
-class _Sorted:
-    """Right rows ordered by (key, time, arrival), with range look-ups per key."""
-
-    def __init__(self, history: pa.Table) -> None:
-        slot, time, seq = (history[c].to_numpy() for c in (SLOT, TIME, SEQ))
-        self.order = np.lexsort((seq, time, slot))
-        self.slot, self.time, self.seq = slot[self.order], time[self.order], seq[self.order]
-        self._times = np.unique(self.time)
-        self._combined = self.slot * (len(self._times) + 1) + np.searchsorted(self._times, self.time)
-
-    def _position(self, slots: np.ndarray, times: np.ndarray, side: Literal["left", "right"]) -> np.ndarray:
-        """Where (slot, time) falls among the sorted rows, within the slot's segment: before the rows at
-        ``time`` (``side="left"``) or after them (``"right"``). One binary search over a combined key (slot,
-        rank of the time among the rows' distinct times), which cannot overflow; no loop over rows."""
-        width = len(self._times) + 1
-        probe = np.asarray(slots, np.int64) * width + np.searchsorted(self._times, times, side=side)
-        return np.searchsorted(self._combined, probe, side="left").astype(np.int64)
-
-    def ranges(self, slots: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._position(slots, low, "left"), self._position(slots, high, "right")
-
-    def first_after(self, slots: np.ndarray, high: np.ndarray) -> np.ndarray:
-        """Index (into the sorted rows) of each slot's first row later than ``high``; -1 if none."""
-        pos = self._position(slots, high, "right")
-        inside = (pos < len(self.slot)) & (self.slot[np.minimum(pos, len(self.slot) - 1)] == slots) if len(self.slot) \
-            else np.zeros(len(slots), dtype=bool)
-        return np.where(inside, pos, -1)
-
