@@ -177,7 +177,7 @@ def _streaming_breakdown(session: Any, since: dict[int, int]) -> dict[str, Any]:
     Reads the worker's StreamingQuery handles (private API, diagnostics only).
     """
     try:
-        running = session._master.worker.worker._graphs[f"{CATALOG}.stream_graph.{GRAPH}"]
+        running = session._master.master.worker.worker._graphs[f"{CATALOG}.stream_graph.{GRAPH}"]
     except (AttributeError, KeyError):
         return {}
     out = {}

@@ -118,7 +118,7 @@ def main() -> None:
            "submit_to_running_s": round(submit_s, 2), "submit_to_running_warm_s": round(warm_submit_s, 2), "source_visible_ms": source, "sink_visible_ms": sink,
            "sink_over_source_p50": round(sink["p50"] / source["p50"], 1) if source["p50"] else None,
            "rows_out": int(sum(len(s) for s in sink_watch.samples)), "rows_in": n * per_append}
-    running = session._master.worker.worker._graphs.get("bench.stream_graph.latency")  # diagnostics only
+    running = session._master.master.worker.worker._graphs.get("bench.stream_graph.latency")  # diagnostics only
     if running is not None:
         phases: dict[str, list[float]] = {}
         for sg, q in running.queries.items():

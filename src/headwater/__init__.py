@@ -30,6 +30,7 @@ _EXPORTS = {
     "SqlError": "headwater.errors",
     "RetentionError": "headwater.errors",
     "RequestError": "headwater.errors",
+    "PermissionDenied": "headwater.errors",
     "SequenceError": "headwater.errors",
     "DataDirectoryInUseError": "headwater.errors",
     "StreamGraphStateError": "headwater.errors",

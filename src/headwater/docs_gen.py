@@ -90,7 +90,40 @@ def render_sql() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_privileges() -> str:
+    """The table of ``docs/security.md`` that says who may call each operation, from the declarations."""
+    from headwater.runtime.operations import OPERATIONS, Access
+
+    custom = {
+        "submit": "`graph_create` in the catalog (`graph_control` to submit an existing graph again); `table_read` "
+                  "and `table_write` on each public table it uses, `table_create` for each it creates; `udf` if it "
+                  "holds Python callables",
+        "drop_graph": "`graph_drop` in the catalog (or the graph's owner); with `include_tables`, `table_drop` on "
+                      "each of its public tables (or their owner)",
+        "sql": "`table_read` on every table the query reads (or the table's owner)",
+    }
+    lines = ["| operation | who may call it |", "|---|---|"]
+    for name, op in OPERATIONS.items():
+        if op.access == Access.PRIVILEGE and op.privilege is not None:
+            where = "in the catalog" if op.scope.value == "catalog" else f"on the {op.scope.value} or its catalog"
+            owner = " (or the engine's graph's owner)" if op.scope.value == "engine" else " (or the object's owner)"
+            who = f"`{op.privilege.value}` {where}" + (owner if op.owner_may else "")
+        elif op.access == Access.VISIBLE:
+            who = f"whoever may see the {op.scope.value}" if op.target else "anyone (shows events of visible graphs)"
+            if op.target and "None" in str(op.hints.get(op.target)):
+                who += "; without a name, lists only those"
+        elif op.access == Access.SELF:
+            who = "the user itself, or an admin"
+        elif op.access == Access.ADMIN:
+            who = "admins only"
+        else:
+            who = custom[name]
+        lines.append(f"| `{name}` | {who} |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
     import sys
 
-    print(render_sql() if sys.argv[1:] == ["sql"] else render(), end="")
+    what = sys.argv[1:]
+    print(render_sql() if what == ["sql"] else render_privileges() if what == ["privileges"] else render(), end="")

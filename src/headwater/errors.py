@@ -76,6 +76,10 @@ class RequestError(HeadwaterError, ValueError):
     """A request to the master's HTTP API is malformed (a field missing or of the wrong type)."""
 
 
+class PermissionDenied(HeadwaterError, PermissionError):
+    """The caller lacks the privilege an operation needs (HTTP 403); the refusal is in the audit log."""
+
+
 class RetentionError(HeadwaterError, LookupError):
     """A reader asked for a stream table version that the table's retention has removed."""
 

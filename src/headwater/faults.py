@@ -13,6 +13,8 @@ Points (keep this list true when adding one):
 - ``submit.after_metadata``: graph, tables and references are committed; no query started.
 - ``batch.before_commit``: a micro-batch's output files and engine state are written; nothing of it
   is committed to its output tables.
+- ``sql.result.after_first_batch``: the master has sent a SQL result's schema and first batch of rows (a
+  result of one batch never reaches it), before the second.
 - ``batch.after_commit``: a micro-batch's output is committed to its tables; Spark has not logged
   the batch as done, so a resumed query runs it again.
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import httpx
+import numpy as np
+import pandas as pd
 import pytest
 
 import headwater as hw
@@ -26,6 +28,19 @@ from tests.support.service import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
+BIG_ROWS = 5_000_000
+
+
+def big_table(session) -> pd.DataFrame:
+    """A public table of 5 M rows (many HTTP chunks and Arrow batches of SQL result); returns its rows."""
+    rng = np.random.default_rng(11)
+    frame = pd.DataFrame({"k": rng.choice(["alpha", "beta", "gamma"], BIG_ROWS), "n": np.arange(BIG_ROWS),
+                          "px": rng.random(BIG_ROWS)})
+    session.create_stream_table("big", {"k": "string", "n": "long", "px": "double"})
+    for first in range(0, BIG_ROWS, 1_000_000):
+        session.append("big", frame.iloc[first:first + 1_000_000])
+    return frame
+
 
 def test_the_standby_takes_over_when_the_active_master_is_killed(tmp_path):
     data = tmp_path / "data"
@@ -33,7 +48,7 @@ def test_the_standby_takes_over_when_the_active_master_is_killed(tmp_path):
         wport, a, b = free_port(), free_port(), free_port()
         worker = start("worker", data, wport)
         common = ("--worker", f"http://127.0.0.1:{wport}", "--metadata", metadata, "--heartbeat-deadline", "5")
-        active = start("master", data, a, *common)
+        active = start("master", data, a, *common, fault="sql.result.after_first_batch")
         standby = start("master", data, b, *common, "--standby")
         urls = [f"http://127.0.0.1:{a}", f"http://127.0.0.1:{b}"]
         try:
@@ -51,7 +66,14 @@ def test_the_standby_takes_over_when_the_active_master_is_killed(tmp_path):
             session.use_catalog("demo")
             everything = append_and_check(session, rows(200, seed=3, start=0), rows(0, seed=3, start=0))
 
-            stop(active, signal.SIGKILL)
+            # A large SQL result: the active master is killed (kill -9 at a fault point) once it has sent the
+            # first batch; the client reads the whole result again from the standby that takes over.
+            one = session.sql("select k, x from ticks where x = 7").to_pandas()
+            assert one.to_dict("records") == [{"k": everything["k"][7], "x": 7}]
+            big = big_table(session)
+            got = session.sql("select k, n, px from big").to_pandas()
+            assert active.wait(timeout=60) == -signal.SIGKILL  # it died mid-result, as the fault point says
+            pd.testing.assert_frame_equal(got.sort_values("n", ignore_index=True), big, check_dtype=False)
             everything = append_and_check(session, rows(150, seed=4, start=200), everything)  # through the standby
             assert httpx.get(f"{urls[1]}/v1/health").json()["role"] == "active"
             events = session.state_machine_events()

@@ -151,8 +151,8 @@ def test_a_graph_behind_its_sources_retention_fails_with_the_reason_and_sql_keep
         for i in range(100, 400, 20):  # appended while the graph is stopped
             session.append("ticks", frame.iloc[i:i + 20])
         session.set_stream_table_retention("ticks", rows=50)
-        session._master.compactor.run_once()
-        session._master.compactor.run_once()
+        session._master.master.compactor.run_once()
+        session._master.master.compactor.run_once()
         meta = session.stream_table_meta("ticks").iloc[0]
         assert meta["first_version"] > 2 and meta["rows"] == 400
         # SQL reads the snapshot, which keeps every row

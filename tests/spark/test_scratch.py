@@ -29,7 +29,7 @@ CHILD = textwrap.dedent("""
     import pandas as pd
     import headwater as hw
     s = hw.connect(sys.argv[1], start_spark=False)
-    spark = s._master.worker.worker.spark  # Spark starts here, with the scratch settings
+    spark = s._master.master.worker.worker.spark  # Spark starts here, with the scratch settings
     s.create_stream_table("demo.stream_table.t", {"sym": "string", "px": "double"})
     s.append("demo.stream_table.t", pd.DataFrame({"sym": ["a", "b", "a"], "px": [1.0, 2.0, 3.0]}))
     assert len(s.sql("select sym, count(*) from demo.stream_table.t group by sym")) == 2  # a shuffle

@@ -39,13 +39,14 @@ SUBMIT = textwrap.dedent("""
 """)
 
 
-def start(command: str, data: Path, port: int, *extra: str) -> subprocess.Popen:
+def start(command: str, data: Path, port: int, *extra: str, fault: str | None = None) -> subprocess.Popen:
     """Start ``headwater <command>`` and return once it answers ``/v1/health`` (a worker: once its Spark driver is
-    ready too) within 120 s."""
+    ready too) within 120 s. ``fault``: the fault point (``headwater.faults``) the process kills itself at."""
     log_path = data.parent / f"{command}-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - the process writes to it while it lives
     proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", command, "--data-dir", str(data),
-                             "--port", str(port), *extra], env=ENV, stdout=log, stderr=subprocess.STDOUT)
+                             "--port", str(port), *extra], env=ENV if fault is None else {**ENV, "HEADWATER_FAULT_POINT": fault},
+                            stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, log_path.read_text()[-3000:]

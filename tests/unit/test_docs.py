@@ -33,3 +33,10 @@ def test_the_engine_docs_examples_run_as_written():
 
     failures, tried = doctest.testfile(str(DOCS / "engines.md"), module_relative=False)
     assert tried > 0 and failures == 0
+
+
+def test_the_security_doc_lists_every_operation_as_declared():
+    from headwater.docs_gen import render_privileges
+
+    assert render_privileges() in (DOCS / "security.md").read_text(), \
+        "regenerate the table in docs/security.md: python -m headwater.docs_gen privileges"

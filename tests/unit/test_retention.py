@@ -191,8 +191,8 @@ def test_session_sets_retention_and_the_compactor_applies_it(tmp_path):
             session.set_stream_table_retention("nope", rows=5)
         for i in range(20):
             session.append("ticks", batch(i).to_pandas())
-        session._master.compactor.run_once()
-        session._master.compactor.run_once()
+        session._master.master.compactor.run_once()
+        session._master.master.compactor.run_once()
         meta = session.stream_table_meta("ticks").iloc[0]
         assert meta["retention"] == "the newest 6 rows" and meta["first_version"] > 10
         assert meta["rows"] == 60  # the snapshot keeps every row
@@ -222,16 +222,16 @@ def test_a_session_that_only_appends_still_applies_retention(tmp_path):
         session.use_catalog("demo")
         session.create_stream_table("plain", {"x": "long"})
         session.append("plain", pd.DataFrame({"x": [1]}))
-        assert not session._master.compactor.started  # no retention anywhere: no thread
+        assert not session._master.master.compactor.started  # no retention anywhere: no thread
         session.close()
         session = hw.connect(tmp_path, start_spark=False)  # a later session, which declares nothing
         session.use_catalog("demo")
         session.create_stream_table("kept", {"x": "long"}, retention_rows=10)
-        assert session._master.compactor.started
+        assert session._master.master.compactor.started
         session.close()
         session = hw.connect(tmp_path, start_spark=False)
         session.use_catalog("demo")
         session.append("kept", pd.DataFrame({"x": [2]}))
-        assert session._master.compactor.started
+        assert session._master.master.compactor.started
     finally:
         session.close()

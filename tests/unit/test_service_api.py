@@ -3,6 +3,7 @@ tokens, and hostile requests refused with Headwater's own errors before they rea
 
 from __future__ import annotations
 
+import json
 import time
 
 import pandas as pd
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 
 import headwater as hw
 from headwater.api.session import Session, embedded_master
+from headwater.runtime.access import AccessControl
 from headwater.service.auth import Authenticator, hash_password, verify_password
 from headwater.service.client import AuthenticationError, RemoteMaster
 from headwater.service.server import ARROW_STREAM, create_app
@@ -23,6 +25,7 @@ def served(tmp_path):
     auth = Authenticator(master.store)
     auth.ensure_admin("admin-pw")
     auth.add_user("alice", "alice-pw")
+    AccessControl(master.store).grant("admin", "alice", "manage", "demo")  # alice may do anything in demo
     client = TestClient(create_app(master, auth), base_url="http://testserver")
     yield master, auth, client
     client.close()
@@ -75,10 +78,10 @@ def test_hostile_table_names_are_refused_by_the_catalog_rules(served, name):
     _, _, client = served
     token = client.post("/v1/login", json={"user": "alice", "password": "alice-pw"}).json()["token"]
     headers = {"Authorization": f"Bearer {token}"}
-    r = client.post("/v1/tables/append", params={"table": name}, content=ipc(pd.DataFrame({"x": [1]})),
+    r = client.post("/v1/append", params={"args": json.dumps({"fqn": name})}, content=ipc(pd.DataFrame({"x": [1]})),
                     headers={**headers, "Content-Type": ARROW_STREAM})
     assert r.status_code == 400 and r.json()["error"] in ("GraphDefinitionError", "CatalogError"), r.text
-    r = client.post("/v1/tables/create", json={"fqn": name, "schema": [["x", "long"]]}, headers=headers)
+    r = client.post("/v1/create_public_table", json={"fqn": name, "schema": [["x", "long"]]}, headers=headers)
     assert r.status_code == 400 and r.json()["error"] == "GraphDefinitionError", r.text
 
 
@@ -89,17 +92,17 @@ def test_hostile_bodies_are_refused_with_a_reason(served):
     token = client.post("/v1/login", json={"user": "alice", "password": "alice-pw"}).json()["token"]
     headers = {"Authorization": f"Bearer {token}"}
     for body in (b"", b"not arrow at all", b"\xff" * 1000, ipc(pd.DataFrame({"x": [1]}))[:20]):
-        r = client.post("/v1/tables/append", params={"table": "demo.stream_table.t"}, content=body,
+        r = client.post("/v1/append", params={"args": '{"fqn": "demo.stream_table.t"}'}, content=body,
                         headers={**headers, "Content-Type": ARROW_STREAM})
         assert r.status_code == 400 and r.json()["error"] == "SchemaError", r.text
     for doc in ("{}", "[]", "not json", '{"plan_version": 999}', "x" * 100_000):
-        r = client.post("/v1/graphs/submit", json={"document": doc}, headers=headers)
+        r = client.post("/v1/submit", json={"document": doc}, headers=headers)
         assert r.status_code == 400 and r.json()["error"] == "GraphDefinitionError", r.text
-    r = client.post("/v1/tables/create", json={"fqn": "demo.stream_table.u", "schema": [["x", "no_such_type"]]},
+    r = client.post("/v1/create_public_table", json={"fqn": "demo.stream_table.u", "schema": [["x", "no_such_type"]]},
                     headers=headers)
     assert r.status_code == 400 and r.json()["error"] == "SchemaError", r.text
     for body in ({}, {"fqn": 5, "schema": "x"}, {"fqn": "demo.stream_table.u", "schema": [[1, 2, 3]]}, [1, 2]):
-        r = client.post("/v1/tables/create", json=body, headers=headers)
+        r = client.post("/v1/create_public_table", json=body, headers=headers)
         assert r.status_code == 400 and r.json()["error"] == "RequestError", r.text
     assert master.store.get_table("demo.stream_table.u") is None
     assert s.stream_table_meta("t").iloc[0]["rows"] == 0  # nothing stored by any of it
@@ -108,12 +111,12 @@ def test_hostile_bodies_are_refused_with_a_reason(served):
     doc = g.to_json()
     for config in ({"interval": 1000}, {"enable": False}, {"consecutive_failures": -1}, {"nope": 1},
                    {"max_retained_checkpoints": "5"}, {"max_concurrent_checkpoints": 2}):
-        r = client.post("/v1/graphs/submit", json={"document": doc, "checkpoint_config": config}, headers=headers)
+        r = client.post("/v1/submit", json={"document": doc, "checkpoint_config": config}, headers=headers)
         assert r.status_code == 400 and r.json()["error"] == "ConfigurationError", r.text
     assert s.stream_graph_meta().empty  # nothing submitted
     for body in ({"engine": "demo.stream_engine.nope", "op": {"op": "delete_rule", "key": 1}},
                  {"engine": "../../etc", "op": {}}, {"engine": 5, "op": "x"}):
-        r = client.post("/v1/engines/control", json=body, headers=headers)
+        r = client.post("/v1/control_engine", json=body, headers=headers)
         assert 400 <= r.status_code < 500 and r.json()["error"] in ("CatalogError", "RequestError", "GraphDefinitionError")
     s.close()
 
@@ -158,7 +161,7 @@ def test_an_expired_token_is_refused(served):
 
     with master.store.engine.begin() as c:
         c.execute(tokens.update().values(expires=time.time() - 1))
-    r = client.post("/v1/tables/meta", json={}, headers={"Authorization": f"Bearer {token}"})
+    r = client.post("/v1/table_meta", json={}, headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 401 and "expired" in r.json()["message"]
 
 

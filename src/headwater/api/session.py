@@ -19,16 +19,22 @@ from headwater.api.graph import StreamGraph
 from headwater.catalog import FQN, check_identifier, resolve
 from headwater.durations import parse_duration
 from headwater.errors import ConfigurationError, GraphDefinitionError, SchemaError, clip, shorten
+from headwater.plan.document import dumps, to_json
 from headwater.plan.logical import LogicalGraph
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime.access import AccessControl
 from headwater.runtime.checkpoint_config import CheckpointConfig
+from headwater.runtime.gateway import Gateway
 from headwater.runtime.master import Master
+from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
 from headwater.runtime.protocol import InProcessWorkerPort, WorkerPort
 from headwater.runtime.worker import Worker
 from headwater.storage.metadata import TableRecord
 from headwater.storage.retention import Retention
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 from headwater.types import Schema
+
+LOCAL_USER = "admin"  # who an embedded session acts as (it owns what it creates)
 
 
 class SqlResult:
@@ -155,9 +161,11 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
     if isinstance(data_dir, list | tuple):
         raise ConfigurationError(f"connect({clip(data_dir)}): a list names masters, each http://host:port")
     path = Path(data_dir) if data_dir is not None else default_data_dir()
-    return Session(embedded_master(path, start_spark=start_spark, spark_master=spark_master,
-                                   trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows),
-                   client_id=client_id, data_dir=path)
+    master = embedded_master(path, start_spark=start_spark, spark_master=spark_master,
+                             trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows)
+    # the process that holds the data directory may do anything there: as an admin, nothing is refused
+    return Session(Gateway(master, AccessControl(master.store), LOCAL_USER, trusted=True), client_id=client_id,
+                   data_dir=path)
 
 
 def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: str = "local[*]",
@@ -188,8 +196,9 @@ def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: s
 class Session:
     """A connection to Headwater: catalog, graphs, tables, SQL (embedded, or to a master over HTTP)."""
 
-    def __init__(self, master: Any, *, client_id: str | None = None, data_dir: Path | None = None) -> None:
-        # master: the embedded Master, or headwater.service.client.RemoteMaster (the same methods over HTTP)
+    def __init__(self, master: MasterApi, *, client_id: str | None = None, data_dir: Path | None = None) -> None:
+        # master: a Gateway to the embedded Master, or headwater.service.client.RemoteMaster (the same operations
+        # over HTTP): both implement the one declaration of the master's operations
         self.data_dir = data_dir
         self._catalog: str | None = None
         self._client_id = uuid.uuid4().hex if client_id is None else check_client_id(client_id)
@@ -369,7 +378,8 @@ class Session:
     # -- what StreamGraph asks of its session (the master stays private to the session) ---------------
     def _submit(self, logical: LogicalGraph, physical: PhysicalGraph, compute_group: str | None = None,
                 checkpoint_config: CheckpointConfig | None = None) -> None:
-        self._master.submit(logical, physical, compute_group=compute_group, checkpoint_config=checkpoint_config)
+        self._master.submit(dumps(to_json(logical, physical)), compute_group=compute_group,
+                            checkpoint_config=checkpoint_config)
 
     def _table_info(self, fqn: FQN) -> TableRecord:
         return self._master.table_info(fqn)
@@ -380,8 +390,10 @@ class Session:
     def stream_graph_meta(self, name: str | None = None) -> pd.DataFrame:
         """One row per graph: id, fqn, status, semantics, tasks, create_time, reason."""
         fqn = None if name is None else resolve(name, "stream_graph", current_catalog=self._catalog)
-        return pd.DataFrame(self._master.graph_meta(fqn),
-                            columns=["id", "fqn", "status", "semantics", "tasks", "create_time", "reason"])
+        frame = pd.DataFrame(self._master.graph_meta(fqn),
+                             columns=["id", "fqn", "status", "semantics", "tasks", "create_time", "reason"])
+        frame["create_time"] = pd.to_datetime(frame["create_time"], unit="s")
+        return frame
 
     def stream_graph_info(self, name: str) -> dict[str, Any]:
         """The graph's id, status, reason and its stored JSON document (``document``)."""
@@ -465,3 +477,22 @@ class Session:
 
 def _retention(minutes: float | None, rows: int | None) -> Retention | None:
     return None if minutes is None and rows is None else Retention(minutes=minutes, rows=rows)
+
+
+def _access_method(op: Operation) -> Any:
+    """A Session method for an access-control operation: the same arguments; listings come as DataFrames."""
+
+    def method(self: Session, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(self._master, op.name)(*args, **kwargs)
+        return pd.DataFrame(result) if isinstance(result, list) else result
+
+    method.__name__ = op.name
+    method.__doc__ = op.function.__doc__
+    method.__signature__ = op.signature  # type: ignore[attr-defined]
+    return method
+
+
+# users, groups, privileges and the audit log: derived from their declarations, nothing to add per method
+for _op in OPERATIONS.values():
+    if _op.on == "access":
+        setattr(Session, _op.name, _access_method(_op))

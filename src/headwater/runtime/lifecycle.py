@@ -1,6 +1,6 @@
 """The stream graph state machine (Orca A.5): statuses, the transitions allowed, and the check.
 
-Every status change of a graph goes through :func:`check_transition` (``Master._set_status``), so an
+Every status change of a graph goes through :func:`check_transition` (``Master.set_status``), so an
 illegal request (starting a running graph, purging a live one) fails with
 :class:`~headwater.errors.StreamGraphStateError` naming the status and what is allowed from it.
 

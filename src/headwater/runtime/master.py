@@ -15,6 +15,7 @@ import shutil
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -334,7 +335,7 @@ class Master:
             paths[node.id] = rec.path
         return paths
 
-    def _set_status(self, rec: GraphRecord, target: GraphStatus, reason: str = "", *, action: str) -> None:
+    def set_status(self, rec: GraphRecord, target: GraphStatus, reason: str = "", *, action: str) -> None:
         """The one place a graph's status changes: checked against the state machine, then stored."""
         current = self.store.get_graph(rec.id)
         check_transition(rec.fqn, current.status if current else rec.status, target, action=action)
@@ -350,7 +351,7 @@ class Master:
 
     def _start_now(self, rec: GraphRecord, logical: LogicalGraph, physical: PhysicalGraph, *, action: str,
                    failed: GraphStatus) -> None:
-        self._set_status(rec, GraphStatus.BUILDING, action=action)
+        self.set_status(rec, GraphStatus.BUILDING, action=action)
         self._bucket_inputs(physical)
         self.compactor.start()
         self.supervisor.start()
@@ -361,15 +362,15 @@ class Master:
                 group=self.store.compute_group(rec.fqn),
                 keep_snapshots=self.checkpoint_settings(rec.fqn).max_retained_checkpoints))
         except WorkerUnavailableError as exc:  # a resource problem, not the graph's: it is restarted elsewhere
-            self._set_status(rec, GraphStatus.ERROR, f"{shorten(str(exc), 600)}; the master restarts it on a live "
+            self.set_status(rec, GraphStatus.ERROR, f"{shorten(str(exc), 600)}; the master restarts it on a live "
                              "worker", action=action)
             log.warning("stream graph %s could not start: %s; the supervisor restarts it", rec.fqn, exc)
             return
         except Exception as exc:
             reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
-            self._set_status(rec, failed, reason, action=action)
+            self.set_status(rec, failed, reason, action=action)
             raise ExecutionError(f"stream graph {rec.fqn} failed to start: {reason}") from exc
-        self._set_status(rec, GraphStatus.RUNNING, action=action)
+        self.set_status(rec, GraphStatus.RUNNING, action=action)
 
     def restart(self, rec: GraphRecord) -> None:
         """Start a graph in ``error`` again from its checkpoints (``building`` → ``running``)."""
@@ -394,7 +395,7 @@ class Master:
         moving = self._recovering.setdefault(fqn, threading.Event())  # calls on the graph wait for the move
         try:
             began = time.monotonic()
-            self._set_status(rec, GraphStatus.ERROR, f"NODE_DOWN: worker {worker} stopped answering", action="recover")
+            self.set_status(rec, GraphStatus.ERROR, f"NODE_DOWN: worker {worker} stopped answering", action="recover")
             logical: LogicalGraph = _definition(rec)
             self._start(rec, logical, plan(logical), action="recover")
             log.warning("stream graph %s moved off worker %s and is running again (after %.1f s)", fqn, worker,
@@ -423,7 +424,7 @@ class Master:
         check_transition(rec.fqn, rec.status, GraphStatus.STOPPED, action="stop")
         self.supervisor.forget(rec.fqn)
         self.worker.request(StopGraph(rec.fqn))
-        self._set_status(rec, GraphStatus.STOPPED, action="stop")
+        self.set_status(rec, GraphStatus.STOPPED, action="stop")
 
     @recorded(EventType.START)
     def start_graph(self, fqn: FQN) -> None:
@@ -476,7 +477,7 @@ class Master:
         """
         todo = [rec for rec in self.store.list_graphs() if rec.status in RESUMABLE]
         for rec in todo:
-            self._set_status(rec, GraphStatus.BUILDING, action="resume")
+            self.set_status(rec, GraphStatus.BUILDING, action="resume")
             self._recovering[rec.fqn] = threading.Event()
         if todo:
             self._recovery = threading.Thread(target=self._recover_all, args=(todo,), name="headwater-recovery",
@@ -503,15 +504,19 @@ class Master:
             physical = plan(logical)
         except Exception as exc:  # the stored definition no longer loads (e.g. a user module was removed)
             reason = f"cannot load its stored definition: {type(exc).__name__}: {shorten(str(exc), 400)}"
-            self._set_status(rec, GraphStatus.FAILED, reason, action="resume")
+            self.set_status(rec, GraphStatus.FAILED, reason, action="resume")
             raise ExecutionError(f"stream graph {rec.fqn} {reason}") from None
         changes = plan_changes(json.loads(rec.graph_json), to_json(logical, physical))
         if changes:  # its checkpoints and state belong to another plan: running would silently orphan them
             reason = (f"its plan changed since it was submitted, so its state cannot be reused: {'; '.join(changes[:3])}"
                       f"{f' (and {len(changes) - 3} more)' if len(changes) > 3 else ''}; drop it and submit it again")
-            self._set_status(rec, GraphStatus.FAILED, reason, action="resume")
+            self.set_status(rec, GraphStatus.FAILED, reason, action="resume")
             raise ExecutionError(f"stream graph {rec.fqn} {reason}")
         self._start(rec, logical, physical, action="resume")  # stores 'failed' with the reason, and raises
+
+    def is_recovering(self, fqn: str) -> bool:
+        """Whether ``fqn`` is being resumed in the background (the supervisor leaves it alone meanwhile)."""
+        return fqn in self._recovering
 
     def _await_recovery(self, fqn: str, timeout: float | None = None) -> bool:
         """Wait until ``fqn`` is no longer being resumed; False if ``timeout`` ran out first."""
@@ -579,6 +584,13 @@ class Master:
                     return rec, node
         raise CatalogError(f"stream engine {engine} is not part of a running graph")
 
+    def engine_graph(self, engine: str) -> str | None:
+        """The running graph that holds stream engine ``engine`` (its owner owns the engine), or None."""
+        try:
+            return self._running_engine(engine)[0].fqn  # type: ignore[arg-type]
+        except CatalogError:
+            return None
+
     @recorded(EventType.DROP)
     def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
         self._await_recovery(str(fqn))
@@ -593,7 +605,7 @@ class Master:
                         f"drop_stream_graph({fqn.name!r}, include_tables=True): table {t} is also used by {', '.join(others)}; "
                         "drop that graph first or keep the tables with include_tables=False"
                     )
-        self._set_status(rec, GraphStatus.DESTROYING, action="drop")
+        self.set_status(rec, GraphStatus.DESTROYING, action="drop")
         self.worker.request(StopGraph(rec.fqn))
         for table in self.store.list_tables():
             if table.owner_graph == rec.fqn:
@@ -605,7 +617,7 @@ class Master:
                 if trec is not None and not self.store.refs_of_table(t):
                     self._delete_table(trec)
         shutil.rmtree(self._graph_paths(rec.fqn).root, ignore_errors=True)
-        self._set_status(rec, GraphStatus.DESTROYED, action="drop")
+        self.set_status(rec, GraphStatus.DESTROYED, action="drop")
 
     def graph_info(self, fqn: FQN) -> dict[str, Any]:
         """The graph's status, reason and stored JSON document (Orca's getStreamGraphInfo)."""
@@ -660,14 +672,20 @@ class Master:
                 with contextlib.suppress(Exception):  # a definition that no longer loads: its reason says so
                     tasks = self.worker.request(TaskStatus(rec.fqn, rec.graph_json))
             rows.append({"id": rec.id, "fqn": rec.fqn, "status": rec.status, "semantics": rec.semantics,
-                         "tasks": tasks, "create_time": _ts(rec.create_time), "reason": rec.reason})
+                         "tasks": tasks, "create_time": rec.create_time, "reason": rec.reason})
         return rows
 
     # -- SQL --------------------------------------------------------------------------------------------
-    def sql(self, query: object, *, current_catalog: str | None) -> tuple[Path, pa.Schema]:
-        """Run a read-only query; returns the directory of its Parquet result files and their schema."""
+    def sql(self, query: object, *, current_catalog: str | None,
+            check_read: Callable[[str], None] | None = None) -> tuple[Path, pa.Schema]:
+        """Run a read-only query; returns the directory of its Parquet result files and their schema.
+
+        ``check_read``: called with each table the query reads, before any row is; it raises to refuse."""
         public = {t.fqn: t.path for t in self.store.list_tables() if not t.private}
         q = prepare(query, public, current_catalog)
+        if check_read is not None:
+            for table in sorted({f for f, _ in q.views.values()}):
+                check_read(table)
         reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
                                            sorted(q.cte_names)))
         return Path(reply["path"]), pa.ipc.read_schema(pa.py_buffer(reply["schema"]))
@@ -713,8 +731,3 @@ def _conform_warmup(engine: FQN, schema: Schema, data: pa.Table) -> pa.Table:
         raise SchemaError(f"warm-up of {engine}: the data does not fit the engine's input {clip(str(schema), 600)}: "
                           f"{shorten(str(exc), 300)}") from None
 
-
-def _ts(seconds: float) -> Any:
-    import pandas as pd
-
-    return pd.Timestamp(seconds, unit="s")

@@ -75,7 +75,7 @@ class Supervisor:
             now = time.monotonic()
             for rec in master.store.list_graphs():
                 # left in error by a start whose worker could not be reached: retry, without counting it
-                if rec.status == GraphStatus.ERROR and rec.fqn not in master._recovering \
+                if rec.status == GraphStatus.ERROR and not master.is_recovering(rec.fqn) \
                         and now - self._retried.get(rec.fqn, 0.0) >= RETRY_ERROR_S:
                     self._retried[rec.fqn] = now
                     try:
@@ -86,7 +86,7 @@ class Supervisor:
 
     def _on_failure(self, master: Master, fqn: str, reason: str, batches: int) -> None:
         rec = master.store.active_graph(fqn)
-        if rec is None or rec.status != GraphStatus.RUNNING or fqn in master._recovering:
+        if rec is None or rec.status != GraphStatus.RUNNING or master.is_recovering(fqn):
             return  # stopped, dropped or being moved meanwhile: whoever changed it owns it now
         if master.worker.request(IsRunning(fqn)):
             return  # restarted meanwhile
@@ -103,11 +103,11 @@ class Supervisor:
             if streak > allowed:
                 master.worker.request(StopGraph(fqn))
                 again = "again after a restart from its checkpoints" if streak > 1 else "(no restart allowed)"
-                master._set_status(rec, GraphStatus.FAILED, f"failed {again}; {streak} failure(s) in a row, "
+                master.set_status(rec, GraphStatus.FAILED, f"failed {again}; {streak} failure(s) in a row, "
                                    f"consecutive_failures={allowed}: {shorten(reason, 600)}", action="run")
                 log.error("stream graph %s failed %d time(s) in a row: %s", fqn, streak, reason)
                 return
-            master._set_status(rec, GraphStatus.ERROR, shorten(reason, 600), action="run")
+            master.set_status(rec, GraphStatus.ERROR, shorten(reason, 600), action="run")
             log.warning("stream graph %s failed, restarting it from its checkpoints: %s", fqn, reason)
             try:
                 with master.events.record(EventType.RECOVER, f"{fqn}: {shorten(reason, 500)}", retries=streak - 1):

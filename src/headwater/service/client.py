@@ -1,14 +1,14 @@
 """The client side of the master's HTTP API: the master a remote :class:`~headwater.api.session.Session` uses.
 
-:class:`RemoteMaster` has the methods of :class:`~headwater.runtime.master.Master` that a session calls,
-with the same arguments and results; each is one HTTP request (``headwater.service.server``). An error the
+:class:`RemoteMaster` implements :class:`~headwater.runtime.operations.MasterApi`: each declared operation is one
+HTTP request (``headwater.service.server``), its arguments and result in the wire form of their declared types. An error the
 master raised comes back as the same Headwater exception class, with its message.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import io
+import json
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -19,16 +19,10 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headwater.catalog import FQN
 from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip, error_class
-from headwater.plan.document import dumps, to_json
-from headwater.plan.logical import LogicalGraph
-from headwater.plan.physical import PhysicalGraph
-from headwater.runtime.checkpoint_config import CheckpointConfig
+from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
 from headwater.runtime.protocol import arrow_bytes
-from headwater.storage.metadata import TableRecord
-from headwater.storage.retention import Retention
-from headwater.types import Schema
+from headwater.service.wire import from_wire, to_wire
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 STANDBY_ERROR = "StandbyMaster"  # the error a standby master answers every API call with (HTTP 503)
@@ -46,17 +40,26 @@ class AuthenticationError(HeadwaterError, PermissionError):
 
 
 class _ByteStream(io.RawIOBase):
-    """A readable file over an iterator of byte chunks (an HTTP response body, read as it arrives)."""
+    """A readable raw file over an iterator of byte chunks (an HTTP response body, read as it arrives).
+
+    A raw read returns at most one chunk's bytes, so read it through :func:`byte_reader`: pyarrow takes a short
+    read for a truncated message.
+    """
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self.chunks, self.pending = chunks, b""
+        self.failure: httpx.TransportError | None = None  # the connection broke mid-body (pyarrow wraps it)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         while not self.pending:
-            chunk = next(self.chunks, None)
+            try:
+                chunk = next(self.chunks, None)
+            except httpx.TransportError as exc:
+                self.failure = exc
+                raise
             if chunk is None:
                 return 0
             self.pending = chunk
@@ -66,8 +69,18 @@ class _ByteStream(io.RawIOBase):
         return n
 
 
-class RemoteMaster:
-    """A master reached over HTTP at ``url``, logged in as ``user``.
+def byte_reader(chunks: Iterator[bytes] | _ByteStream) -> io.BufferedReader:
+    """A file whose ``read(n)`` returns ``n`` bytes unless the chunks end first, whatever their sizes.
+
+    >>> byte_reader(iter([b"ab", b"", b"cde"])).read(4)
+    b'abcd'
+    """
+    raw = chunks if isinstance(chunks, _ByteStream) else _ByteStream(chunks)
+    return io.BufferedReader(raw, buffer_size=1 << 16)
+
+
+class RemoteMaster(MasterApi):
+    """A master reached over HTTP at ``url``, logged in as ``user``: every declared operation is one request.
 
     ``url`` may list several masters (an active one and standbys, ``--standby``): calls go to the one that
     answers as active. When it stops answering, a call moves on to the next within ``failover_timeout``
@@ -88,6 +101,7 @@ class RemoteMaster:
         self._current = 0
         self._timeout = timeout
         self._failover_timeout = failover_timeout
+        self._auth: dict[str, str] = {}
         self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout)
         try:
             token = self._call("/v1/login", {"user": user, "password": password}, idempotent=True)["token"]
@@ -97,7 +111,7 @@ class RemoteMaster:
         except BaseException:
             self._http.close()
             raise
-        self._http.headers["Authorization"] = f"Bearer {token}"
+        self._auth = {"Authorization": f"Bearer {token}"}  # per request: a shared client may serve other users
 
     @property
     def url(self) -> str:
@@ -112,9 +126,11 @@ class RemoteMaster:
             try:
                 if content is not None:
                     response = self._http.post(path, content=content, params=params,
-                                               headers={"Content-Type": ARROW_STREAM}, timeout=timeout or self._timeout)
+                                               headers={**self._auth, "Content-Type": ARROW_STREAM},
+                                               timeout=timeout or self._timeout)
                 else:
-                    response = self._http.post(path, json=body, params=params, timeout=timeout or self._timeout)
+                    response = self._http.post(path, json=body, params=params, headers=self._auth,
+                                               timeout=timeout or self._timeout)
             except httpx.TransportError as exc:
                 # ConnectError: the request never left; anything later may have reached the master
                 if len(self.urls) == 1 or not (idempotent or isinstance(exc, httpx.ConnectError)):
@@ -154,132 +170,72 @@ class RemoteMaster:
         return ExecutionError(f"the Headwater master at {self.url} answered {response.status_code}: "
                               f"{clip(message or response.text, 500)}")
 
-    # -- tables ---------------------------------------------------------------------------------------
-    def table_info(self, fqn: FQN) -> TableRecord:
-        doc = self._call("/v1/tables/info", {"fqn": str(fqn)}, idempotent=True)
-        return TableRecord(doc["fqn"], "", doc["kind"], Schema(tuple(tuple(c) for c in doc["schema"])),
-                           tuple(doc["key_columns"]), doc["time_column"], None)
-
-    def create_public_table(self, fqn: FQN, schema: Schema, kind: str, keys: tuple[str, ...], time_column: str | None,
-                            retention: Retention | None = None) -> None:
-        self._call("/v1/tables/create", {
-            "fqn": str(fqn), "schema": [list(c) for c in schema.columns], "kind": kind, "key_columns": list(keys),
-            "time_column": time_column, "retention": None if retention is None else
-            {"minutes": retention.minutes, "rows": retention.rows}})
-
-    def set_retention(self, fqn: FQN, retention: Retention | None) -> None:
-        self._call("/v1/tables/retention", {"fqn": str(fqn), "retention": None if retention is None else
-                                            {"minutes": retention.minutes, "rows": retention.rows}})
-
-    def drop_public_table(self, fqn: FQN) -> None:
-        self._call("/v1/tables/drop", {"fqn": str(fqn)})
-
-    def append(self, fqn: FQN, data: pa.Table) -> int:
-        return int(self._call("/v1/tables/append", content=arrow_bytes(data), params={"table": str(fqn)})["version"])
-
-    def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
-        params = {"table": str(fqn), "client_id": client_id, "sequence": sequence}
-        return int(self._call("/v1/tables/append", content=arrow_bytes(data), params=params, idempotent=True)["version"])
-
-    def committed_sequence(self, fqn: FQN, client_id: str) -> int | None:
-        return self._call("/v1/tables/committed_sequence", {"fqn": str(fqn), "client_id": client_id})["sequence"]
-
-    def table_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
-        return list(self._call("/v1/tables/meta", {"fqn": None if fqn is None else str(fqn)}, idempotent=True))
-
-    # -- graphs ---------------------------------------------------------------------------------------
-    def submit(self, logical: LogicalGraph, physical: PhysicalGraph, *, compute_group: str | None = None,
-               checkpoint_config: CheckpointConfig | None = None) -> None:
-        self._call("/v1/graphs/submit", {"document": dumps(to_json(logical, physical)), "compute_group": compute_group,
-                                         "checkpoint_config": None if checkpoint_config is None else
-                                         dataclasses.asdict(checkpoint_config)},
-                   timeout=600.0, idempotent=True)  # the same definition again finishes what was cut off
-
-    def stop_graph(self, fqn: FQN) -> None:
-        self._call("/v1/graphs/stop", {"fqn": str(fqn)}, timeout=600.0)
-
-    def start_graph(self, fqn: FQN) -> None:
-        self._call("/v1/graphs/start", {"fqn": str(fqn)}, timeout=600.0)
-
-    def resubmit_graph(self, fqn: FQN) -> None:
-        self._call("/v1/graphs/resubmit", {"fqn": str(fqn)}, timeout=600.0)
-
-    def purge_records(self, fqn: FQN) -> int:
-        return int(self._call("/v1/graphs/purge", {"fqn": str(fqn)})["result"])
-
-    def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
-        self._call("/v1/graphs/drop", {"fqn": str(fqn), "include_tables": include_tables}, timeout=600.0)
-
-    def wait_until_caught_up(self, fqn: FQN, timeout: float) -> None:
-        self._call("/v1/graphs/wait", {"fqn": str(fqn), "timeout": timeout}, timeout=timeout + 30.0, idempotent=True)
-
-    def graph_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
-        import pandas as pd
-
-        rows = self._call("/v1/graphs/meta", {"fqn": None if fqn is None else str(fqn)}, idempotent=True)
-        return [{**r, "create_time": pd.Timestamp(r["create_time"])} for r in rows]
-
-    def graph_info(self, fqn: FQN) -> dict[str, Any]:
-        return dict(self._call("/v1/graphs/info", {"fqn": str(fqn)}, idempotent=True))
-
-    def engine_meta(self, fqn: FQN) -> list[dict[str, Any]]:
-        return list(self._call("/v1/graphs/engines", {"fqn": str(fqn)}, idempotent=True))
-
-    def state_machine_events(self, limit: int = 1000) -> list[dict[str, Any]]:
-        return list(self._call("/v1/events", {"limit": limit}, idempotent=True))
-
-    def checkpoint_config(self, fqn: FQN) -> dict[str, Any]:
-        return dict(self._call("/v1/graphs/checkpoint_config", {"fqn": str(fqn)}, idempotent=True))
-
-    def set_checkpoint_config(self, fqn: FQN, config: CheckpointConfig) -> None:
-        self._call("/v1/graphs/set_checkpoint_config", {"fqn": str(fqn), "config": dataclasses.asdict(config)}, idempotent=True)
-
-    def checkpoint_jobs(self, fqn: FQN | None) -> list[dict[str, Any]]:
-        return list(self._call("/v1/checkpoints/jobs", {"fqn": None if fqn is None else str(fqn)}, idempotent=True))
-
-    def checkpoint_subjobs(self, fqn: FQN | None) -> list[dict[str, Any]]:
-        return list(self._call("/v1/checkpoints/subjobs", {"fqn": None if fqn is None else str(fqn)}, idempotent=True))
-
-    def progress(self, fqn: FQN) -> dict[str, Any]:
-        return dict(self._call("/v1/graphs/progress", {"fqn": str(fqn)}, idempotent=True))
-
-    def warmup(self, engine: FQN, data: pa.Table) -> int:
-        return int(self._call("/v1/engines/warmup", content=arrow_bytes(data), params={"engine": str(engine)},
-                              timeout=600.0)["rows"])
-
-    def control_engine(self, engine: FQN, op: dict[str, Any]) -> int:
-        return int(self._call("/v1/engines/control", {"engine": str(engine), "op": op})["tasks"])
-
     # -- SQL ------------------------------------------------------------------------------------------
-    def sql(self, query: object, *, current_catalog: str | None) -> tuple[Path, pa.Schema]:
+    def sql(self, query: str, current_catalog: str | None) -> tuple[Path, pa.Schema]:
         """Stream the result into a local Parquet file, a batch at a time; return its directory and schema."""
         directory = Path(tempfile.mkdtemp(prefix="headwater-sql-"))
         body = {"query": query, "current_catalog": current_catalog}
         deadline, tried = time.monotonic() + self._failover_timeout, 0
         while True:  # a read: safe to repeat on another master, from the start
+            stream: _ByteStream | None = None
             try:
-                with self._http.stream("POST", "/v1/sql", json=body, timeout=None) as response:
+                with self._http.stream("POST", "/v1/sql", json=body, headers=self._auth, timeout=None) as response:
                     if not response.is_success:
                         response.read()
                         if response.status_code == 503 and len(self.urls) > 1 and _is_standby(response):
                             tried = self._next_master(tried, deadline, None)
                             continue
                         raise self._error(response)
-                    reader = pa.ipc.open_stream(pa.PythonFile(_ByteStream(response.iter_bytes()), mode="r"))
+                    stream = _ByteStream(response.iter_bytes())
+                    reader = pa.ipc.open_stream(pa.PythonFile(byte_reader(stream), mode="r"))
                     with pq.ParquetWriter(directory / "part-00000.parquet", reader.schema) as writer:
                         for batch in reader:
                             writer.write_batch(batch)
                 return directory, reader.schema
-            except httpx.TransportError as exc:
-                if len(self.urls) == 1:
+            except (httpx.TransportError, pa.ArrowException, OSError) as exc:
+                # a connection cut mid-result surfaces through pyarrow: the stream remembers the real cause
+                cause = exc if isinstance(exc, httpx.TransportError) else (stream.failure if stream else None)
+                if cause is None:
                     raise
-                tried = self._next_master(tried, deadline, exc)
+                if len(self.urls) == 1:
+                    raise ExecutionError(f"the SQL result from {self.url} was cut off: {cause}") from None
+                tried = self._next_master(tried, deadline, cause)
 
     # -- session --------------------------------------------------------------------------------------
     def recover(self) -> list[str]:
         """Nothing to do here: the master resumes its graphs itself."""
         return []
 
+    def logout(self) -> None:
+        """Revoke this session's token on the master; later calls are refused (401)."""
+        self._call("/v1/logout", {})
+
     def close(self) -> None:
         """Close the connection; the master and its graphs keep running."""
         self._http.close()
+
+
+def _remote(op: Operation) -> Any:
+    """The client side of one operation: its arguments to their wire form, one request, the result back."""
+    hints, rows = op.hints, op.rows_argument
+
+    def call(self: RemoteMaster, *args: Any, **kwargs: Any) -> Any:
+        bound = op.signature.bind(self, *args, **kwargs)
+        values = {k: to_wire(v, hints[k]) for k, v in bound.arguments.items() if k not in ("self", rows)}
+        timeout = op.timeout if "timeout" not in values else float(values["timeout"]) + 30.0
+        if rows is not None:
+            doc = self._call(f"/v1/{op.name}", content=arrow_bytes(bound.arguments[rows]),
+                             params={"args": json.dumps(values)}, timeout=timeout, idempotent=op.idempotent)
+        else:
+            doc = self._call(f"/v1/{op.name}", values, timeout=timeout, idempotent=op.idempotent)
+        result = doc["result"]
+        return None if hints["return"] is type(None) else from_wire(result, hints["return"], f"{op.name} result")
+
+    call.__name__ = op.name
+    call.__doc__ = op.function.__doc__
+    return call
+
+
+for _name, _op in OPERATIONS.items():
+    if _name not in vars(RemoteMaster):
+        setattr(RemoteMaster, _name, _remote(_op))

@@ -153,7 +153,7 @@ class ActiveMaster:
 
     def start(self) -> Any:
         from headwater.api.session import embedded_master
-        from headwater.service.auth import Authenticator
+        from headwater.service.auth import Authenticator, LoginLimits
         from headwater.service.server import create_app
 
         args = self.args
@@ -168,8 +168,8 @@ class ActiveMaster:
         if self.pool is not None:  # placements live in the master's store; then the graphs that were running resume
             self.pool.attach(self.master.store, self.master.worker_down)
             self.master.recover()
-        auth = Authenticator(self.master.store)
-        auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
+        auth = Authenticator(self.master.store, LoginLimits(args.login_attempts, args.login_window))
+        auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"), rotate=args.rotate_admin_password)
         secret = os.environ.get("HEADWATER_WORKER_SECRET") if self.pool is not None else None
         return create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20, worker_secret=secret)
 
@@ -284,6 +284,12 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--remote-workers", action="store_true",
                    help="run no worker in this process: graphs run on workers that join (headwater worker --master) "
                         "or are named by --worker")
+    p.add_argument("--rotate-admin-password", action="store_true",
+                   help="set the admin's password to HEADWATER_ADMIN_PASSWORD at this start (its tokens are revoked)")
+    p.add_argument("--login-attempts", type=positive, default=10,
+                   help="failed logins allowed per user name, and per client address, within --login-window")
+    p.add_argument("--login-window", type=float, default=300.0,
+                   help="seconds over which failed logins are counted; once over the limit, logins wait that long")
     p.add_argument("--standby", action="store_true",
                    help="wait as a standby and take over when the active master on the same --metadata stops")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])

@@ -1,11 +1,14 @@
 """The master's HTTP API (FastAPI): what a remote :class:`~headwater.api.session.Session` calls.
 
-Every route but ``/v1/health`` and ``/v1/login`` needs ``Authorization: Bearer <token>``. Bodies are JSON,
-rows travel as Arrow IPC streams (``application/vnd.apache.arrow.stream``): appends and warm-up data in the
-request body, ``/v1/sql`` results streamed back batch by batch. Names arrive as text and are parsed by
-the catalog's own rules (:func:`headwater.catalog.resolve`) before anything reaches the master; a graph
-arrives as its JSON document and is rebuilt by :func:`headwater.plan.document.from_json`, which refuses
-anything it could not have written. Errors come back as ``{"error": <Headwater error class>, "message"}``.
+Each operation declared in :mod:`headwater.runtime.operations` is one route, ``POST /v1/<name>``, derived from
+its declaration: the body is a JSON object of its arguments (each checked against its declared type by
+:mod:`headwater.service.wire`; names parsed by the catalog's rules), or, for an operation that carries rows,
+an Arrow IPC stream (``application/vnd.apache.arrow.stream``) with the other arguments as JSON in the query
+parameter ``args``. The answer is ``{"result": ...}``; ``/v1/sql`` streams its rows back batch by batch. Every
+route but ``/v1/health`` and ``/v1/login`` needs ``Authorization: Bearer <token>``; the caller's privileges
+are checked by its :class:`~headwater.runtime.gateway.Gateway`. Errors come back as
+``{"error": <Headwater error class>, "message"}``: 401 for a missing or revoked token, 403 for a missing
+privilege, 413 for a body over its limit, 400 for anything else refused.
 
 OpenAPI documentation is served at ``/docs``.
 """
@@ -13,7 +16,9 @@ OpenAPI documentation is served at ``/docs``.
 from __future__ import annotations
 
 import hmac
+import inspect
 import io
+import json
 import re
 import shutil
 import threading
@@ -30,25 +35,18 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from headwater.catalog import FQN, check_identifier, resolve
-from headwater.errors import (
-    ConfigurationError,
-    GraphDefinitionError,
-    HeadwaterError,
-    RequestError,
-    SchemaError,
-    clip,
-)
-from headwater.plan.document import from_json
-from headwater.runtime.checkpoint_config import CheckpointConfig
+from headwater.errors import ConfigurationError, HeadwaterError, RequestError, SchemaError, clip
+from headwater.faults import fault_point
+from headwater.runtime.access import AccessControl
+from headwater.runtime.gateway import Gateway
 from headwater.runtime.master import Master
+from headwater.runtime.operations import OPERATIONS, Operation
 from headwater.runtime.protocol import arrow_table
 from headwater.service.auth import Authenticator, AuthError
 from headwater.service.client import STANDBY_ERROR
-from headwater.storage.retention import Retention
-from headwater.types import Schema
+from headwater.service.wire import from_wire, to_wire
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-MAX_WAIT_SECONDS = 3600.0
 
 
 def fqn(name: object, schema: str) -> FQN:
@@ -81,10 +79,6 @@ class Login(BaseModel):
     password: str
 
 
-class Name(BaseModel):
-    fqn: str
-
-
 class JoinWorker(BaseModel):
     url: str
     group: str = "default"
@@ -93,77 +87,55 @@ class JoinWorker(BaseModel):
 # what a joining worker may give as its address: http(s)://host:port, nothing else reaches the pool
 WORKER_URL = re.compile(r"https?://[A-Za-z0-9.-]{1,253}:[0-9]{1,5}")
 
-
-class CreateTable(BaseModel):
-    fqn: str
-    schema_: list[list[str]]
-    kind: str = "plain"
-    key_columns: list[str] = []
-    time_column: str | None = None
-    retention: dict[str, Any] | None = None
-
-    model_config = {"populate_by_name": True, "alias_generator": lambda f: "schema" if f == "schema_" else f}
+# HTTP status of a refusal, by error class (anything else a Headwater error says is a bad request: 400)
+STATUS = {"AuthError": 401, "PermissionDenied": 403, "BodyTooLarge": 413}
 
 
-class SetRetention(BaseModel):
-    fqn: str
-    retention: dict[str, Any] | None = None
+async def read_json(request: Request, where: str, limit: int) -> Any:
+    """The request's JSON body, read up to ``limit`` bytes (a longer body is refused before it is parsed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"{where}: the body has {int(declared)} bytes; the limit is {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BodyTooLarge(f"{where}: the body is over the limit of {limit} bytes")
+    try:
+        return json.loads(body) if body else {}
+    except (ValueError, RecursionError):
+        raise RequestError(f"{where}: the body is not JSON") from None
 
 
-class Submit(BaseModel):
-    document: str
-    compute_group: str | None = None
-    checkpoint_config: dict[str, Any] | None = None
-
-
-class SetCheckpointConfig(BaseModel):
-    fqn: str
-    config: dict[str, Any]
-
-
-class EngineChange(BaseModel):
-    engine: str
-    op: dict[str, Any]
-
-
-class DropGraph(BaseModel):
-    fqn: str
-    include_tables: bool = False
-
-
-class Wait(BaseModel):
-    fqn: str
-    timeout: float = 120.0
-
-
-class CommittedSequence(BaseModel):
-    fqn: str
-    client_id: str
-
-
-class Sql(BaseModel):
-    query: Any = None  # checked by the SQL policy, which names what is wrong
-    current_catalog: str | None = None
-
-
-class Limit(BaseModel):
-    limit: int = 1000
-
-
-class Meta(BaseModel):
-    fqn: str | None = None
-
-
-def _retention(doc: dict[str, Any] | None) -> Retention | None:
-    return None if doc is None else Retention(minutes=doc.get("minutes"), rows=doc.get("rows"))
+def arguments(op: Operation, doc: Any, rows: pa.Table | None) -> dict[str, Any]:
+    """An operation's arguments from their wire form, each checked against its declared type."""
+    if not isinstance(doc, dict):
+        raise RequestError(f"{op.name}: the arguments are a JSON object")
+    hints, params = op.hints, [p for p in op.signature.parameters.values() if p.name != "self"]
+    unknown = set(doc) - {p.name for p in params}
+    if unknown:
+        raise RequestError(f"{op.name}: unknown argument(s) {clip(sorted(unknown))}; "
+                           f"expected {', '.join(p.name for p in params)}")
+    values: dict[str, Any] = {}
+    for p in params:
+        if p.name == op.rows_argument:
+            values[p.name] = rows
+        elif p.name in doc:
+            values[p.name] = from_wire(doc[p.name], hints[p.name], f"{op.name}.{p.name}")
+        elif p.default is inspect.Parameter.empty:
+            raise RequestError(f"{op.name}: argument {p.name} is missing")
+    return values
 
 
 def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20,
-               worker_secret: str | None = None) -> FastAPI:
-    """The HTTP API over ``master``; logins checked by ``auth``; Arrow bodies up to ``max_body_bytes``.
-    ``worker_secret``: workers that present it may join (``headwater worker --master``)."""
+               max_json_bytes: int = 32 * 2**20, worker_secret: str | None = None) -> FastAPI:
+    """The HTTP API over ``master``: one route per declared operation (``POST /v1/<name>``), logins checked by
+    ``auth``, privileges by the :class:`~headwater.runtime.gateway.Gateway` of the caller. Arrow bodies up to
+    ``max_body_bytes``, JSON bodies up to ``max_json_bytes``. ``worker_secret``: workers that present it may
+    join (``headwater worker --master``)."""
     app = FastAPI(title="Headwater master", version="1")
     bearer = HTTPBearer(auto_error=False)
+    access = AccessControl(master.store)
     # Graph and table lifecycle calls change the catalog and start or stop queries: one at a time. Appends,
     # reads, SQL and waits run concurrently.
     lifecycle = threading.Lock()
@@ -175,7 +147,8 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
 
     @app.exception_handler(HeadwaterError)
     def headwater_error(_: Request, exc: HeadwaterError) -> JSONResponse:
-        return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=400)
+        return JSONResponse({"error": type(exc).__name__, "message": str(exc)},
+                            status_code=STATUS.get(type(exc).__name__, 400))
 
     @app.exception_handler(RequestValidationError)
     def malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -191,10 +164,6 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     @app.exception_handler(AuthError)
     def auth_error(_: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"error": "AuthError", "message": str(exc)}, status_code=401)
-
-    def locked(fn: Callable[[], Any]) -> Any:
-        with lifecycle:
-            return fn()
 
     @app.get("/v1/health")
     def health() -> dict[str, str]:
@@ -217,145 +186,52 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         return {"joined": bool(add(body.url, group))}
 
     @app.post("/v1/login")
-    def login(body: Login) -> dict[str, str]:
-        return {"token": auth.login(body.user, body.password)}
+    def login(body: Login, http: Request) -> dict[str, str]:
+        return {"token": auth.login(body.user, body.password, address=http.client.host if http.client else "")}
 
-    # -- tables ---------------------------------------------------------------------------------------
-    @app.post("/v1/tables/info")
-    def table_info(body: Name, _: str = Depends(user)) -> dict[str, Any]:
-        rec = master.table_info(fqn(body.fqn, "stream_table"))
-        return {"fqn": rec.fqn, "kind": rec.kind, "schema": [list(c) for c in rec.schema.columns],
-                "key_columns": list(rec.key_columns), "time_column": rec.time_column}
+    @app.post("/v1/logout")
+    def logout(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> dict[str, bool]:
+        if credentials is None:
+            raise AuthError("logout needs the bearer token to revoke")
+        return {"revoked": auth.logout(credentials.credentials)}
 
-    @app.post("/v1/tables/create")
-    def create_table(body: CreateTable, _: str = Depends(user)) -> dict[str, str]:
-        name = fqn(body.fqn, "stream_table")
-        if any(len(column) != 2 for column in body.schema_):
-            raise RequestError(f"create {name}: schema is a list of [name, type] pairs")
-        schema = Schema.parse(dict(body.schema_), where=f"stream table {name}")
-        locked(lambda: master.create_public_table(name, schema, body.kind, tuple(body.key_columns), body.time_column,
-                                                  _retention(body.retention)))
-        return {"fqn": str(name)}
-
-    @app.post("/v1/tables/drop")
-    def drop_table(body: Name, _: str = Depends(user)) -> dict[str, str]:
-        locked(lambda: master.drop_public_table(fqn(body.fqn, "stream_table")))
-        return {"fqn": body.fqn}
-
-    @app.post("/v1/tables/retention")
-    def set_retention(body: SetRetention, _: str = Depends(user)) -> dict[str, str]:
-        locked(lambda: master.set_retention(fqn(body.fqn, "stream_table"), _retention(body.retention)))
-        return {"fqn": body.fqn}
-
-    @app.post("/v1/tables/meta")
-    def table_meta(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
-        return master.table_meta(None if body.fqn is None else fqn(body.fqn, "stream_table"))
-
-    @app.post("/v1/tables/append")
-    async def append(request: Request, table: str, client_id: str | None = None, sequence: int | None = None,
-                     _: str = Depends(user)) -> dict[str, int]:
-        name = fqn(table, "stream_table")
-        data = await read_arrow(request, f"append to {name}", max_body_bytes)
-        if sequence is None:
-            return {"version": await _in_thread(lambda: master.append(name, data))}
-        if client_id is None:
-            raise GraphDefinitionError(f"append to {name}: a sequence needs the client_id it belongs to")
-        return {"version": await _in_thread(
-            lambda: master.append_once(name, data, client_id=client_id, sequence=sequence))}
-
-    @app.post("/v1/tables/committed_sequence")
-    def committed_sequence(body: CommittedSequence, _: str = Depends(user)) -> dict[str, int | None]:
-        return {"sequence": master.committed_sequence(fqn(body.fqn, "stream_table"), body.client_id)}
-
-    # -- graphs ---------------------------------------------------------------------------------------
-    @app.post("/v1/graphs/submit")
-    def submit(body: Submit, _: str = Depends(user)) -> dict[str, str]:
-        logical, physical = from_json(body.document)
-        if physical is None:
-            raise GraphDefinitionError("submit: the graph document has no physical plan")
-        group = None if body.compute_group is None else check_identifier(body.compute_group, what="compute group")
-        config = None if body.checkpoint_config is None else CheckpointConfig.parse(body.checkpoint_config)
-        locked(lambda: master.submit(logical, physical, compute_group=group, checkpoint_config=config))
-        return {"fqn": logical.fqn}
-
-    def graph_action(path: str, action: Callable[[Master, FQN], Any]) -> None:
-        def route(body: Name, _: str = Depends(user)) -> dict[str, Any]:
-            return {"result": locked(lambda: action(master, fqn(body.fqn, "stream_graph")))}
-
-        app.post(path, name=path.rsplit("/", 1)[-1])(route)
-
-    graph_action("/v1/graphs/stop", Master.stop_graph)
-    graph_action("/v1/graphs/start", Master.start_graph)
-    graph_action("/v1/graphs/resubmit", Master.resubmit_graph)
-    graph_action("/v1/graphs/purge", Master.purge_records)
-
-    @app.post("/v1/graphs/drop")
-    def drop_graph(body: DropGraph, _: str = Depends(user)) -> dict[str, str]:
-        locked(lambda: master.drop_graph(fqn(body.fqn, "stream_graph"), body.include_tables))
-        return {"fqn": body.fqn}
-
-    @app.post("/v1/graphs/wait")
-    def wait(body: Wait, _: str = Depends(user)) -> dict[str, str]:
-        master.wait_until_caught_up(fqn(body.fqn, "stream_graph"), min(max(body.timeout, 0.0), MAX_WAIT_SECONDS))
-        return {"fqn": body.fqn}
-
-    @app.post("/v1/graphs/meta")
-    def graph_meta(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
-        rows = master.graph_meta(None if body.fqn is None else fqn(body.fqn, "stream_graph"))
-        return [{**r, "create_time": r["create_time"].isoformat()} for r in rows]
-
-    @app.post("/v1/graphs/info")
-    def graph_info(body: Name, _: str = Depends(user)) -> dict[str, Any]:
-        return master.graph_info(fqn(body.fqn, "stream_graph"))
-
-    @app.post("/v1/graphs/engines")
-    def engine_meta(body: Name, _: str = Depends(user)) -> list[dict[str, Any]]:
-        return master.engine_meta(fqn(body.fqn, "stream_graph"))
-
-    @app.post("/v1/events")
-    def events(body: Limit, _: str = Depends(user)) -> list[dict[str, Any]]:
-        return master.state_machine_events(max(1, min(body.limit, 100_000)))
-
-    @app.post("/v1/graphs/checkpoint_config")
-    def checkpoint_config(body: Name, _: str = Depends(user)) -> dict[str, Any]:
-        return master.checkpoint_config(fqn(body.fqn, "stream_graph"))
-
-    @app.post("/v1/graphs/set_checkpoint_config")
-    def set_checkpoint_config(body: SetCheckpointConfig, _: str = Depends(user)) -> dict[str, str]:
-        config = CheckpointConfig.parse(body.config)
-        locked(lambda: master.set_checkpoint_config(fqn(body.fqn, "stream_graph"), config))
-        return {"fqn": body.fqn}
-
-    @app.post("/v1/checkpoints/jobs")
-    def checkpoint_jobs(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
-        return master.checkpoint_jobs(None if body.fqn is None else fqn(body.fqn, "stream_graph"))
-
-    @app.post("/v1/checkpoints/subjobs")
-    def checkpoint_subjobs(body: Meta, _: str = Depends(user)) -> list[dict[str, Any]]:
-        return master.checkpoint_subjobs(None if body.fqn is None else fqn(body.fqn, "stream_graph"))
-
-    @app.post("/v1/graphs/progress")
-    def progress(body: Name, _: str = Depends(user)) -> dict[str, Any]:
-        return master.progress(fqn(body.fqn, "stream_graph"))
-
-    @app.post("/v1/engines/warmup")
-    async def warmup(request: Request, engine: str, _: str = Depends(user)) -> dict[str, int]:
-        name = fqn(engine, "stream_engine")
-        data = await read_arrow(request, f"warm-up of {name}", max_body_bytes)
-        return {"rows": await _in_thread(lambda: locked(lambda: master.warmup(name, data)))}
-
-    @app.post("/v1/engines/control")
-    def control_engine(body: EngineChange, _: str = Depends(user)) -> dict[str, int]:
-        name = fqn(body.engine, "stream_engine")
-        return {"tasks": locked(lambda: master.control_engine(name, body.op))}
-
-    # -- SQL ------------------------------------------------------------------------------------------
-    @app.post("/v1/sql")
-    def sql(body: Sql, _: str = Depends(user)) -> StreamingResponse:
-        directory, schema = master.sql(body.query, current_catalog=body.current_catalog)
-        return StreamingResponse(_arrow_stream(directory, schema), media_type=ARROW_STREAM)
-
+    for op in OPERATIONS.values():
+        _route(app, op, master, access, user, lifecycle, max_body_bytes, max_json_bytes)
     return app
+
+
+def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, user: Callable[..., str],
+           lifecycle: threading.Lock, max_body_bytes: int, max_json_bytes: int) -> None:
+    """``POST /v1/<op.name>``: the caller's arguments checked against the declaration, then its gateway's call."""
+    result_type = op.hints["return"]
+
+    async def route(request: Request, caller: str = Depends(user)) -> Any:
+        rows = None
+        if op.rows_argument is not None:
+            try:
+                doc = json.loads(request.query_params.get("args", "{}"))
+            except ValueError:
+                raise RequestError(f"{op.name}: the query parameter args is not JSON") from None
+            rows = await read_arrow(request, op.name, max_body_bytes)
+        else:
+            doc = await read_json(request, op.name, max_json_bytes)
+        values = arguments(op, doc, rows)
+        gateway = Gateway(master, access, caller)
+
+        def call() -> Any:
+            if op.serial:
+                with lifecycle:
+                    return getattr(gateway, op.name)(**values)
+            return getattr(gateway, op.name)(**values)
+
+        result = await _in_thread(call)
+        if op.name == "sql":
+            directory, schema = result
+            return StreamingResponse(_arrow_stream(directory, schema), media_type=ARROW_STREAM)
+        return JSONResponse({"result": to_wire(result, result_type)})
+
+    route.__name__ = op.name
+    app.post(f"/v1/{op.name}", name=op.name, summary=op.summary, description=inspect.getdoc(op.function) or "")(route)
 
 
 class _Chunks(io.RawIOBase):
@@ -383,10 +259,14 @@ def _arrow_stream(directory: Path, schema: pa.Schema) -> Iterator[bytes]:
         chunks = _Chunks()
         with pa.ipc.new_stream(pa.PythonFile(chunks, mode="w"), schema) as writer:
             yield chunks.drain()  # the schema message
+            sent = 0
             for file in sorted(directory.glob("part-*.parquet")):
                 for batch in pq.ParquetFile(file).iter_batches(batch_size=65_536, use_threads=False):
+                    if sent == 1:
+                        fault_point("sql.result.after_first_batch")
                     writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
                     yield chunks.drain()
+                    sent += 1
         yield chunks.drain()  # the end-of-stream marker
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -286,6 +286,22 @@ class MetadataStore:
             row = c.execute(sa.select(users.c.password_hash).where(users.c.name == name)).first()
         return None if row is None else str(row[0])
 
+    def user_is_admin(self, name: str) -> bool:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(users.c.is_admin).where(users.c.name == name)).first()
+        return bool(row is not None and row[0])
+
+    def delete_user(self, name: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(sa.delete(users).where(users.c.name == name))
+            c.execute(sa.delete(tokens).where(tokens.c.user == name))
+
+    def delete_tokens(self, user: str, token_hash: str | None = None) -> int:
+        """Revoke every token of ``user`` (or the one whose hash is ``token_hash``); returns how many."""
+        with self.engine.begin() as c:
+            where = [tokens.c.user == user] + ([tokens.c.token_hash == token_hash] if token_hash else [])
+            return int(c.execute(sa.delete(tokens).where(*where)).rowcount)
+
     def put_token(self, token_hash: str, user: str, expires: float) -> None:
         with self.engine.begin() as c:
             c.execute(sa.delete(tokens).where(tokens.c.expires < time.time()))
