@@ -5,7 +5,7 @@ rows travel as Arrow IPC streams (``application/vnd.apache.arrow.stream``): appe
 request body, ``/v1/sql`` results streamed back batch by batch. Names arrive as text and are parsed by
 the catalog's own rules (:func:`headwater.catalog.resolve`) before anything reaches the master; a graph
 arrives as its JSON document and is rebuilt by :func:`headwater.plan.document.from_json`, which refuses
-anything it could not have written. Errors come back as ``{"error": <Headwater error class>, "message"}``.
+anything it could not have written; its Python functions stay opaque bytes here (the master never unpickles). Errors come back as ``{"error": <Headwater error class>, "message"}``.
 
 OpenAPI documentation is served at ``/docs``.
 """
@@ -270,7 +270,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     # -- graphs ---------------------------------------------------------------------------------------
     @app.post("/v1/graphs/submit")
     def submit(body: Submit, _: str = Depends(user)) -> dict[str, str]:
-        logical, physical = from_json(body.document)
+        logical, physical = from_json(body.document, load_callables=False)  # user functions stay bytes here
         if physical is None:
             raise GraphDefinitionError("submit: the graph document has no physical plan")
         group = None if body.compute_group is None else check_identifier(body.compute_group, what="compute group")
