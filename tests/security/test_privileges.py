@@ -319,7 +319,7 @@ def test_a_graph_runs_with_its_owner_s_rights(world, tmp_path):
     from headwater.storage.metadata import TableRecord
 
     doc = graph_document(tmp_path)
-    _, physical = from_json(doc)
+    _, physical = from_json(doc, load_callables=False)
     tables = [TableRecord(n.fqn, f"/x/{n.name}", n.table_kind, n.schema, n.key_columns, n.time_column, None)
               for n in physical.tables() if not n.private]
     master.store.create_graph(GRAPH, doc, "exactly-once", new_tables=tables, refs=[t.fqn for t in tables])

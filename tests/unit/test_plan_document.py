@@ -14,8 +14,7 @@ from headwater.plan.codec import TYPES
 from headwater.plan.document import PLAN_VERSION, dumps, from_json, same_definition, to_json
 from headwater.plan.physical import Partitioning
 from headwater.plan.render import explain_logical, explain_physical
-from headwater.runtime.master import _definition, _render_legacy
-from headwater.storage.metadata import GraphRecord, MetadataStore
+from headwater.storage.metadata import MetadataStore
 from headwater.types import TableKind
 from tests.support.indicators import build_indicator_graph
 
@@ -60,9 +59,11 @@ def graph(request, session):
     return build_indicator_graph(session) if request.param == "indicators" else every_kind_graph(session)
 
 
-def test_graphs_round_trip_through_json(graph):
+@pytest.mark.parametrize("load_callables", [True, False], ids=["loaded", "opaque"])
+def test_graphs_round_trip_through_json(graph, load_callables):
+    """Loaded (where a graph runs) or kept as bytes (the master), a document reads back to itself."""
     doc = to_json(graph._graph, graph.plan())
-    logical, physical = from_json(dumps(doc))
+    logical, physical = from_json(dumps(doc), load_callables=load_callables)
     assert physical is not None
     assert to_json(logical, physical) == doc
     assert explain_logical(logical) == explain_logical(graph._graph)
@@ -77,7 +78,7 @@ def test_a_plan_with_state_functions_reads_back_where_they_are_not_defined(graph
     doc = to_json(graph._graph, graph.plan())
     for name in list(STATE_FUNCTIONS):
         monkeypatch.delitem(STATE_FUNCTIONS, name)
-    logical, physical = from_json(dumps(doc))
+    logical, physical = from_json(dumps(doc), load_callables=False)
     assert to_json(logical, physical) == doc
 
 
@@ -91,7 +92,7 @@ def test_decoded_graph_computes_the_same_rows(session, tmp_path):
                           "seller": list("pqpqp")})
     cells = pd.DataFrame({"product": ["A", "A"], "metric": ["f1", "f2"], "value": [1.0, 2.0]})
     inputs = {"trades": [ticks.iloc[:2], ticks.iloc[2:]], "cells": cells}
-    _, physical = from_json(g.to_json())
+    _, physical = from_json(g.to_json(), load_callables=True)
     assert physical is not None
     decoded = run_local(physical, inputs, tmp_path / "decoded")
     original = g.run_local(inputs)
@@ -115,7 +116,7 @@ def test_functions_of_the_same_name_are_kept_apart(session, tmp_path):
     src.map(lambda b: b.assign(x=b["x"] * 10)).sink("times")
     doc = json.loads(g.to_json())
     assert len(doc["callables"]) == 2
-    out = from_json(doc)[1]
+    out = from_json(doc, load_callables=True)[1]
     assert out is not None
     from headwater.dataplane.local import run_local
 
@@ -163,8 +164,10 @@ BAD_DOCUMENTS = [
     ("code in an expression", lambda d: _set_metric(d, "__import__('os').system('touch /tmp/pwned')"),
      "unsupported syntax"),
     ("unknown function", lambda d: _set_metric(d, "no_such_fn(close)"), "unknown"),
-    ("callable not shipped", lambda d: _set(d, ["logical", "nodes", 0, "definition", "fqn"], {"$callable": "x"}),
-     "not among the plan's callables"),
+    ("callable outside its slot", lambda d: _set(d, ["logical", "nodes", 0, "definition", "fqn"], {"$callable": "x"}),
+     "where the plan allows none"),
+    ("tag with extra keys", lambda d: _set(d, ["logical", "nodes", 0, "definition", "schema"],
+                                           {"$expr": "x", "$type": "Schema"}), "exactly one of"),
     ("callable not base64", lambda d: {**d, "callables": {"f": "!!"}}, "not valid base64"),
     ("edge to nowhere", lambda d: _set(d, ["logical", "edges", 0, "outNodeId"], 99), "refers to a node"),
     ("cycle", lambda d: _append(d, ["logical", "edges"], {"inNodeId": 4, "outNodeId": 0}), "cycle"),
@@ -222,13 +225,13 @@ def _deep(n):
 def test_bad_documents_are_refused_with_a_clear_error(session, case, mutate, message, tmp_path):
     bad = mutate(_doc(session))
     with pytest.raises(hw.GraphDefinitionError, match=message) as info:
-        from_json(bad if isinstance(bad, str) else json.dumps(bad))
+        from_json(bad if isinstance(bad, str) else json.dumps(bad), load_callables=True)
     assert len(str(info.value)) <= 2000
     assert not (tmp_path / "pwned").exists()
 
 
-def test_a_store_of_pickled_graphs_is_upgraded_to_json(session, tmp_path):
-    """A data directory written before plans were data: its graphs are rewritten as JSON on open."""
+def test_a_store_of_pickled_graphs_is_refused_unread(session, tmp_path):
+    """A data directory written before plans were data: the master refuses it rather than unpickle its graphs."""
     import cloudpickle
 
     g = build_indicator_graph(session)
@@ -242,13 +245,9 @@ def test_a_store_of_pickled_graphs_is_upgraded_to_json(session, tmp_path):
                   {"fqn": str(g.fqn), "d": cloudpickle.dumps(g._graph)})
     engine.dispose()
     store = MetadataStore(url)
-    assert store.upgrade(_render_legacy) == 1
-    assert store.upgrade(_render_legacy) == 0
-    assert "definition" not in {c["name"] for c in sa.inspect(store.engine).get_columns("stream_graphs")}
-    rec = store.get_graph(1)
-    assert isinstance(rec, GraphRecord)
-    assert json.loads(rec.graph_json)["version"] == PLAN_VERSION
-    assert explain_logical(_definition(rec)) == explain_logical(g._graph)
+    with pytest.raises(hw.ConfigurationError, match="stored pickled"):
+        store.refuse_pickled_graphs()
+    assert "definition" in {c["name"] for c in sa.inspect(store.engine).get_columns("stream_graphs")}  # untouched
     store.dispose()
 
 
@@ -266,4 +265,4 @@ def test_each_metric_is_parsed_once_when_encoded(session, monkeypatch):
     doc = to_json(g._graph, None)
     assert len(calls) == 2  # the two metrics of the one engine node
     calls.clear()
-    assert str(from_json(doc)[0].nodes[1].spec.metrics[0]).startswith("mavg(px, window=2) + ")  # type: ignore[attr-defined]
+    assert str(from_json(doc, load_callables=False)[0].nodes[1].spec.metrics[0]).startswith("mavg(px, window=2) + ")  # type: ignore[attr-defined]

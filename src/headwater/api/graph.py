@@ -239,7 +239,7 @@ class StreamGraph:
         True
         >>> session.close()
         """
-        logical, _ = from_json(document)
+        logical, _ = from_json(document, load_callables=True)  # the user's own process, asked to load
         graph = cls(session, resolve(logical.fqn, "stream_graph", current_catalog=None))
         graph._graph = logical
         return graph

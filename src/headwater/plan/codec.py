@@ -5,17 +5,20 @@ A value encodes to plain JSON (enumerations, all ``StrEnum``, as their text): nu
 as the text the user would write, whenever parsing that text gives the same expression back),
 ``"$timedelta"``
 (microseconds), ``"$float"`` (NaN and infinities), ``"$datetime"``/``"$date"`` (ISO) or ``"$callable"``.
-A user's Python function (a ``map(fn)``) is the only thing pickled: the encoding names it, and its
-cloudpickle travels beside the plan under that name. Decoding builds nothing outside :data:`TYPES`, and
-every dataclass validates itself again, so a hand-edited or hostile document fails with a clear
-:class:`~headwater.errors.GraphDefinitionError` instead of building an arbitrary object.
+A user's Python function is the only thing pickled, and only in the slots of :data:`CALLABLE_SLOTS`
+(``map(fn)``, ``generic_state_iterate(func=fn)``): the encoding names it, and its cloudpickle travels beside
+the plan under that name. Decoding builds nothing outside :data:`TYPES`, every dataclass validates itself
+again, and a function stays an :class:`~headwater.plan.callables.OpaqueCallable` unless the caller hands
+over the loaded ones (:func:`load_callable`, only where the graph runs), so a hand-edited or hostile
+document fails with a clear :class:`~headwater.errors.GraphDefinitionError` instead of building an arbitrary
+object or running code.
 
 >>> from headwater.parse import parse_metric
 >>> callables: dict[str, bytes] = {}
 >>> data = encode(parse_metric("mavg(price, 3) as m"), callables)
 >>> data
 {'$expr': 'mavg(price, window=3) as m'}
->>> str(decode(data, callables))
+>>> str(decode(data, {}))
 'mavg(price, window=3) as m'
 """
 
@@ -55,6 +58,7 @@ from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item, Lit, MultiExpr
 from headwater.parse import builtins_only, parse_metric
+from headwater.plan.callables import OpaqueCallable
 from headwater.plan.logical import EngineNode, MapNode, Parallelism, TableNode
 from headwater.types import Schema
 
@@ -68,7 +72,12 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     WindowJoinEngine, TimeBucketEngine, DailyTimeSeriesEngine,
 )}
 
+# Where a plan may hold a Python function: a MapNode's ``fn``, and the named parameter of the functions that
+# take a callable (function name -> parameter). A "$callable" anywhere else is refused before anything loads.
+CALLABLE_SLOTS: dict[str, str] = {"generic_state_iterate": "func"}
+
 _MAX_DEPTH = 200  # deeper documents are refused before Python's recursion limit is
+_TAGS = ("$type", "$expr", "$timedelta", "$float", "$datetime", "$date", "$callable")
 
 
 def encode(value: Any, callables: dict[str, bytes]) -> Any:
@@ -102,6 +111,8 @@ def _encode(value: Any, callables: dict[str, bytes], *, as_text: bool) -> Any:
         return {"$date": value.isoformat()}
     if isinstance(value, tuple):
         return [_encode(v, callables, as_text=as_text) for v in value]
+    if isinstance(value, OpaqueCallable):  # a dataclass itself, but stored as the function it stands for
+        return {"$callable": _store_callable(value, callables)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         name = type(value).__name__
         if TYPES.get(name) is not type(value):
@@ -118,8 +129,11 @@ def _encode(value: Any, callables: dict[str, bytes], *, as_text: bool) -> Any:
 
 
 def _store_callable(fn: Callable[..., Any], callables: dict[str, bytes]) -> str:
-    pickled = cloudpickle.dumps(fn)
-    base = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    if isinstance(fn, OpaqueCallable):  # the master writes back the bytes it was given, never loading them
+        pickled, base = fn.data, fn.name
+    else:
+        pickled = cloudpickle.dumps(fn)
+        base = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     name, n = base, 1
     while callables.get(name, pickled) != pickled:  # another function of the same name
         n += 1
@@ -128,20 +142,30 @@ def _store_callable(fn: Callable[..., Any], callables: dict[str, bytes]) -> str:
     return name
 
 
-def decode(data: Any, callables: Mapping[str, bytes], *, where: str = "plan") -> Any:
-    """Rebuild a value from :func:`encode`'s data; anything not allow-listed raises GraphDefinitionError."""
-    return _decode(data, callables, where, 0)
+def decode(data: Any, callables: Mapping[str, Any], *, where: str = "plan", used: set[str] | None = None) -> Any:
+    """Rebuild a value from :func:`encode`'s data; anything not allow-listed raises GraphDefinitionError.
+
+    ``callables`` maps each function name the data may refer to (``{"$callable": name}``) to the value put in
+    its place: an :class:`OpaqueCallable` (nothing is loaded) or the function :func:`load_callable` returned.
+    ``used`` collects the names referred to.
+    """
+    return _decode(data, callables, where, 0, used if used is not None else set(), allow_callable=False)
 
 
-def _decode(data: Any, callables: Mapping[str, bytes], where: str, depth: int) -> Any:
+def _decode(data: Any, callables: Mapping[str, Any], where: str, depth: int, used: set[str], *,
+            allow_callable: bool) -> Any:
     if depth > _MAX_DEPTH:
         raise GraphDefinitionError(f"{where}: nested deeper than {_MAX_DEPTH} levels")
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
     if isinstance(data, list):
-        return tuple(_decode(v, callables, where, depth + 1) for v in data)
+        return tuple(_decode(v, callables, where, depth + 1, used, allow_callable=False) for v in data)
     if not isinstance(data, dict):
         raise GraphDefinitionError(f"{where}: unexpected value {clip(data)}")
+    tags = [t for t in _TAGS if t in data]
+    if len(tags) != 1 or (tags[0] != "$type" and len(data) != 1):
+        raise GraphDefinitionError(f"{where}: unexpected object {clip(data)}; a tagged value has exactly one of "
+                                   f"{', '.join(_TAGS)} (and a $type its fields)")
     try:
         if "$type" in data:
             cls = TYPES.get(data["$type"]) if isinstance(data["$type"], str) else None
@@ -152,7 +176,15 @@ def _decode(data: Any, callables: Mapping[str, bytes], where: str, depth: int) -
             unknown = sorted(set(data) - fields - {"$type"})
             if unknown:
                 raise GraphDefinitionError(f"{where}: {cls.__name__} has no field {clip(unknown[0])}")
-            args = {k: _decode(v, callables, f"{where} > {k}", depth + 1) for k, v in data.items() if k != "$type"}
+            args = {}
+            for k, v in data.items():
+                if k == "$type":
+                    continue
+                w = f"{where} > {k}"
+                if cls is Call and k == "params":
+                    args[k] = _decode_params(v, data.get("func"), callables, w, depth + 1, used)
+                else:
+                    args[k] = _decode(v, callables, w, depth + 1, used, allow_callable=cls is MapNode and k == "fn")
             return cls(**args)
         if "$expr" in data:
             if not isinstance(data["$expr"], str):
@@ -168,16 +200,40 @@ def _decode(data: Any, callables: Mapping[str, bytes], where: str, depth: int) -
             return dt.datetime.fromisoformat(data["$datetime"])
         if "$date" in data:
             return dt.date.fromisoformat(data["$date"])
-        if "$callable" in data:
-            name = data["$callable"]
-            if not isinstance(name, str) or name not in callables:
-                raise GraphDefinitionError(f"{where}: function {clip(name)} is not among the plan's callables")
-            return cloudpickle.loads(callables[name])
+        name = data["$callable"]
+        if not allow_callable:
+            slots = ", ".join(f"{f}({p}=...)" for f, p in CALLABLE_SLOTS.items())
+            raise GraphDefinitionError(f"{where}: a Python function ({clip(name)}) where the plan allows none; "
+                                       f"functions go only in map(fn) and {slots}. Refused before anything "
+                                       "was loaded")
+        if not isinstance(name, str) or name not in callables:
+            raise GraphDefinitionError(f"{where}: function {clip(name)} is not among the plan's callables")
+        used.add(name)
+        return callables[name]
     except GraphDefinitionError:
         raise
     except Exception as exc:  # a spec that no longer validates, a wrong field type, a bad enum value
         raise GraphDefinitionError(f"{where}: {type(exc).__name__}: {clip(str(exc))}") from None
-    raise GraphDefinitionError(f"{where}: unexpected object {clip(data)}")
+
+
+def _decode_params(data: Any, func: Any, callables: Mapping[str, Any], where: str, depth: int,
+                   used: set[str]) -> tuple[tuple[str, Any], ...]:
+    """A Call's ``(name, value)`` parameters; a function only as the parameter :data:`CALLABLE_SLOTS` names."""
+    if not isinstance(data, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+                                             for p in data):
+        raise GraphDefinitionError(f"{where}: expected a list of [name, value] pairs, got {clip(data)}")
+    slot = CALLABLE_SLOTS.get(func) if isinstance(func, str) else None
+    return tuple((k, _decode(v, callables, f"{where} > {k}", depth + 1, used, allow_callable=k == slot))
+                 for k, v in data)
+
+
+def load_callable(fn: OpaqueCallable) -> Any:
+    """Unpickle a plan's function: runs code, so only where the graph runs (never on the master)."""
+    try:
+        return cloudpickle.loads(fn.data)
+    except Exception as exc:  # a module the function needs is missing here, or the bytes are not a pickle
+        raise GraphDefinitionError(f"plan function {clip(fn.name)} (sha256 {fn.digest[:12]}) cannot be loaded: "
+                                   f"{type(exc).__name__}: {clip(str(exc))}") from None
 
 
 def pack_callables(callables: Mapping[str, bytes]) -> dict[str, str]:

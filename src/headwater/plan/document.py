@@ -2,7 +2,9 @@
 
 The document shows each node as Orca does (id, name, type, schema, properties, parallelism, subgraph)
 and carries its full ``definition`` (:mod:`headwater.plan.codec`), so :func:`from_json` rebuilds the
-logical graph and its physical plan exactly. User functions are the only pickles, under ``callables``.
+logical graph and its physical plan exactly. User functions are the only pickles, under ``callables``;
+:func:`from_json` loads them only when asked (``load_callables=True``, where the graph runs) and otherwise
+keeps each as an :class:`~headwater.plan.callables.OpaqueCallable`, as the master does.
 
 >>> import tempfile, headwater as hw
 >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
@@ -10,9 +12,11 @@ logical graph and its physical plan exactly. User functions are the only pickles
 >>> g = session.stream_graph("g")
 >>> _ = g.source("trade", {"sym": "string", "price": "double"}).reactive_state_engine(
 ...     metrics=["cumsum(price) as total"], key_column="sym").sink("totals")
->>> logical, physical = from_json(json.loads(dumps(to_json(g._graph, g.plan()))))
+>>> logical, physical = from_json(json.loads(dumps(to_json(g._graph, g.plan()))), load_callables=False)
 >>> to_json(logical, physical) == to_json(g._graph, g.plan())
 True
+>>> needs_udf(logical)
+False
 >>> session.close()
 """
 
@@ -22,7 +26,8 @@ import json
 from typing import Any
 
 from headwater.errors import GraphDefinitionError, clip, shorten
-from headwater.plan.codec import decode, encode, pack_callables, unpack_callables
+from headwater.plan.callables import OpaqueCallable
+from headwater.plan.codec import decode, encode, load_callable, pack_callables, unpack_callables
 from headwater.plan.logical import ComputeNode, LogicalGraph, Node, Parallelism
 from headwater.plan.physical import Partitioning, PhysicalEdge, PhysicalGraph, Subgraph
 
@@ -98,11 +103,17 @@ def same_definition(a: str, b: str) -> bool:
     return bool(strip(a) == strip(b))
 
 
-def from_json(doc: Any) -> tuple[LogicalGraph, PhysicalGraph | None]:
+def from_json(doc: Any, *, load_callables: bool) -> tuple[LogicalGraph, PhysicalGraph | None]:
     """The logical graph (and physical plan, when the document has one) that :func:`to_json` described.
 
+    ``load_callables``: whether the plan's Python functions are unpickled (which runs their code). Only where
+    the graph runs passes True; the master passes False and keeps each as an
+    :class:`~headwater.plan.callables.OpaqueCallable`, which :func:`to_json` writes back byte for byte.
+    Either way the whole document is checked first, with nothing loaded.
+
     Raises :class:`GraphDefinitionError` naming what is wrong for any document :func:`to_json` could
-    not have written (another plan version, unknown types or fields, edges to missing nodes, a cycle).
+    not have written (another plan version, unknown types or fields, edges to missing nodes, a cycle, a
+    function outside the slots that take one, a callables entry nothing refers to).
     """
     where = "graph JSON"
     if isinstance(doc, (str, bytes)):
@@ -118,13 +129,47 @@ def from_json(doc: Any) -> tuple[LogicalGraph, PhysicalGraph | None]:
     fqn = doc.get("fqn")
     if not isinstance(fqn, str):
         raise GraphDefinitionError(f"{where}: 'fqn' must be a string")
-    callables = unpack_callables(doc.get("callables", {}), where=where)
-    nodes, edges = _section(doc, "logical", callables)
+    opaque = {name: OpaqueCallable(name, data)
+              for name, data in unpack_callables(doc.get("callables", {}), where=where).items()}
+    used: set[str] = set()
+    graphs = _graphs(doc, fqn, opaque, used)  # every check, nothing loaded
+    unused = sorted(set(opaque) - used)
+    if unused:
+        raise GraphDefinitionError(f"{where}: callables entry {clip(unused[0])} is not used by any node; a plan "
+                                   "carries only the functions its nodes name. Refused before anything was loaded")
+    if not load_callables or not opaque:
+        return graphs
+    return _graphs(doc, fqn, {name: load_callable(fn) for name, fn in opaque.items()}, set())
+
+
+def needs_udf(graph: LogicalGraph | PhysicalGraph | dict[str, Any] | str | bytes) -> bool:
+    """Whether a graph holds Python functions (``map(fn)``, ``generic_state_iterate(func=fn)``).
+
+    Such a graph runs user code where it runs, so the master asks for the ``udf`` privilege to create one;
+    a graph of expressions and strings needs only ``graph_create``. A document is checked (and refused as
+    :func:`from_json` refuses it) without loading anything.
+
+    >>> g = LogicalGraph("c.stream_graph.g")
+    >>> needs_udf(g)
+    False
+    """
+    if isinstance(graph, (dict, str, bytes)):
+        graph = from_json(graph, load_callables=False)[0]
+    callables: dict[str, bytes] = {}
+    for node in graph.nodes.values():
+        encode(node, callables)
+    return bool(callables)
+
+
+def _graphs(doc: dict[str, Any], fqn: str, callables: dict[str, Any], used: set[str]
+            ) -> tuple[LogicalGraph, PhysicalGraph | None]:
+    where = "graph JSON"
+    nodes, edges = _section(doc, "logical", callables, used)
     logical = LogicalGraph(fqn, nodes, [(s, d) for s, d, _ in edges])
     logical.topological_order()
     if "physical" not in doc:
         return logical, None
-    nodes, edges = _section(doc, "physical", callables)
+    nodes, edges = _section(doc, "physical", callables, used)
     subgraphs = []
     for i, sg in enumerate(_list(doc["physical"], "subgraphs", where)):
         w = f"{where}: physical subgraph {i}"
@@ -155,14 +200,14 @@ def _list(section: Any, key: str, where: str) -> list[Any]:
     return value
 
 
-def _section(doc: dict[str, Any], name: str, callables: dict[str, bytes]
+def _section(doc: dict[str, Any], name: str, callables: dict[str, Any], used: set[str]
              ) -> tuple[dict[int, Node], list[tuple[int, int, str | None]]]:
     where = f"graph JSON: {name}"
     nodes: dict[int, Node] = {}
     for entry in _list(doc.get(name), "nodes", where):
         if not isinstance(entry, dict) or "definition" not in entry:
             raise GraphDefinitionError(f"{where}: every node needs its 'definition'")
-        node = decode(entry["definition"], callables, where=f"{where} node {clip(entry.get('name'))}")
+        node = decode(entry["definition"], callables, where=f"{where} node {clip(entry.get('name'))}", used=used)
         if not isinstance(node, Node) or node.id != entry.get("id") or node.id in nodes:
             raise GraphDefinitionError(f"{where}: node {clip(entry.get('id'))} has a bad or duplicate definition")
         nodes[node.id] = node

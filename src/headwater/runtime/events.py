@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import time
 from collections.abc import Callable, Iterator
 from enum import StrEnum
@@ -54,10 +55,13 @@ def recorded(kind: EventType) -> Callable[[F], F]:
     """Record each call of a ``Master`` method as an event whose detail is its first argument (the graph)."""
 
     def wrap(method: F) -> F:
+        first = next(iter(list(inspect.signature(method).parameters)[1:]), "")
+
         @functools.wraps(method)
-        def run(self: Any, subject: Any, *args: Any, **kwargs: Any) -> Any:
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            subject = args[0] if args else kwargs.get(first)  # the first argument, by position or by name
             with self.events.record(kind, str(getattr(subject, "fqn", subject))):
-                return method(self, subject, *args, **kwargs)
+                return method(self, *args, **kwargs)
 
         return run  # type: ignore[return-value]
 

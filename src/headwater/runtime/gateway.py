@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from headwater.catalog import FQN, resolve
 from headwater.errors import GraphDefinitionError
-from headwater.plan.document import from_json
-from headwater.plan.logical import LogicalGraph, MapNode
+from headwater.plan.document import from_json, needs_udf
+from headwater.plan.logical import LogicalGraph
 from headwater.runtime.access import AccessControl, PermissionDenied
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.lifecycle import GraphStatus
@@ -40,11 +40,6 @@ if TYPE_CHECKING:
 _GRAPH_IN_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.stream_graph\.[A-Za-z_][A-Za-z0-9_]*")
 _SEES_GRAPH = (Privilege.GRAPH_CONTROL, Privilege.GRAPH_DROP)
 _SEES_TABLE = (Privilege.TABLE_READ, Privilege.TABLE_WRITE)
-
-
-def holds_python(logical: LogicalGraph) -> bool:
-    """Whether a graph carries Python callables (a ``map(fn)``): submitting it needs the ``udf`` privilege."""
-    return any(isinstance(node, MapNode) and node.fn is not None for node in logical.nodes.values())
 
 
 class Gateway(MasterApi):
@@ -109,7 +104,7 @@ class Gateway(MasterApi):
     # -- operations whose rule depends on what they carry ----------------------------------------------
     def submit(self, document: str, compute_group: str | None = None,
                checkpoint_config: CheckpointConfig | None = None) -> None:
-        logical, physical = from_json(document)
+        logical, physical = from_json(document, load_callables=False)  # the master never runs user code
         if physical is None:
             raise GraphDefinitionError("submit: the graph document has no physical plan")
         fqn = logical.fqn
@@ -129,7 +124,7 @@ class Gateway(MasterApi):
     def _check_runs(self, logical: LogicalGraph, physical: Any, action: str, may: Any, require: Any) -> list[str]:
         """The rights a graph needs to run: read and write on each public table it references, create for the
         ones it creates, ``udf`` for Python code. Returns the public tables it would create."""
-        if holds_python(logical):
+        if needs_udf(logical):
             require(action, Privilege.UDF, logical.fqn)
         new = []
         for node in physical.tables():
@@ -149,7 +144,7 @@ class Gateway(MasterApi):
         owner = self.access.owner(str(fqn))
         if rec is None or owner is None or self.access.is_admin(owner):
             return
-        logical, physical = from_json(rec.graph_json)
+        logical, physical = from_json(rec.graph_json, load_callables=False)
         owner_gate = Gateway(self.master, self.access, owner)
 
         def require(act: str, privilege: Privilege, obj: str, *, owned_as: str | None = None) -> None:
@@ -210,4 +205,4 @@ for _name, _op in OPERATIONS.items():
     if _op.access != Access.CUSTOM:
         setattr(Gateway, _name, _derived(_op))
 
-__all__ = ["Gateway", "PermissionDenied", "holds_python"]
+__all__ = ["Gateway", "PermissionDenied"]

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ class Master:
         try:
             self.store = MetadataStore.in_directory(self.data_dir) if metadata_url is None else \
                 MetadataStore(metadata_url)
-            self.store.upgrade(_render_legacy)
+            self.store.refuse_pickled_graphs()
             self.events = EventLog(self.store)
             if worker.stops_with_master:
                 # Only an in-process worker is surely dead now; a worker process of its own may be writing a
@@ -647,7 +647,7 @@ class Master:
             [r for r in self.store.list_graphs() if r.status != GraphStatus.DESTROYED]
         out = []
         for rec in records:
-            physical = from_json(rec.graph_json)[1]
+            physical = from_json(rec.graph_json, load_callables=False)[1]
             if physical is not None:
                 out.append((rec, physical, self._graph_paths(rec.fqn).checkpoints))
         return out
@@ -709,14 +709,9 @@ class Master:
 
 
 def _definition(rec: GraphRecord) -> LogicalGraph:
-    """The logical graph a record stores (its JSON document; user functions unpickled by name)."""
-    return from_json(rec.graph_json)[0]
-
-
-def _render_legacy(logical: LogicalGraph) -> str:
-    """The JSON document of a graph stored pickled by an earlier Headwater (see ``MetadataStore.upgrade``)."""
-    upgraded = LogicalGraph(logical.fqn, {i: replace(n) for i, n in logical.nodes.items()}, list(logical.edges))
-    return dumps(to_json(upgraded, plan(upgraded)))
+    """The logical graph a record stores (its JSON document; user functions stay opaque bytes: the master never
+    unpickles, see docs/security.md)."""
+    return from_json(rec.graph_json, load_callables=False)[0]
 
 
 def _conform_warmup(engine: FQN, schema: Schema, data: pa.Table) -> pa.Table:

@@ -294,7 +294,7 @@ class Worker:
         """Carry out one request of the master; the reply is a plain value, rows as Arrow IPC bytes."""
         match message:
             case StartGraph():
-                self.start_graph(message.fqn, _physical(message.plan),
+                self.start_graph(message.fqn, _physical(message.plan, load_callables=True),
                                  {int(k): v for k, v in message.table_paths.items()}, Path(message.checkpoints),
                                  message.run_id, message.epoch, message.keep_snapshots)
             case StopGraph():
@@ -308,7 +308,7 @@ class Worker:
             case ControlEngine():
                 return self.control_engine(message.fqn, message.engine, json.loads(message.op))
             case TaskStatus():
-                return self.task_status(message.fqn, _physical(message.plan))
+                return self.task_status(message.fqn, _physical(message.plan, load_callables=False))
             case Progress():
                 return self.progress(message.fqn)
             case Health():
@@ -358,8 +358,9 @@ def _short(exc: BaseException) -> str:
     return shorten(first.split(" SQLSTATE")[0], 500)
 
 
-def _physical(document: str) -> PhysicalGraph:
-    physical = from_json(document)[1]
+def _physical(document: str, *, load_callables: bool) -> PhysicalGraph:
+    """The plan the master sent; its Python functions are loaded only to run it (this is where graphs run)."""
+    physical = from_json(document, load_callables=load_callables)[1]
     if physical is None:
         raise GraphDefinitionError("the master sent a graph without its physical plan")
     return physical

@@ -227,7 +227,7 @@ def _complexity(document: str) -> int:
     """A graph's operators (engines and maps), from its plan document."""
     from headwater.plan.document import from_json
 
-    physical = from_json(document)[1]
+    physical = from_json(document, load_callables=False)[1]
     return max(1, sum(len(sg.chain) for sg in physical.subgraphs)) if physical is not None else 1
 
 

@@ -8,9 +8,8 @@ the reason of its last transition, and every stream table's location and definit
 from __future__ import annotations
 
 import json
-import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,22 +167,19 @@ class MetadataStore:
         self.engine = sa.create_engine(metadata_url(url), pool_pre_ping=True)
         _meta.create_all(self.engine)
 
-    def upgrade(self, render: Callable[[Any], str]) -> int:
-        """Rewrite graphs stored by Headwater before plans were data (a pickled logical graph) as JSON.
+    def refuse_pickled_graphs(self) -> None:
+        """Refuse a store written before plans were data (graphs kept as a pickle in a ``definition`` column).
 
-        ``render`` turns an unpickled logical graph into its JSON document. Returns how many graphs were
-        rewritten; afterwards the old column is gone. A store written by this version has nothing to do.
+        Reading one would unpickle on the master, which never loads user code (docs/security.md); that format
+        lived only between unreleased commits (before d328146), so nothing converts it.
         """
         columns = {c["name"] for c in sa.inspect(self.engine).get_columns("stream_graphs")}
-        if "definition" not in columns:
-            return 0
-        with self.engine.begin() as c:
-            rows = c.execute(sa.text("SELECT id, definition FROM stream_graphs")).all()
-            for graph_id, definition in rows:
-                c.execute(sa.update(graphs).where(graphs.c.id == graph_id)
-                          .values(graph_json=render(pickle.loads(definition))))
-            c.execute(sa.text("ALTER TABLE stream_graphs DROP COLUMN definition"))
-        return len(rows)
+        if "definition" in columns:
+            raise ConfigurationError(
+                f"metadata store {clip(self.engine.url.render_as_string(hide_password=True), 200)}: its graphs are stored pickled (a "
+                "'definition' column, written by a Headwater before 0.1.0 stored plans as JSON); the master never "
+                "unpickles, so it cannot open this store. Start from a new data directory (or metadata database) "
+                "and submit the graphs again")
 
     @classmethod
     def in_directory(cls, data_dir: Path) -> MetadataStore:
