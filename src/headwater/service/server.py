@@ -35,15 +35,21 @@ from headwater.errors import (
     GraphDefinitionError,
     HeadwaterError,
     RequestError,
-    SchemaError,
     clip,
 )
 from headwater.plan.document import from_json
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.master import Master
-from headwater.runtime.protocol import arrow_table
 from headwater.service.auth import Authenticator, AuthError
 from headwater.service.client import STANDBY_ERROR
+from headwater.service.doors import (
+    MASTER_LIMITS,
+    BodyTooLarge,
+    HttpLimits,
+    WaitPool,
+    guard_master,
+    read_arrow,
+)
 from headwater.storage.retention import Retention
 from headwater.types import Schema
 
@@ -54,26 +60,6 @@ MAX_WAIT_SECONDS = 3600.0
 def fqn(name: object, schema: str) -> FQN:
     """A full name sent by a client, checked by the catalog's rules (a bare name has no catalog here)."""
     return resolve(name, schema, current_catalog=None)  # type: ignore[arg-type]
-
-
-class BodyTooLarge(Exception):
-    """A request body over the master's limit (HTTP 413)."""
-
-
-async def read_arrow(request: Request, where: str, limit: int) -> pa.Table:
-    """The request's Arrow IPC body as a table, read up to ``limit`` bytes (a longer body is refused unread)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"{where}: the body has {int(declared)} bytes; the limit is {limit} (--max-body-mb)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise BodyTooLarge(f"{where}: the body is over the limit of {limit} bytes (--max-body-mb)")
-    try:
-        return arrow_table(bytes(body))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise SchemaError(f"{where}: the body is not an Arrow IPC stream ({clip(str(exc))})") from None
 
 
 class Login(BaseModel):
@@ -159,10 +145,12 @@ def _retention(doc: dict[str, Any] | None) -> Retention | None:
 
 
 def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20,
-               worker_secret: str | None = None) -> FastAPI:
+               worker_secret: str | None = None, limits: HttpLimits = MASTER_LIMITS) -> FastAPI:
     """The HTTP API over ``master``; logins checked by ``auth``; Arrow bodies up to ``max_body_bytes``.
-    ``worker_secret``: workers that present it may join (``headwater worker --master``)."""
+    ``worker_secret``: workers that present it may join (``headwater worker --master``). ``limits``: the doors'."""
     app = FastAPI(title="Headwater master", version="1")
+    guard_master(app, auth.user_of, body_bytes=max_body_bytes, limits=limits, worker_secret=worker_secret)
+    waits = WaitPool(limits.waits, what="wait for a stream graph")
     bearer = HTTPBearer(auto_error=False)
     # Graph and table lifecycle calls change the catalog and start or stop queries: one at a time. Appends,
     # reads, SQL and waits run concurrently.
@@ -197,7 +185,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
             return fn()
 
     @app.get("/v1/health")
-    def health() -> dict[str, str]:
+    async def health() -> dict[str, str]:  # on the event loop: answers whatever the thread pool is doing
         return {"status": "ok", "role": "active"}
 
     def joining_worker(http: Request) -> None:  # a dependency: checked before the body is read
@@ -255,7 +243,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     async def append(request: Request, table: str, client_id: str | None = None, sequence: int | None = None,
                      _: str = Depends(user)) -> dict[str, int]:
         name = fqn(table, "stream_table")
-        data = await read_arrow(request, f"append to {name}", max_body_bytes)
+        data = await read_arrow(request, f"append to {name}", max_body_bytes, limits=limits)
         if sequence is None:
             return {"version": await _in_thread(lambda: master.append(name, data))}
         if client_id is None:
@@ -295,8 +283,9 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         return {"fqn": body.fqn}
 
     @app.post("/v1/graphs/wait")
-    def wait(body: Wait, _: str = Depends(user)) -> dict[str, str]:
-        master.wait_until_caught_up(fqn(body.fqn, "stream_graph"), min(max(body.timeout, 0.0), MAX_WAIT_SECONDS))
+    async def wait(body: Wait, _: str = Depends(user)) -> dict[str, str]:
+        name, timeout = fqn(body.fqn, "stream_graph"), min(max(body.timeout, 0.0), MAX_WAIT_SECONDS)
+        await waits.run(lambda: master.wait_until_caught_up(name, timeout))
         return {"fqn": body.fqn}
 
     @app.post("/v1/graphs/meta")
@@ -341,7 +330,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     @app.post("/v1/engines/warmup")
     async def warmup(request: Request, engine: str, _: str = Depends(user)) -> dict[str, int]:
         name = fqn(engine, "stream_engine")
-        data = await read_arrow(request, f"warm-up of {name}", max_body_bytes)
+        data = await read_arrow(request, f"warm-up of {name}", max_body_bytes, limits=limits)
         return {"rows": await _in_thread(lambda: locked(lambda: master.warmup(name, data)))}
 
     @app.post("/v1/engines/control")
