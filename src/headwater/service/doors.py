@@ -179,8 +179,9 @@ class Guard:
         limit = self.limits.get(path, self.default)
         declared = _header(scope, b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit.bytes):
-            await _answer(send, 413, "RequestError", f"{scope['method']} {path}: the body has {clip(declared, 40)} "
-                                                     f"bytes; the limit is {limit.bytes} ({limit.setting})")
+            size = int(declared) if declared.isdigit() else clip(declared, 40)
+            await _answer(send, 413, "RequestError", f"{scope['method']} {path}: the body has {size} bytes; the "
+                                                     f"limit is {limit.bytes} ({limit.setting})")
             return
         exchange = _Exchange()
 
