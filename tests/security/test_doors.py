@@ -316,6 +316,7 @@ def test_worker_waits_past_their_limit_are_refused_at_once(http):
 
 def test_master_health_and_calls_answer_while_45_clients_wait(tmp_path, monkeypatch, http):
     from headwater.api.session import embedded_master
+    from headwater.errors import CaughtUpTimeout
     from headwater.service.auth import Authenticator
     from headwater.service.server import create_app
 
@@ -349,5 +350,31 @@ def test_master_health_and_calls_answer_while_45_clients_wait(tmp_path, monkeypa
             assert all(a.status_code == 200 for a in answers if a.status_code != 400)
             refused = [a for a in answers if a.status_code == 400]
             assert all("--max-waits" in a.json()["message"] for a in refused)  # past 32 at once: refused, not queued
+            assert refused, "45 waits at once with --max-waits 32: some must be refused"
+
+            def timed_out(fqn: Any, timeout: float) -> None:
+                raise CaughtUpTimeout(f"stream graph {fqn} did not catch up within {timeout:.0f}s")
+
+            monkeypatch.setattr(master, "wait_until_caught_up", timed_out)
+            r = http.post(f"{url}/v1/graphs/wait", json={"fqn": "demo.stream_graph.g", "timeout": 3}, headers=headers)
+            assert r.status_code == 400 and r.json()["error"] == "CaughtUpTimeout", r.text  # errors come back as before
     finally:
         master.close()
+
+
+@pytest.mark.parametrize("role", ["master", "worker"])
+def test_every_http_limit_is_documented_with_its_default(role):
+    import argparse
+
+    from headwater.service import run
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    (run.add_master_command if role == "master" else run.add_worker_command)(sub)
+    command = sub.choices[role]
+    limits = [a for a in command._actions if any(o.startswith("--max-") for o in a.option_strings)]
+    text = (ROOT / "docs" / "security.md").read_text()
+    assert len(limits) >= 2
+    for action in limits:
+        row = f"`headwater {role} {action.option_strings[0]}` | `{action.default:g}`"
+        assert row in text, f"docs/security.md (HTTP limits) has no row {row!r}"

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import struct
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -405,13 +405,13 @@ class _Flat:
 
 # -- waits ---------------------------------------------------------------------------------------------------
 class WaitPool:
-    """Threads of their own, at most ``size``, for calls that may block for minutes (a graph catching up).
+    """Threads of their own, at most ``size`` at a time, for calls that may block for minutes (a graph catching up).
 
     The call itself is a blocking one (Spark's ``processAllAvailable``, or the master's request to its worker),
-    so it needs a thread; here it takes one of this pool's, never one of the shared pool that serves every
-    other request. A call that finds every thread taken is refused at once with :class:`RequestError` naming
-    the setting, rather than queued behind waits of up to an hour. A thread counts as taken until its call
-    returns, even if the client that asked has gone.
+    so it needs a thread; here it takes one of its own, never one of the shared pool that serves every other
+    request. A call that finds ``size`` waits in progress is refused at once with :class:`RequestError` naming
+    the setting, rather than queued behind waits of up to an hour. A wait counts until its call returns, even if
+    the client that asked has gone. The threads are daemons: a server that stops does not wait for them.
     """
 
     def __init__(self, size: int, *, what: str, setting: str = "--max-waits") -> None:
@@ -419,16 +419,36 @@ class WaitPool:
         self.what = what
         self.setting = setting
         self._free = threading.BoundedSemaphore(size)
-        self._threads = ThreadPoolExecutor(size, thread_name_prefix="headwater-wait")
 
     async def run(self, fn: Callable[[], Any]) -> Any:
         if not self._free.acquire(blocking=False):
             raise RequestError(f"{self.what}: {self.size} waits are in progress already, the limit "
                                f"({self.setting}); retry once one ends")
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if answer.done():  # the caller went away
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(result)
+
+        def call() -> None:
+            result, error = None, None
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the caller
+                error = exc
+            finally:
+                self._free.release()
+            with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody is waiting any more
+                loop.call_soon_threadsafe(settle, result, error)
+
         try:
-            future = self._threads.submit(fn)
+            threading.Thread(target=call, daemon=True, name="headwater-wait").start()
         except BaseException:
             self._free.release()
             raise
-        future.add_done_callback(lambda _: self._free.release())
-        return await asyncio.wrap_future(future)
+        return await answer
