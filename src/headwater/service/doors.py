@@ -46,7 +46,6 @@ ARROW_PATHS = frozenset({"/v1/tables/append", "/v1/engines/warmup"})
 OPEN_PATHS = frozenset({"/v1/health", "/v1/login", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 DOCUMENT_PATHS = frozenset({"/v1/graphs/submit"})
 JOIN_PATH = "/v1/workers/join"
-WORKER_PATH = "/v1/worker/request"
 # a bearer token's shape: what is checked before anything else is done with it
 _BEARER = re.compile(r"Bearer ([\x21-\x7e]{1,4096})")
 
@@ -69,11 +68,13 @@ class HttpLimits:
     waits: int = 32  # --max-waits: calls that wait (for a graph to catch up) at one time
 
     def __post_init__(self) -> None:
-        for name in ("json_bytes", "document_bytes", "message_bytes", "arrow_decoded_bytes", "waits"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ConfigurationError(f"HTTP limit {name} is {getattr(self, name)!r}; expected a whole number >= 1")
-        if not self.arrow_ratio >= 1.0:
-            raise ConfigurationError(f"HTTP limit arrow_ratio is {self.arrow_ratio!r}; expected a number >= 1")
+        for name, flag in _FLAGS.items():
+            value = getattr(self, name)
+            if name == "arrow_ratio" and not (isinstance(value, int | float) and value >= 1.0):
+                raise ConfigurationError(f"HTTP limit {flag} is {value!r}; expected a number >= 1")
+            if name != "arrow_ratio" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigurationError(f"HTTP limit {flag} is {value!r}; expected a whole number >= 1 (MiB for "
+                                         "the sizes)")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> HttpLimits:
@@ -86,6 +87,8 @@ class HttpLimits:
         return cls(**{k: v for k, v in given.items() if v is not None})
 
 
+_FLAGS = {"json_bytes": "--max-json-mb", "document_bytes": "--max-document-mb", "message_bytes": "--max-message-mb",
+          "arrow_decoded_bytes": "--max-arrow-mb", "arrow_ratio": "--max-arrow-ratio", "waits": "--max-waits"}
 WORKER_WAITS = 64  # a worker serves the waits of every master that reaches it
 MASTER_LIMITS = HttpLimits()
 WORKER_LIMITS = HttpLimits(waits=WORKER_WAITS)
@@ -98,6 +101,8 @@ def _mib(value: int | None) -> int | None:
 def add_limit_flags(parser: argparse.ArgumentParser, *, role: str) -> None:
     """The HTTP limits as flags of ``headwater master`` (``role="master"``) or ``headwater worker``."""
     d = HttpLimits()
+    if role not in ("master", "worker"):
+        raise ValueError(f"role {role!r}: expected 'master' or 'worker'")
     if role == "master":
         parser.add_argument("--max-json-mb", type=int, default=d.json_bytes // MiB,
                             help="the largest JSON request body (graph documents excepted)")
