@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 # Spark Python workers of a killed session may take a moment to exit; their files are spared that long.
 ORPHAN_MIN_AGE_S = 10.0
 
+MAX_WAIT_SECONDS = 3600.0  # the longest wait_until_caught_up; a longer timeout is cut to it
+
 SEMANTICS = "exactly-once"  # every table write is an idempotent per-batch commit, keyed or not
 
 
@@ -537,6 +539,7 @@ class Master:
         to ``consecutive_failures`` times in a row), and the wait goes on; a graph that ends ``failed``
         raises :class:`ExecutionError` with the reason.
         """
+        timeout = min(max(float(timeout), 0.0), MAX_WAIT_SECONDS)
         deadline = time.monotonic() + timeout
         if not self._await_recovery(str(fqn), timeout):
             raise CaughtUpTimeout(f"stream graph {fqn} is still resuming after {timeout:.0f}s")

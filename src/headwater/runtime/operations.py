@@ -226,7 +226,7 @@ class MasterApi:
         raise NotImplementedError
 
     @operation(A, scope=G, target="fqn", idempotent=True, timeout=3_630.0)
-    def wait_until_caught_up(self, fqn: GraphName, timeout: float) -> None:
+    def wait_until_caught_up(self, fqn: GraphName, timeout: float = 120.0) -> None:
         """Return once the graph has processed everything appended so far."""
         raise NotImplementedError
 

@@ -154,6 +154,7 @@ class ActiveMaster:
     def start(self) -> Any:
         from headwater.api.session import embedded_master
         from headwater.service.auth import Authenticator, LoginLimits
+        from headwater.service.doors import HttpLimits
         from headwater.service.server import create_app
 
         args = self.args
@@ -171,7 +172,8 @@ class ActiveMaster:
         auth = Authenticator(self.master.store, LoginLimits(args.login_attempts, args.login_window))
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"), rotate=args.rotate_admin_password)
         secret = os.environ.get("HEADWATER_WORKER_SECRET") if self.pool is not None else None
-        return create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20, worker_secret=secret)
+        return create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20, worker_secret=secret,
+                          limits=HttpLimits.from_args(args))
 
     def close(self) -> None:
         if self.pool is not None:  # no failover while the master shuts down
@@ -222,6 +224,7 @@ def serve_worker(args: argparse.Namespace) -> int:
 
     from headwater.durations import parse_duration
     from headwater.runtime.worker import Worker
+    from headwater.service.doors import HttpLimits
     from headwater.service.worker_http import check_secret, create_worker_app
 
     configure_logging(args.log_level)
@@ -238,7 +241,8 @@ def serve_worker(args: argparse.Namespace) -> int:
                          name="headwater-join").start()
     try:
         print(f"headwater worker: {args.data_dir} on http://{args.host}:{args.port}", flush=True)
-        uvicorn.run(create_worker_app(worker, secret, group=args.group), host=args.host, port=args.port,
+        uvicorn.run(create_worker_app(worker, secret, group=args.group, limits=HttpLimits.from_args(args)),
+                    host=args.host, port=args.port,
                     log_level=args.log_level, access_log=False)
     finally:
         worker.close()
@@ -261,6 +265,9 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
                    help="the Spark master of this worker's driver: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    from headwater.service.doors import add_limit_flags
+
+    add_limit_flags(p, role="worker")
     p.set_defaults(func=serve_worker)
 
 
@@ -293,4 +300,7 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--standby", action="store_true",
                    help="wait as a standby and take over when the active master on the same --metadata stops")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    from headwater.service.doors import add_limit_flags
+
+    add_limit_flags(p, role="master")
     p.set_defaults(func=serve_master)

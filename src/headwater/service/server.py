@@ -35,15 +35,22 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from headwater.catalog import FQN, check_identifier, resolve
-from headwater.errors import ConfigurationError, HeadwaterError, RequestError, SchemaError, clip
+from headwater.errors import ConfigurationError, HeadwaterError, RequestError, clip
 from headwater.faults import fault_point
 from headwater.runtime.access import AccessControl
 from headwater.runtime.gateway import Gateway
 from headwater.runtime.master import Master
 from headwater.runtime.operations import OPERATIONS, Operation
-from headwater.runtime.protocol import arrow_table
 from headwater.service.auth import Authenticator, AuthError
 from headwater.service.client import STANDBY_ERROR
+from headwater.service.doors import (
+    MASTER_LIMITS,
+    BodyTooLarge,
+    HttpLimits,
+    WaitPool,
+    guard_master,
+    read_arrow,
+)
 from headwater.service.wire import from_wire, to_wire
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -52,26 +59,6 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 def fqn(name: object, schema: str) -> FQN:
     """A full name sent by a client, checked by the catalog's rules (a bare name has no catalog here)."""
     return resolve(name, schema, current_catalog=None)  # type: ignore[arg-type]
-
-
-class BodyTooLarge(Exception):
-    """A request body over the master's limit (HTTP 413)."""
-
-
-async def read_arrow(request: Request, where: str, limit: int) -> pa.Table:
-    """The request's Arrow IPC body as a table, read up to ``limit`` bytes (a longer body is refused unread)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"{where}: the body has {int(declared)} bytes; the limit is {limit} (--max-body-mb)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise BodyTooLarge(f"{where}: the body is over the limit of {limit} bytes (--max-body-mb)")
-    try:
-        return arrow_table(bytes(body))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise SchemaError(f"{where}: the body is not an Arrow IPC stream ({clip(str(exc))})") from None
 
 
 class Login(BaseModel):
@@ -128,12 +115,16 @@ def arguments(op: Operation, doc: Any, rows: pa.Table | None) -> dict[str, Any]:
 
 
 def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20,
-               max_json_bytes: int = 32 * 2**20, worker_secret: str | None = None) -> FastAPI:
+               worker_secret: str | None = None, limits: HttpLimits = MASTER_LIMITS) -> FastAPI:
     """The HTTP API over ``master``: one route per declared operation (``POST /v1/<name>``), logins checked by
     ``auth``, privileges by the :class:`~headwater.runtime.gateway.Gateway` of the caller. Arrow bodies up to
-    ``max_body_bytes``, JSON bodies up to ``max_json_bytes``. ``worker_secret``: workers that present it may
-    join (``headwater worker --master``)."""
+    ``max_body_bytes``, the rest within ``limits`` (checked by the doors' guard before a byte of the body is
+    read). ``worker_secret``: workers that present it may join (``headwater worker --master``)."""
     app = FastAPI(title="Headwater master", version="1")
+    guard_master(app, auth.user_of, body_bytes=max_body_bytes, limits=limits, worker_secret=worker_secret,
+                 arrow_paths=frozenset(f"/v1/{op.name}" for op in OPERATIONS.values() if op.rows_argument),
+                 document_paths=frozenset({"/v1/submit"}))
+    waits = WaitPool(limits.waits, what="wait for a stream graph")
     bearer = HTTPBearer(auto_error=False)
     access = AccessControl(master.store)
     # Graph and table lifecycle calls change the catalog and start or stop queries: one at a time. Appends,
@@ -166,7 +157,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         return JSONResponse({"error": "AuthError", "message": str(exc)}, status_code=401)
 
     @app.get("/v1/health")
-    def health() -> dict[str, str]:
+    async def health() -> dict[str, str]:  # on the event loop: answers whatever the thread pool is doing
         return {"status": "ok", "role": "active"}
 
     def joining_worker(http: Request) -> None:  # a dependency: checked before the body is read
@@ -196,12 +187,14 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         return {"revoked": auth.logout(credentials.credentials)}
 
     for op in OPERATIONS.values():
-        _route(app, op, master, access, user, lifecycle, max_body_bytes, max_json_bytes)
+        json_bytes = limits.document_bytes if op.name == "submit" else limits.json_bytes
+        _route(app, op, master, access, user, lifecycle, waits, max_body_bytes, json_bytes, limits)
     return app
 
 
 def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, user: Callable[..., str],
-           lifecycle: threading.Lock, max_body_bytes: int, max_json_bytes: int) -> None:
+           lifecycle: threading.Lock, waits: WaitPool, max_body_bytes: int, max_json_bytes: int,
+           limits: HttpLimits) -> None:
     """``POST /v1/<op.name>``: the caller's arguments checked against the declaration, then its gateway's call."""
     result_type = op.hints["return"]
 
@@ -212,7 +205,7 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
                 doc = json.loads(request.query_params.get("args", "{}"))
             except ValueError:
                 raise RequestError(f"{op.name}: the query parameter args is not JSON") from None
-            rows = await read_arrow(request, op.name, max_body_bytes)
+            rows = await read_arrow(request, op.name, max_body_bytes, limits=limits)
         else:
             doc = await read_json(request, op.name, max_json_bytes)
         values = arguments(op, doc, rows)
@@ -224,7 +217,8 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
                     return getattr(gateway, op.name)(**values)
             return getattr(gateway, op.name)(**values)
 
-        result = await _in_thread(call)
+        # a wait may block for up to an hour: it takes a thread of the bounded wait pool, never a shared one
+        result = await (waits.run(call) if op.name == "wait_until_caught_up" else _in_thread(call))
         if op.name == "sql":
             directory, schema = result
             return StreamingResponse(_arrow_stream(directory, schema), media_type=ARROW_STREAM)

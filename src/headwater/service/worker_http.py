@@ -14,12 +14,13 @@ data directory (one machine, or storage every machine mounts at the same path).
 from __future__ import annotations
 
 import base64
-import hmac
+import json
 from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from headwater.errors import (
     ConfigurationError,
@@ -29,8 +30,18 @@ from headwater.errors import (
     clip,
     error_class,
 )
-from headwater.runtime.protocol import Health, IsRunning, Message, Progress, TaskStatus, decode, encode
+from headwater.runtime.protocol import (
+    Health,
+    IsRunning,
+    Message,
+    Progress,
+    TaskStatus,
+    WaitCaughtUp,
+    decode,
+    encode,
+)
 from headwater.runtime.worker import Worker
+from headwater.service.doors import WORKER_LIMITS, HttpLimits, WaitPool, guard_worker
 from headwater.service.placement import DEFAULT_GROUP
 
 QUICK_SECONDS = 10.0
@@ -64,30 +75,34 @@ def check_secret(secret: str | None) -> str:
     return secret
 
 
-def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP) -> FastAPI:
+def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP,
+                      limits: HttpLimits = WORKER_LIMITS) -> FastAPI:
     """The HTTP face of ``worker``: ``POST /v1/worker/request`` carries one protocol message; ``/v1/health``
     answers heartbeats with the worker's compute group, load, and whether its Spark driver is ready."""
     import psutil
 
     app = FastAPI(title="Headwater worker", version="1")
-    expected = f"Bearer {check_secret(secret)}".encode()
+    guard_worker(app, check_secret(secret), limits=limits)  # the secret is checked there, before the body is read
+    waits = WaitPool(limits.waits, what=f"worker {worker.name}")
     psutil.cpu_percent()  # the first reading is meaningless; later ones cover the time since the previous
 
     @app.get("/v1/health")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:  # on the event loop, whatever the threads do (psutil only reads /proc)
         return {"status": "ok", "name": worker.name, "group": group, "spark": worker.spark_state,
                 "cpu": psutil.cpu_percent() / 100.0, "memory": psutil.virtual_memory().percent / 100.0}
 
     @app.post("/v1/worker/request")
-    def request(body: dict[str, Any], http: Request) -> JSONResponse:
-        if not hmac.compare_digest(http.headers.get("authorization", "").encode(), expected):
-            return JSONResponse({"error": "AuthError", "message": "not the master's secret"}, status_code=401)
+    async def request(http: Request) -> JSONResponse:
         try:
-            message = decode(body)
-        except (ValueError, TypeError, KeyError) as exc:
+            message = decode(await run_in_threadpool(json.loads, await http.body()))  # parsed off the event loop
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             return JSONResponse({"error": "RequestError", "message": clip(str(exc), 500)}, status_code=400)
         try:
-            return JSONResponse({"reply": encode_reply(worker.handle(message))})
+            if isinstance(message, WaitCaughtUp):  # may take minutes: a thread of the waits' own pool
+                reply = await waits.run(lambda: worker.handle(message))
+            else:
+                reply = await run_in_threadpool(worker.handle, message)
+            return JSONResponse({"reply": encode_reply(reply)})
         except HeadwaterError as exc:
             return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=400)
         except Exception as exc:  # a Spark or Python failure inside the worker: reported, the worker keeps serving

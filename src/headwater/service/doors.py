@@ -1,0 +1,458 @@
+"""The doors of the HTTP services: what a request must show before its body is read, and how much it may bring.
+
+Every HTTP caller is untrusted until its token says otherwise (``docs/security.md``, HTTP limits). The master
+and the workers put a :class:`Guard` in front of their FastAPI apps, an ASGI layer that runs before FastAPI
+reads or parses anything:
+
+- a request to any path but the open ones (health, login, the API docs) must carry ``Authorization: Bearer
+  <token>``, and the token must pass the service's check (the master's user tokens, the worker secret), before
+  one byte of its body is read: 401 otherwise;
+- a body is counted while it arrives: a declared ``Content-Length`` over the route's limit is refused at once, a
+  chunked body as soon as it passes the limit (413), so no route ever holds more than its limit;
+- an Arrow IPC body is decoded only after :func:`decoded_size` (which reads the stream's metadata, not its
+  data) shows that its decompressed size is within an absolute limit and a ratio to the body's size.
+
+Health checks are async routes doing no blocking work, so they answer from the event loop whatever the thread
+pool is doing; calls that wait for minutes run in a :class:`WaitPool` of their own, bounded, which refuses
+with a clear error when full instead of taking the threads every other request needs.
+
+>>> from headwater.runtime.protocol import arrow_bytes
+>>> limits = HttpLimits(arrow_decoded_bytes=10_000, arrow_ratio=100.0)
+>>> body = arrow_bytes(pa.table({"x": list(range(100))}))
+>>> decoded_size(body) <= len(body), arrow_table(body, where="append to t", limits=limits).num_rows
+(True, 100)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+import struct
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import pyarrow as pa
+
+from headwater.errors import ConfigurationError, RequestError, SchemaError, clip
+
+MiB = 2**20
+OPEN_PATHS = frozenset({"/v1/health", "/v1/login", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+JOIN_PATH = "/v1/workers/join"
+# a bearer token's shape: what is checked before anything else is done with it
+_BEARER = re.compile(r"Bearer ([\x21-\x7e]{1,4096})")
+
+Check = Callable[[str], Awaitable[object]]  # a token -> the user it belongs to (or anything); AuthError if refused
+
+
+class BodyTooLarge(RequestError):
+    """A request body, or what it decompresses to, is over its limit (HTTP 413; sent as ``RequestError``)."""
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """The limits of the HTTP doors, each a command-line setting (see :func:`add_limit_flags`)."""
+
+    json_bytes: int = 1 * MiB  # --max-json-mb: a JSON request to the master
+    document_bytes: int = 16 * MiB  # --max-document-mb: a graph document (/v1/submit)
+    message_bytes: int = 1024 * MiB  # --max-message-mb: a message from the master to a worker (warm-up rows)
+    arrow_decoded_bytes: int = 1024 * MiB  # --max-arrow-mb: an Arrow body once decompressed
+    arrow_ratio: float = 100.0  # --max-arrow-ratio: decompressed size / body size
+    waits: int = 32  # --max-waits: calls that wait (for a graph to catch up) at one time
+
+    def __post_init__(self) -> None:
+        for name, flag in _FLAGS.items():
+            value = getattr(self, name)
+            if name == "arrow_ratio" and not (isinstance(value, int | float) and value >= 1.0):
+                raise ConfigurationError(f"HTTP limit {flag} is {value!r}; expected a number >= 1")
+            if name != "arrow_ratio" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigurationError(f"HTTP limit {flag} is {value!r}; expected a whole number >= 1 (MiB for "
+                                         "the sizes)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> HttpLimits:
+        """The limits given on the command line (``headwater master`` or ``headwater worker``)."""
+        given = {"json_bytes": _mib(getattr(args, "max_json_mb", None)),
+                 "document_bytes": _mib(getattr(args, "max_document_mb", None)),
+                 "message_bytes": _mib(getattr(args, "max_message_mb", None)),
+                 "arrow_decoded_bytes": _mib(getattr(args, "max_arrow_mb", None)),
+                 "arrow_ratio": getattr(args, "max_arrow_ratio", None), "waits": getattr(args, "max_waits", None)}
+        return cls(**{k: v for k, v in given.items() if v is not None})
+
+
+_FLAGS = {"json_bytes": "--max-json-mb", "document_bytes": "--max-document-mb", "message_bytes": "--max-message-mb",
+          "arrow_decoded_bytes": "--max-arrow-mb", "arrow_ratio": "--max-arrow-ratio", "waits": "--max-waits"}
+WORKER_WAITS = 64  # a worker serves the waits of every master that reaches it
+MASTER_LIMITS = HttpLimits()
+WORKER_LIMITS = HttpLimits(waits=WORKER_WAITS)
+
+
+def _mib(value: int | None) -> int | None:
+    return None if value is None else value * MiB
+
+
+def add_limit_flags(parser: argparse.ArgumentParser, *, role: str) -> None:
+    """The HTTP limits as flags of ``headwater master`` (``role="master"``) or ``headwater worker``."""
+    d = HttpLimits()
+    if role not in ("master", "worker"):
+        raise ValueError(f"role {role!r}: expected 'master' or 'worker'")
+    if role == "master":
+        parser.add_argument("--max-json-mb", type=int, default=d.json_bytes // MiB,
+                            help="the largest JSON request body (graph documents excepted)")
+        parser.add_argument("--max-document-mb", type=int, default=d.document_bytes // MiB,
+                            help="the largest graph document a submit may send")
+        parser.add_argument("--max-arrow-mb", type=int, default=d.arrow_decoded_bytes // MiB,
+                            help="the largest an append or warm-up body may be once decompressed")
+        parser.add_argument("--max-arrow-ratio", type=float, default=d.arrow_ratio,
+                            help="the most an append or warm-up body may grow when decompressed (times its size)")
+        parser.add_argument("--max-waits", type=int, default=d.waits,
+                            help="calls waiting for a graph to catch up at one time; more are refused")
+    else:
+        parser.add_argument("--max-message-mb", type=int, default=d.message_bytes // MiB,
+                            help="the largest request the master may send (warm-up rows travel in it)")
+        parser.add_argument("--max-waits", type=int, default=WORKER_WAITS,
+                            help="requests waiting for a graph to catch up at one time; more are refused")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A body limit and the setting that raises it (named when a body is refused)."""
+
+    bytes: int
+    setting: str
+
+
+@dataclass
+class _Exchange:
+    """One request passing the guard: what its app sent, and whether the guard answered in its place."""
+
+    started: bool = False
+    answered: bool = False
+    received: int = 0
+
+
+class _Refused(Exception):
+    """Raised into the app when its body passes the limit (the guard has answered 413 already)."""
+
+
+class Guard:
+    """An ASGI app in front of ``app``: tokens are checked and bodies limited before ``app`` reads anything.
+
+    ``check`` checks the bearer token of every path but ``open_paths`` (``path_checks`` gives a path its own
+    check, e.g. the worker secret for a joining worker); its result is left in ``scope["state"]["user"]``.
+    ``limits`` gives a path its body limit, ``default`` every other path's.
+    """
+
+    def __init__(self, app: Any, *, check: Check, default: Limit, limits: Mapping[str, Limit] | None = None,
+                 open_paths: frozenset[str] = OPEN_PATHS, path_checks: Mapping[str, Check] | None = None) -> None:
+        self.app = app
+        self.check = check
+        self.default = default
+        self.limits = dict(limits or {})
+        self.open_paths = open_paths
+        self.path_checks = dict(path_checks or {})
+        # imported here: the command line builds its flags from this module without loading the metadata store
+        from headwater.service.auth import AuthError
+
+        self._refused = AuthError
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if path not in self.open_paths:
+            header = _header(scope, b"authorization")
+            bearer = _BEARER.fullmatch(header) if header is not None else None
+            if bearer is None:
+                await _answer(send, 401, "AuthError", "this call needs 'Authorization: Bearer <token>': POST "
+                                                      "/v1/login first (a worker: the worker secret)")
+                return
+            try:
+                user = await self.path_checks.get(path, self.check)(bearer.group(1))
+            except self._refused as exc:
+                await _answer(send, 401, "AuthError", str(exc))
+                return
+            scope.setdefault("state", {})["user"] = user
+        limit = self.limits.get(path, self.default)
+        declared = _header(scope, b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit.bytes):
+            size = int(declared) if declared.isdigit() else clip(declared, 40)
+            await _answer(send, 413, "RequestError", f"{scope['method']} {path}: the body has {size} bytes; the "
+                                                     f"limit is {limit.bytes} ({limit.setting})")
+            return
+        exchange = _Exchange()
+
+        async def counted_receive() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                exchange.received += len(message.get("body", b""))
+                if exchange.received > limit.bytes:
+                    if not exchange.started:
+                        exchange.answered = True
+                        await _answer(send, 413, "RequestError", f"{scope['method']} {path}: the body is over the "
+                                                                 f"limit of {limit.bytes} bytes ({limit.setting})")
+                    raise _Refused
+            return message
+
+        async def watched_send(message: Any) -> None:
+            if exchange.answered:  # the app's own answer to the refused body: the client has the guard's
+                return
+            if message["type"] == "http.response.start":
+                exchange.started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, watched_send)
+        except _Refused:
+            if not exchange.answered:
+                raise
+
+
+def _header(scope: Any, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _answer(send: Any, status: int, error: str, message: str) -> None:
+    """A JSON answer in Headwater's error shape; the connection closes after it (the body stays unread)."""
+    body = json.dumps({"error": error, "message": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def in_thread(fn: Callable[[str], object]) -> Check:
+    """A blocking token check (a metadata-store lookup) run off the event loop."""
+
+    async def check(token: str) -> object:
+        return await anyio.to_thread.run_sync(fn, token)
+
+    return check
+
+
+def secret_check(secret: str | None, refusal: str) -> Check:
+    """A check that accepts exactly ``secret`` (compared in constant time); none accepts nothing."""
+    import hmac
+
+    from headwater.service.auth import AuthError
+
+    expected = (secret or "").encode()
+
+    async def check(token: str) -> object:
+        if not secret or not hmac.compare_digest(token.encode(), expected):
+            raise AuthError(refusal)
+        return None
+
+    return check
+
+
+def guard_master(app: Any, user_of: Callable[[str], object], *, body_bytes: int, limits: HttpLimits,
+                 worker_secret: str | None, arrow_paths: frozenset[str], document_paths: frozenset[str]) -> None:
+    """Put the master's :class:`Guard` in front of ``app`` (the FastAPI app of :func:`~.server.create_app`):
+    ``arrow_paths`` take rows (``--max-body-mb``), ``document_paths`` a graph document, the rest small JSON."""
+    arrow = Limit(body_bytes, "--max-body-mb")
+    app.add_middleware(
+        Guard, check=in_thread(user_of), default=Limit(limits.json_bytes, "--max-json-mb"),
+        limits={**dict.fromkeys(arrow_paths, arrow),
+                **dict.fromkeys(document_paths, Limit(limits.document_bytes, "--max-document-mb"))},
+        path_checks={JOIN_PATH: secret_check(worker_secret, "a worker joins with the master's worker secret "
+                                                            "(HEADWATER_WORKER_SECRET)")})
+
+
+def guard_worker(app: Any, secret: str, *, limits: HttpLimits) -> None:
+    """Put a worker's :class:`Guard` in front of ``app``: only the master's secret gets a body read."""
+    app.add_middleware(Guard, check=secret_check(secret, "not the master's secret"),
+                       default=Limit(limits.message_bytes, "--max-message-mb"))
+
+
+# -- Arrow bodies ------------------------------------------------------------------------------------------
+async def read_arrow(request: Any, where: str, limit: int, *, limits: HttpLimits | None = None) -> pa.Table:
+    """The request's Arrow IPC body as a table: at most ``limit`` bytes, decoded within ``limits``, off the loop."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"{where}: the body has {int(declared)} bytes; the limit is {limit} (--max-body-mb)")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BodyTooLarge(f"{where}: the body is over the limit of {limit} bytes (--max-body-mb)")
+    return await anyio.to_thread.run_sync(lambda: arrow_table(bytes(body), where=where, limits=limits or HttpLimits()))
+
+
+def arrow_table(body: bytes, *, where: str, limits: HttpLimits) -> pa.Table:
+    """``body`` (an Arrow IPC stream) as a table, refused with :class:`BodyTooLarge` before anything is
+    decompressed if it would grow past ``limits.arrow_decoded_bytes`` or ``limits.arrow_ratio`` times its size."""
+    ratio_bytes = int(limits.arrow_ratio * len(body))
+    cap, setting = ((limits.arrow_decoded_bytes, "--max-arrow-mb") if limits.arrow_decoded_bytes <= ratio_bytes
+                    else (ratio_bytes, f"--max-arrow-ratio {limits.arrow_ratio:g}"))
+    try:
+        size = decoded_size(body, stop_after=cap)
+    except (pa.ArrowInvalid, OSError, ValueError, struct.error) as exc:
+        raise SchemaError(f"{where}: the body is not an Arrow IPC stream ({clip(str(exc))})") from None
+    if size > cap:
+        raise BodyTooLarge(f"{where}: the {len(body)}-byte Arrow body decompresses to more than {cap} bytes "
+                           f"(the limit, {setting}); send it in smaller appends")
+    try:
+        return pa.ipc.open_stream(body).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SchemaError(f"{where}: the body is not an Arrow IPC stream ({clip(str(exc))})") from None
+
+
+_RECORD_BATCH, _DICTIONARY_BATCH = 3, 2  # flatbuffers MessageHeader union tags (Arrow's Message.fbs)
+
+
+def decoded_size(body: bytes, *, stop_after: int | None = None) -> int:
+    """What the Arrow IPC stream ``body`` takes once decoded, read from its messages' metadata only.
+
+    Each batch counts its buffers at their decompressed size (a compressed buffer starts with it) plus one
+    byte per value (a null column has no buffers but is not free downstream). Counting stops once the total
+    passes ``stop_after``. A malformed stream raises ``ValueError`` or ``pa.ArrowInvalid``.
+    """
+    reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(body)))
+    total = 0
+    while stop_after is None or total <= stop_after:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            break
+        if message.type not in ("record batch", "dictionary"):
+            continue
+        total += _batch_size(memoryview(message.metadata), memoryview(message.body) if message.body else b"")
+    return total
+
+
+def _batch_size(meta: memoryview | bytes, body: memoryview | bytes) -> int:
+    fb = _Flat(meta)
+    root = fb.root()
+    kind = fb.scalar(root, 1, "<B")
+    header = fb.table(root, 2)
+    if header is None:
+        raise ValueError("an Arrow message without its header")
+    if kind == _DICTIONARY_BATCH:
+        header = fb.table(header, 1)
+        if header is None:
+            raise ValueError("an Arrow dictionary batch without its data")
+    elif kind != _RECORD_BATCH:
+        raise ValueError(f"an Arrow message of kind {kind} where a record batch was expected")
+    compressed = fb.table(header, 3) is not None
+    values = sum(fb.struct(at, "<q")[0] for at in fb.vector(header, 1, 16))
+    size = 0
+    for at in fb.vector(header, 2, 16):
+        offset, length = fb.struct(at, "<qq")
+        if offset < 0 or length < 0 or offset + length > len(body):
+            raise ValueError("an Arrow buffer outside its message's body")
+        if not compressed or length == 0:
+            size += length
+            continue
+        if length < 8:
+            raise ValueError("a compressed Arrow buffer without its length")
+        (decompressed,) = struct.unpack_from("<q", body, offset)
+        size += length - 8 if decompressed == -1 else decompressed
+        if decompressed < -1:
+            raise ValueError("a compressed Arrow buffer with a negative length")
+    return size + max(values, 0)
+
+
+class _Flat:
+    """Just enough of a flatbuffers reader for Arrow's Message and RecordBatch tables, every read bounds-checked."""
+
+    def __init__(self, buf: memoryview | bytes) -> None:
+        self.buf = buf
+
+    def _read(self, fmt: str, at: int) -> tuple[Any, ...]:
+        if at < 0 or at + struct.calcsize(fmt) > len(self.buf):
+            raise ValueError("malformed Arrow message metadata")
+        return struct.unpack_from(fmt, self.buf, at)
+
+    def root(self) -> int:
+        return int(self._read("<I", 0)[0])
+
+    def _field(self, table: int, index: int) -> int | None:
+        vtable = table - self._read("<i", table)[0]
+        (vtable_size,) = self._read("<H", vtable)
+        slot = 4 + 2 * index
+        if slot + 2 > vtable_size:
+            return None
+        (offset,) = self._read("<H", vtable + slot)
+        return None if offset == 0 else table + offset
+
+    def scalar(self, table: int, index: int, fmt: str) -> Any:
+        at = self._field(table, index)
+        return 0 if at is None else self._read(fmt, at)[0]
+
+    def table(self, table: int, index: int) -> int | None:
+        at = self._field(table, index)
+        return None if at is None else at + self._read("<I", at)[0]
+
+    def vector(self, table: int, index: int, item_size: int) -> range:
+        at = self._field(table, index)
+        if at is None:
+            return range(0)
+        start = at + self._read("<I", at)[0]
+        (count,) = self._read("<I", start)
+        if start + 4 + count * item_size > len(self.buf):
+            raise ValueError("malformed Arrow message metadata")
+        return range(start + 4, start + 4 + count * item_size, item_size)
+
+    def struct(self, at: int, fmt: str) -> tuple[Any, ...]:
+        return self._read(fmt, at)
+
+
+# -- waits ---------------------------------------------------------------------------------------------------
+class WaitPool:
+    """Threads of their own, at most ``size`` at a time, for calls that may block for minutes (a graph catching up).
+
+    The call itself is a blocking one (Spark's ``processAllAvailable``, or the master's request to its worker),
+    so it needs a thread; here it takes one of its own, never one of the shared pool that serves every other
+    request. A call that finds ``size`` waits in progress is refused at once with :class:`RequestError` naming
+    the setting, rather than queued behind waits of up to an hour. A wait counts until its call returns, even if
+    the client that asked has gone. The threads are daemons: a server that stops does not wait for them.
+    """
+
+    def __init__(self, size: int, *, what: str, setting: str = "--max-waits") -> None:
+        self.size = size
+        self.what = what
+        self.setting = setting
+        self._free = threading.BoundedSemaphore(size)
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        if not self._free.acquire(blocking=False):
+            raise RequestError(f"{self.what}: {self.size} waits are in progress already, the limit "
+                               f"({self.setting}); retry once one ends")
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if answer.done():  # the caller went away
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(result)
+
+        def call() -> None:
+            result, error = None, None
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the caller
+                error = exc
+            finally:
+                self._free.release()
+            with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody is waiting any more
+                loop.call_soon_threadsafe(settle, result, error)
+
+        try:
+            threading.Thread(target=call, daemon=True, name="headwater-wait").start()
+        except BaseException:
+            self._free.release()
+            raise
+        return await answer
