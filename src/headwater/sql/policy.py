@@ -35,7 +35,7 @@ from headwater.errors import SqlError, clip, shorten
 from headwater.sql.functions import ALLOWED_FUNCTIONS
 
 MAX_QUERY_CHARS = 100_000
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch only
 
 _LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
 _ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
@@ -133,7 +133,7 @@ def prepare(query: object, public_tables: Mapping[str, str], current_catalog: st
 
     cte_names = set()
     for cte in tree.find_all(exp.CTE):
-        if not _IDENT.match(cte.alias):
+        if not _IDENT.fullmatch(cte.alias):
             raise _refuse(query, f"WITH name {clip(cte.alias)}", "name it with letters, digits and '_'")
         cte_names.add(cte.alias)
 
