@@ -134,7 +134,7 @@ def prepare(query: object, public_tables: Mapping[str, str], current_catalog: st
         check_nesting(query, max_nesting)
         return _prepare(query, public_tables, current_catalog)
     except RecursionError:  # a construct the nesting scan does not count: the same refusal, never a crash
-        raise _too_deep(query, None, max_nesting) from None
+        raise _too_deep(query, max_nesting) from None
 
 
 def check_nesting(query: str, max_nesting: int = MAX_NESTING) -> None:
@@ -147,7 +147,7 @@ def check_nesting(query: str, max_nesting: int = MAX_NESTING) -> None:
     >>> check_nesting("select (((1)))", max_nesting=2)
     Traceback (most recent call last):
     ...
-    headwater.errors.SqlError: sql: 'select (((1)))' is nested 3 levels deep, more than the 2 allowed (parentheses, brackets, CASE ... END and unary operators each count a level); flatten it, e.g. with a WITH clause
+    headwater.errors.SqlError: sql: 'select (((1)))' is nested more than the 2 levels allowed (parentheses, brackets, CASE ... END and unary operators each count a level); flatten it, e.g. with a WITH clause
     """
     depth = deepest = run = 0
     for token in _tokens(query):
@@ -163,13 +163,12 @@ def check_nesting(query: str, max_nesting: int = MAX_NESTING) -> None:
             elif kind in _CLOSES:
                 depth = max(0, depth - 1)
         if deepest > max_nesting:
-            raise _too_deep(query, deepest, max_nesting)
+            raise _too_deep(query, max_nesting)
 
 
-def _too_deep(query: str, depth: int | None, max_nesting: int) -> SqlError:
-    how = f"nested {depth} levels deep" if depth is not None else "nested too deeply to parse"
-    return SqlError(f"sql: {clip(query)} is {how}, more than the {max_nesting} allowed (parentheses, brackets, "
-                    "CASE ... END and unary operators each count a level); flatten it, e.g. with a WITH clause")
+def _too_deep(query: str, max_nesting: int) -> SqlError:
+    return SqlError(f"sql: {clip(query)} is nested more than the {max_nesting} levels allowed (parentheses, "
+                    "brackets, CASE ... END and unary operators each count a level); flatten it, e.g. with a WITH clause")
 
 
 def _tokens(query: str) -> list[Any]:
