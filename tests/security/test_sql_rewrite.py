@@ -134,3 +134,11 @@ def test_deep_nesting_is_a_sql_error_never_a_recursion_error(query):
 def test_parentheses_in_strings_comments_and_quoted_names_do_not_count():
     query = "select '" + "(" * 100 + "' as `" + "(" * 100 + "` /* " + "(" * 100 + " */ from t"
     assert prepare(query, TABLES, "demo").text == query.replace(" from t", f" from {T}")
+
+
+def test_the_documented_nesting_limit_is_the_one_enforced():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert f"nested more than {MAX_NESTING} levels deep" in (docs / "sql.md").read_text()
+    assert f"`prepare(..., max_nesting=)` | {MAX_NESTING} |" in (docs / "security.md").read_text()
