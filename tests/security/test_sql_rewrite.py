@@ -71,6 +71,8 @@ def test_a_hint_naming_a_stream_table_is_refused_as_it_cannot_follow_the_rename(
 def test_a_hint_naming_an_alias_or_a_with_name_is_kept():
     query = "with a as (select * from t) select /*+ broadcast(a), shuffle_hash(u) */ * from a join t u on true"
     assert prepare(query, TABLES, "demo").text == query.replace("join t u", f"join {T} u").replace("from t)", f"from {T})")
+    query = "select /*+ broadcast(t) */ * from u join (select * from u) t on true"  # a subquery aliased t
+    assert prepare(query, TABLES, "demo").text == query.replace(" u", f" {U}")
 
 
 def test_a_splice_that_would_lose_a_clause_is_refused_naming_it():

@@ -214,7 +214,7 @@ def _prepare(query: str, public_tables: Mapping[str, str], current_catalog: str 
         splices.append(_rename(query, table, view))
     # A hint names relations by their alias. Its text is tokenized apart (no positions in the query), so
     # a stream table's own name in a hint cannot follow the rename: refused, as Spark would ignore it.
-    aliases = {t.alias for t in tables if t.alias} | cte_names
+    aliases = {a.name for a in tree.find_all(exp.TableAlias)} | cte_names  # of tables, subqueries, VALUES
     for table in hinted:
         parts = [p for p in (table.catalog, table.db, table.name) if p]
         if len(parts) == 1 and parts[0] in aliases:
