@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from headwater.errors import GraphDefinitionError, clip
 
 SCHEMAS = ("stream_graph", "stream_table", "stream_engine")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Matched whole (fullmatch): with re.match, "$" also matches before a trailing newline, and "t\n" would pass.
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names become directory names (tables/<catalog>/<name>, graphs/<catalog>/<graph>/private/<table>) and Spark
 # view names (hw__<catalog>__stream_table__<name>); 100 characters keeps each well under 255 bytes.
 MAX_NAME_CHARS = 100
@@ -38,7 +39,7 @@ def check_identifier(name: str, *, what: str) -> str:
     ...
     headwater.errors.GraphDefinitionError: stream table name 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' has 101 characters; names have at most 100
     """
-    if not isinstance(name, str) or not _IDENT.match(name):
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
         raise GraphDefinitionError(
             f"{what} name {clip(name, 120)} is not valid; use letters, digits and '_' and start with a letter, "
             "e.g. 'one_min_bar'"

@@ -23,10 +23,10 @@ def node(cls: str, **fields):
 
 
 @pytest.mark.parametrize("query, want", [
-    ("select * from trades", "SELECT * FROM hw__demo__stream_table__trades"),
-    ("select t.px from demo.stream_table.trades t", "SELECT t.px FROM hw__demo__stream_table__trades AS t"),
+    ("select * from trades", "select * from hw__demo__stream_table__trades"),
+    ("select t.px from demo.stream_table.trades t", "select t.px from hw__demo__stream_table__trades t"),
     ("with a as (select * from stream_table.quotes) select * from a",
-     "WITH a AS (SELECT * FROM hw__demo__stream_table__quotes) SELECT * FROM a"),
+     "with a as (select * from hw__demo__stream_table__quotes) select * from a"),
 ])
 def test_prepare_rewrites_stream_tables_to_views(query, want):
     assert prepare(query, TABLES, "demo").text == want

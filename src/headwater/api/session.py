@@ -108,12 +108,12 @@ def default_data_dir() -> Path:
 
 
 CLIENT_ID_MAX_LENGTH = 64
-_CLIENT_ID = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{CLIENT_ID_MAX_LENGTH - 1}}}$")
+_CLIENT_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{CLIENT_ID_MAX_LENGTH - 1}}}")  # fullmatch: no trailing newline
 
 
 def check_client_id(client_id: str) -> str:
     """Return ``client_id`` if it is 1-64 letters, digits, ``_``, ``.`` or ``-`` starting with a letter or digit."""
-    if not isinstance(client_id, str) or not _CLIENT_ID.match(client_id):
+    if not isinstance(client_id, str) or not _CLIENT_ID.fullmatch(client_id):
         raise GraphDefinitionError(
             f"connect(client_id=...): {client_id!r} is not a valid client id; use 1 to {CLIENT_ID_MAX_LENGTH} "
             "letters, digits, '_', '.' or '-', starting with a letter or digit, e.g. 'feed_handler-1'"

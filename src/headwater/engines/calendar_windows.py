@@ -65,7 +65,7 @@ MINUTE_US = 60_000_000
 SECOND_US = 1_000_000
 NONE = np.iinfo(np.int64).min // 4  # "no pane"; far from overflow when a pane index is added to it
 
-_TIME_OF_DAY = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?$")
+_TIME_OF_DAY = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?")
 
 
 def parse_time_of_day(value: Any, *, where: str) -> tuple[int, str, int]:
@@ -86,7 +86,7 @@ def parse_time_of_day(value: Any, *, where: str) -> tuple[int, str, int]:
             raise GraphDefinitionError(f"{where}: {clip(value)} has a time zone; give a naive time of day")
         text = value.strftime("%H:%M:%S") + (f".{value.microsecond:06d}" if value.microsecond else "")
         return parse_time_of_day(text, where=where)
-    match = _TIME_OF_DAY.match(value) if isinstance(value, str) else None
+    match = _TIME_OF_DAY.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise GraphDefinitionError(
             f"{where}: cannot read {clip(value)} as a time of day; expected 'HH:MM', 'HH:MM:SS' or a datetime.time, "

@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from headwater.errors import SqlError, shorten
+from headwater.errors import SqlError, clip, shorten
 from headwater.sql.policy import PreparedQuery, check_analysed_plan, check_parsed_plan
 
 _VIEWS_LOCK = threading.Lock()
@@ -41,6 +41,9 @@ def run_sql(spark: SparkSession, query: PreparedQuery, out_dir: Path) -> pa.Sche
             check_analysed_plan(query, json.loads(frame._jdf.queryExecution().analyzed().toJSON()), is_plan)
         except PySparkException as exc:
             raise SqlError(f"sql: {_spark_message(exc, query)}") from None
+        except RecursionError:  # a plan's JSON nested deeper than Python reads: refused, never an HTTP 500
+            raise SqlError(f"sql: {clip(query.source)} is nested too deeply to check; flatten it, e.g. with a WITH "
+                           "clause") from None
     try:
         frame.write.mode("error").option("compression", "none").parquet(str(out_dir))
     except PySparkException as exc:
