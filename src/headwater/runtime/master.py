@@ -60,6 +60,7 @@ from headwater.runtime.protocol import (
 )
 from headwater.runtime.supervisor import Supervisor
 from headwater.sql.policy import prepare
+from headwater.storage.disk_space import DiskSpace
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.retention import Retention
@@ -113,6 +114,7 @@ class Master:
             self._lock.release()
             raise
         self.worker = worker  # the embedded worker, in process; the service mode reaches workers over HTTP
+        self.disk_space = DiskSpace.from_env()  # free-space rules for appends and graphs waiting for room
         self._tables: dict[str, StreamTable] = {}
         self._recovering: dict[str, threading.Event] = {}  # graphs being resumed in the background
         self._recovery: threading.Thread | None = None
@@ -209,8 +211,12 @@ class Master:
         shutil.rmtree(rec.path, ignore_errors=True)
 
     def append(self, fqn: FQN, data: pa.Table) -> int:
-        """Append rows; return the committed version (the current one if a keyed table dropped every row)."""
+        """Append rows; return the committed version (the current one if a keyed table dropped every row).
+
+        Refused with :class:`~headwater.errors.StorageFullError` (nothing appended) when the data directory's file
+        system lacks the room (:mod:`headwater.storage.disk_space`)."""
         table = self._table(self.table_info(fqn))
+        self.disk_space.check_append(table.path, data.nbytes, table=str(fqn))
         version = table.append(data)
         self._expire_in_background(table)
         return table.version() if version is None else version
@@ -218,6 +224,9 @@ class Master:
     def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
         """Append rows at most once per (client, table, sequence); return the version holding them."""
         table = self._table(self.table_info(fqn))
+        done = table.transaction_version(client_app_id(client_id))
+        if done is None or done < sequence:  # a retry of a sequence that landed needs no room: it writes nothing
+            self.disk_space.check_append(table.path, data.nbytes, table=str(fqn))
         version = table.append_once(data, app_id=client_app_id(client_id), sequence=sequence)
         self._expire_in_background(table)
         return version
@@ -530,7 +539,7 @@ class Master:
 
         A failure met on the way is handled as the supervisor handles it (restart from the checkpoints, up
         to ``consecutive_failures`` times in a row), and the wait goes on; a graph that ends ``failed``
-        raises :class:`ExecutionError` with the reason.
+        raises :class:`ExecutionError` with the reason. A graph waiting for disk space is waited for.
         """
         deadline = time.monotonic() + timeout
         if not self._await_recovery(str(fqn), timeout):
@@ -544,6 +553,9 @@ class Master:
                 return
             except ExecutionError as exc:
                 self.supervisor.check()
+                if self.supervisor.disk_waits.await_resumed(rec.fqn, deadline):  # full disk: wait for room
+                    rec = self._active(fqn)
+                    continue
                 after = self._active(fqn)
                 if after.status == GraphStatus.FAILED:
                     raise ExecutionError(f"stream graph {fqn} {after.reason}") from exc
