@@ -1,19 +1,23 @@
 """A full disk answers in Headwater's words: an append that cannot be stored is refused with a StorageFullError
 saying nothing was appended, and a retry with its sequence lands once (docs/security.md, "Disk space").
 
-No Spark here; the graph side (a graph waits for space and resumes by itself) is tests/spark/test_disk_full.py.
+No Spark here: the supervisor's side runs against a fake worker; a real graph on a full tmpfs is
+tests/spark/test_disk_full.py.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import threading
 
 import pandas as pd
 import pytest
 
 import headwater as hw
-from headwater.errors import ConfigurationError, StorageFullError
+from headwater.errors import ConfigurationError, ExecutionError, StorageFullError
+from headwater.runtime.master import Master
+from headwater.runtime.protocol import Health, IsRunning, StartGraph, StopGraph, TaskStatus, WaitCaughtUp
 from headwater.storage import stream_table as stream_table_module
 from headwater.storage.disk_space import MB, DiskSpace, _Usage, is_disk_full, mount_point
 from headwater.storage.stream_table import StreamTable
@@ -160,3 +164,162 @@ def test_appends_on_a_full_tmpfs_are_refused_clearly_and_retries_land_once(tmp_p
             want = pd.concat(batches, ignore_index=True)
             pd.testing.assert_frame_equal(got.sort_values("px", ignore_index=True), want, check_dtype=False)
             assert s.committed_sequence(TABLE) == 3 and StreamTable.open(path).version() == 4
+
+
+# -- the supervisor: a graph that cannot write waits, uncounted (a fake worker; no Spark) -------------------------
+
+class FakeWorker:
+    """A worker whose graphs fail or start as the test says."""
+
+    name = "fake"
+    stops_with_master = True
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.failed: dict[str, str] = {}
+        self.start_errors: list[Exception] = []  # raised by the next starts, in order
+        self.starts = 0
+
+    def fail(self, fqn: str, reason: str) -> None:
+        self.running.discard(fqn)
+        self.failed[fqn] = reason
+
+    def request(self, message):
+        match message:
+            case StartGraph():
+                self.starts += 1
+                if self.start_errors:
+                    raise self.start_errors.pop(0)
+                self.running.add(message.fqn)
+                self.failed.pop(message.fqn, None)
+            case Health():
+                return {f: {"failed": self.failed.get(f, ""), "batches": 0} for f in self.running | set(self.failed)}
+            case IsRunning():
+                return message.fqn in self.running
+            case StopGraph():
+                self.running.discard(message.fqn)
+                self.failed.pop(message.fqn, None)
+            case TaskStatus():
+                return []
+            case WaitCaughtUp():
+                if message.fqn not in self.running:
+                    raise ExecutionError(f"stream graph {message.fqn} failed: {self.failed.get(message.fqn)}")
+        return None
+
+
+GRAPH = "demo.stream_graph.g"
+ENOSPC_REASON = "subgraph 0: OSError: [Errno 28] No space left on device"
+
+
+@pytest.fixture
+def supervised(tmp_path):
+    """A master with a fake worker, a graph allowed no counted failure, and a file system whose free space the
+    test sets (``free[0]``)."""
+    free = [10**9]
+    worker = FakeWorker()
+    master = Master(tmp_path / "data", worker=worker)
+    master.disk_space = DiskSpace(reserve=MB, resume=10 * MB, usage=lambda _p: _Usage(10**12, 0, free[0]))
+    master.supervisor.every = 3600.0  # rounds run when the test calls check(), not on their own
+    session = hw.Session(master, data_dir=tmp_path / "data")
+    session.use_catalog("demo")
+    g = session.stream_graph("g")
+    g.source("ticks", schema={"time": "timestamp", "key": "string", "v": "double"}).sink("out")
+    g.submit(checkpoint_config={"consecutiveFailures": 0})  # a counted failure fails it at once
+    try:
+        yield session, master, worker, free
+    finally:
+        session.close()
+
+
+def status(session: hw.Session) -> tuple[str, str]:
+    row = session.stream_graph_meta("g").iloc[-1]
+    return row["status"], row["reason"]
+
+
+def disk_full_events(session: hw.Session) -> list[list[str]]:
+    return session.state_machine_events().query("type == 'DISK_FULL'")[["state", "detail"]].values.tolist()
+
+
+def test_a_graph_that_cannot_write_waits_and_resumes_without_using_its_failure_budget(supervised):
+    session, master, worker, free = supervised
+    supervisor = master.supervisor
+    free[0] = 0
+    worker.fail(GRAPH, ENOSPC_REASON)
+    starts = worker.starts
+    for _ in range(3):  # while full: waiting, not restarted (the probe says there is no room), never failed
+        supervisor.check()
+        state, reason = status(session)
+        assert state == "error" and reason.startswith("waiting for disk space") and "[Errno 28]" in reason
+        assert worker.starts == starts and supervisor.streaks.get(GRAPH, 0) == 0
+    assert [s for s, _ in disk_full_events(session)] == ["running"]
+
+    free[0] = 20 * MB  # room again, but the restart meets a full disk once more: it waits longer, still uncounted
+    worker.start_errors.append(OSError(errno.ENOSPC, "No space left on device"))
+    supervisor.check()
+    assert worker.starts == starts + 1 and status(session)[0] == "error" and GRAPH in supervisor.disk_waits
+    wait = supervisor.disk_waits._waits[GRAPH]
+    assert (wait.attempts, wait.backoff) == (1, 2.0)
+    supervisor.check()  # its next attempt is not due yet
+    assert worker.starts == starts + 1
+    wait.next_try = 0.0
+    supervisor.check()
+    assert worker.starts == starts + 2 and status(session) == ("running", "") and GRAPH not in supervisor.disk_waits
+    assert [s for s, _ in disk_full_events(session)] == ["finished"] and supervisor.streaks.get(GRAPH, 0) == 0
+    session.wait_until_caught_up("g", timeout=5)
+
+
+def test_a_failure_not_about_space_while_waiting_is_counted(supervised):
+    session, master, worker, free = supervised
+    free[0] = 0
+    worker.fail(GRAPH, ENOSPC_REASON)
+    master.supervisor.check()
+    free[0] = 20 * MB
+    worker.start_errors.append(ValueError("negative value"))
+    master.supervisor.check()
+    state, reason = status(session)
+    assert state == "failed" and "negative value" in reason and "consecutive_failures=0" in reason
+    assert [s for s, _ in disk_full_events(session)] == ["failed"]
+
+
+def test_a_failure_with_too_little_free_space_waits_whatever_its_wording(supervised):
+    session, master, worker, free = supervised
+    free[0] = 10 * MB - 1  # below the resume threshold: the free-space probe classifies it
+    worker.fail(GRAPH, "subgraph 0: Py4JError: An error occurred while calling o123.save")
+    master.supervisor.check()
+    assert status(session)[0] == "error" and GRAPH in master.supervisor.disk_waits
+
+
+def test_stopping_a_waiting_graph_ends_its_wait(supervised):
+    session, master, worker, free = supervised
+    free[0] = 0
+    worker.fail(GRAPH, ENOSPC_REASON)
+    master.supervisor.check()
+    session.stop_stream_graph("g")
+    free[0] = 20 * MB
+    master.supervisor.check()
+    assert status(session)[0] == "stopped" and GRAPH not in master.supervisor.disk_waits
+    assert [s for s, _ in disk_full_events(session)] == ["failed"]
+
+
+def test_wait_until_caught_up_waits_through_a_wait_for_space(supervised):
+    session, master, worker, free = supervised
+    free[0] = 0
+    worker.fail(GRAPH, ENOSPC_REASON)
+    master.supervisor.check()
+    with pytest.raises(hw.CaughtUpTimeout, match="still waiting for disk space"):
+        session.wait_until_caught_up("g", timeout=0.5)
+    # once there is room, the supervisor (here: called by hand, as its thread would) resumes it, and the wait ends
+    outcome: list[object] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(session.wait_until_caught_up("g", timeout=60))
+        except Exception as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    free[0] = 20 * MB
+    master.supervisor.check()
+    waiting.join(60)
+    assert outcome == [None] and status(session) == ("running", "")

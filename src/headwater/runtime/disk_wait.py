@@ -4,8 +4,8 @@ not a failure of the graph, so it does not consume the graph's ``consecutive_fai
 Such a graph goes to ``error`` with a reason that starts ``waiting for disk space`` and a ``DISK_FULL`` event
 that stays ``running`` while it waits. The supervisor probes the free space every round (a ``statvfs``, no
 write) and starts the graph again from its checkpoints once ``HEADWATER_DISK_RESUME_MB`` are free; a restart
-that meets a full disk again waits once more, each time twice as long before its next attempt (up to
-``MAX_BACKOFF_S``). When the graph runs again its ``DISK_FULL`` event ends ``finished``. A failure that is not
+that meets a full disk again waits once more, each time twice as long before its next attempt (2 s, 4 s, …
+up to ``MAX_BACKOFF_S``). When the graph runs again its ``DISK_FULL`` event ends ``finished``. A failure that is not
 about space, met on the way, is counted as any other (:class:`~headwater.runtime.supervisor.Supervisor`).
 
 The metadata store may sit on the same full file system (SQLite in the data directory): what this module
@@ -71,7 +71,7 @@ class DiskWaits:
         now = time.monotonic()
         wait = self._waits.get(fqn)
         if wait is None:
-            wait = self._waits[fqn] = _Wait(reason, now, now + FIRST_BACKOFF_S)
+            wait = self._waits[fqn] = _Wait(reason, now, now)  # tried as soon as there is room
             fs = mount_point(master.data_dir)
             log.warning("stream graph %s waits for disk space on %s (not counted as a failure): %s", fqn, fs, reason)
             try:
@@ -98,8 +98,7 @@ class DiskWaits:
                 room = master.disk_space.has_room(master.data_dir)
             except OSError:
                 room = False
-            if not room:
-                wait.next_try = now + FIRST_BACKOFF_S  # probing is cheap: look again next round
+            if not room:  # probing is cheap (a statvfs): look again next round
                 continue
             rec = master.store.active_graph(fqn)
             if rec is None or rec.status not in (GraphStatus.ERROR, GraphStatus.RUNNING, GraphStatus.BUILDING):
