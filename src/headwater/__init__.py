@@ -31,6 +31,7 @@ _EXPORTS = {
     "RetentionError": "headwater.errors",
     "RequestError": "headwater.errors",
     "SequenceError": "headwater.errors",
+    "StorageFullError": "headwater.errors",
     "DataDirectoryInUseError": "headwater.errors",
     "StreamGraphStateError": "headwater.errors",
     "UnknownFunctionError": "headwater.errors",
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         SchemaError,
         SequenceError,
         SqlError,
+        StorageFullError,
         StreamGraphStateError,
         UnknownFunctionError,
     )

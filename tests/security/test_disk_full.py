@@ -140,7 +140,7 @@ def test_appends_on_a_full_tmpfs_are_refused_clearly_and_retries_land_once(tmp_p
             filler = fill(mnt)
             refused = []
             # refused by the free-space check, before anything is written
-            with pytest.raises(StorageFullError) as info:
+            with pytest.raises(hw.StorageFullError) as info:
                 s.append(TABLE, batches[1], sequence=1)
             assert "Nothing was appended" in str(info.value) and f"file system {mnt}" in str(info.value)
             refused.append(1)
