@@ -323,3 +323,26 @@ def test_wait_until_caught_up_waits_through_a_wait_for_space(supervised):
     master.supervisor.check()
     waiting.join(60)
     assert outcome == [None] and status(session) == ("running", "")
+
+
+def test_a_graph_resumed_by_a_new_master_on_a_full_disk_waits_instead_of_failing(supervised, tmp_path):
+    session, master, worker, free = supervised
+    session.close()  # the master stops; the graph was running, so the next master resumes it
+    worker = FakeWorker()
+    worker.start_errors.append(OSError(errno.ENOSPC, "No space left on device"))
+    master = Master(tmp_path / "data", worker=worker)
+    master.disk_space = DiskSpace(reserve=MB, resume=10 * MB, usage=lambda _p: _Usage(10**12, 0, free[0]))
+    master.supervisor.every = 3600.0
+    session = hw.Session(master, data_dir=tmp_path / "data")
+    session.use_catalog("demo")
+    try:
+        free[0] = 0
+        assert master.recover() == [GRAPH]
+        assert master._await_recovery(GRAPH, 60)
+        state, reason = status(session)
+        assert state == "error" and reason.startswith("waiting for disk space") and GRAPH in master.supervisor.disk_waits
+        free[0] = 20 * MB
+        master.supervisor.check()
+        assert status(session) == ("running", "") and worker.starts == 2
+    finally:
+        session.close()

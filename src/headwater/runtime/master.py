@@ -60,7 +60,7 @@ from headwater.runtime.protocol import (
 )
 from headwater.runtime.supervisor import Supervisor
 from headwater.sql.policy import prepare
-from headwater.storage.disk_space import DiskSpace
+from headwater.storage.disk_space import DiskSpace, is_disk_full
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.retention import Retention
@@ -376,7 +376,9 @@ class Master:
             return
         except Exception as exc:
             reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
-            self._set_status(rec, failed, reason, action=action)
+            # resumed by a master's start, no one to tell: it waits for room (_recover_all)
+            self._set_status(rec, GraphStatus.ERROR if action == "resume" and is_disk_full(exc) else failed, reason,
+                             action=action)
             raise ExecutionError(f"stream graph {rec.fqn} failed to start: {reason}") from exc
         self._set_status(rec, GraphStatus.RUNNING, action=action)
 
@@ -499,6 +501,10 @@ class Master:
                 if not self._closing.is_set():  # on close, the rest stay 'building' and resume next time
                     self._resume(rec)
             except ExecutionError as exc:  # the graph is 'failed' with the reason; the others still resume
+                after = self.store.active_graph(rec.fqn)
+                if after is not None and after.status == GraphStatus.ERROR and is_disk_full(exc):
+                    self.supervisor.wait_for_space(after, str(exc))  # left in 'error' by _start: it waits for room
+                    continue
                 log.error("%s", exc)
             finally:
                 self._recovering.pop(rec.fqn).set()

@@ -130,6 +130,13 @@ class Supervisor:
                     self.disk_waits.begin(master, master.store.active_graph(fqn) or rec, reason)
                     return
 
+    def wait_for_space(self, rec: Any, reason: str) -> None:
+        """Put a graph that could not start for want of disk space to wait for room (uncounted)."""
+        master = self._master()
+        if master is not None:
+            with self._lock:
+                self.disk_waits.begin(master, rec, reason)
+
     def forget(self, fqn: str) -> Any:
         """A graph stopped, resubmitted or dropped by the user starts a new streak (and waits for space no more)."""
         master = self._master()
