@@ -40,7 +40,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from headwater.errors import ConfigurationError, StorageFullError, clip, shorten
 
@@ -61,6 +61,11 @@ _FULL = re.compile(
 )
 
 
+class _HasFree(Protocol):
+    @property
+    def free(self) -> int: ...
+
+
 class _Usage(NamedTuple):
     total: int
     used: int
@@ -74,8 +79,7 @@ class DiskSpace:
     reserve: int = DEFAULT_RESERVE_MB * MB
     append_factor: float = DEFAULT_APPEND_FACTOR
     resume: int = DEFAULT_RESUME_MB * MB
-    usage: Callable[[str], _Usage | shutil._ntuple_diskusage] = field(default=shutil.disk_usage, repr=False,
-                                                                       compare=False)
+    usage: Callable[[str], _HasFree] = field(default=shutil.disk_usage, repr=False, compare=False)  # tests inject
 
     def __post_init__(self) -> None:
         if self.reserve < 0 or self.resume < 0 or not self.append_factor >= 1.0:
