@@ -32,6 +32,7 @@ _EXPORTS = {
     "RequestError": "headwater.errors",
     "PermissionDenied": "headwater.errors",
     "SequenceError": "headwater.errors",
+    "StorageFullError": "headwater.errors",
     "DataDirectoryInUseError": "headwater.errors",
     "StreamGraphStateError": "headwater.errors",
     "UnknownFunctionError": "headwater.errors",
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
         SchemaError,
         SequenceError,
         SqlError,
+        StorageFullError,
         StreamGraphStateError,
         UnknownFunctionError,
     )

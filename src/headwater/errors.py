@@ -7,6 +7,8 @@ Messages follow one template: what, where, got, expected, how to fix.
 
 from __future__ import annotations
 
+import errno
+
 MAX_MESSAGE_CHARS = 2_000
 
 
@@ -82,6 +84,18 @@ class PermissionDenied(HeadwaterError, PermissionError):
 
 class RetentionError(HeadwaterError, LookupError):
     """A reader asked for a stream table version that the table's retention has removed."""
+
+
+class StorageFullError(HeadwaterError, OSError):
+    """The data directory's file system has no room for a write: an append was refused, nothing of it stored.
+
+    An ``OSError`` with ``errno`` ENOSPC as well, so code written for the operating system's error still
+    catches it (see ``headwater.storage.disk_space``).
+    """
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(message, *args)
+        self.errno = errno.ENOSPC
 
 
 def error_class(name: object) -> type[HeadwaterError] | None:

@@ -163,9 +163,7 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
     path = Path(data_dir) if data_dir is not None else default_data_dir()
     master = embedded_master(path, start_spark=start_spark, spark_master=spark_master,
                              trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows)
-    # the process that holds the data directory may do anything there: as an admin, nothing is refused
-    return Session(Gateway(master, AccessControl(master.store), LOCAL_USER, trusted=True), client_id=client_id,
-                   data_dir=path)
+    return Session.embedded(master, client_id=client_id, data_dir=path)
 
 
 def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: str = "local[*]",
@@ -203,6 +201,13 @@ class Session:
         self._catalog: str | None = None
         self._client_id = uuid.uuid4().hex if client_id is None else check_client_id(client_id)
         self._master = master
+
+    @classmethod
+    def embedded(cls, master: Master, *, client_id: str | None = None, data_dir: Path | None = None) -> Session:
+        """A session on a master in this process (what ``connect(path)`` returns)."""
+        # the process that holds the data directory may do anything there: as an admin, nothing is refused
+        return cls(Gateway(master, AccessControl(master.store), LOCAL_USER, trusted=True), client_id=client_id,
+                   data_dir=data_dir)
 
     @property
     def client_id(self) -> str:

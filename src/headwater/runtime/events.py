@@ -2,8 +2,9 @@
 
 Each lifecycle operation of the master is one event: ``SUBMIT``, ``RESUBMIT``, ``START``, ``STOP``, ``DROP``,
 ``NODE_DOWN`` (a worker stopped answering), ``RECOVER`` (a graph resumed after a master start or moved off a
-dead worker). An event is stored ``running`` when it begins and ``finished`` or ``failed`` (with the error)
-when it ends, so a crash mid-operation leaves it ``running``. ``session.state_machine_events()`` lists them.
+dead worker), ``DISK_FULL`` (a graph waiting for disk space, ``running`` until it runs again). An event is
+stored ``running`` when it begins and ``finished`` or ``failed`` (with the error) when it ends, so a crash
+mid-operation leaves it ``running``. ``session.state_machine_events()`` lists them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class EventType(StrEnum):
     DROP = "DROP"
     NODE_DOWN = "NODE_DOWN"
     RECOVER = "RECOVER"
+    DISK_FULL = "DISK_FULL"  # a graph waits for disk space; ends when it runs again (headwater.runtime.disk_wait)
 
 
 class EventLog:

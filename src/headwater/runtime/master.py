@@ -61,6 +61,7 @@ from headwater.runtime.protocol import (
 )
 from headwater.runtime.supervisor import Supervisor
 from headwater.sql.policy import prepare
+from headwater.storage.disk_space import DiskSpace, is_disk_full
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.retention import Retention
@@ -116,6 +117,7 @@ class Master:
             self._lock.release()
             raise
         self.worker = worker  # the embedded worker, in process; the service mode reaches workers over HTTP
+        self.disk_space = DiskSpace.from_env()  # free-space rules for appends and graphs waiting for room
         self._tables: dict[str, StreamTable] = {}
         self._recovering: dict[str, threading.Event] = {}  # graphs being resumed in the background
         self._recovery: threading.Thread | None = None
@@ -212,8 +214,12 @@ class Master:
         shutil.rmtree(rec.path, ignore_errors=True)
 
     def append(self, fqn: FQN, data: pa.Table) -> int:
-        """Append rows; return the committed version (the current one if a keyed table dropped every row)."""
+        """Append rows; return the committed version (the current one if a keyed table dropped every row).
+
+        Refused with :class:`~headwater.errors.StorageFullError` (nothing appended) when the data directory's file
+        system lacks the room (:mod:`headwater.storage.disk_space`)."""
         table = self._table(self.table_info(fqn))
+        self.disk_space.check_append(table.path, data.nbytes, table=str(fqn))
         version = table.append(data)
         self._expire_in_background(table)
         return table.version() if version is None else version
@@ -221,6 +227,9 @@ class Master:
     def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
         """Append rows at most once per (client, table, sequence); return the version holding them."""
         table = self._table(self.table_info(fqn))
+        done = table.transaction_version(client_app_id(client_id))
+        if done is None or done < sequence:  # a retry of a sequence that landed needs no room: it writes nothing
+            self.disk_space.check_append(table.path, data.nbytes, table=str(fqn))
         version = table.append_once(data, app_id=client_app_id(client_id), sequence=sequence)
         self._expire_in_background(table)
         return version
@@ -370,7 +379,9 @@ class Master:
             return
         except Exception as exc:
             reason = f"{type(exc).__name__}: {shorten(str(exc), 600)}"
-            self.set_status(rec, failed, reason, action=action)
+            # resumed by a master's start, no one to tell: it waits for room (_recover_all)
+            self.set_status(rec, GraphStatus.ERROR if action == "resume" and is_disk_full(exc) else failed, reason,
+                            action=action)
             raise ExecutionError(f"stream graph {rec.fqn} failed to start: {reason}") from exc
         self.set_status(rec, GraphStatus.RUNNING, action=action)
 
@@ -493,6 +504,10 @@ class Master:
                 if not self._closing.is_set():  # on close, the rest stay 'building' and resume next time
                     self._resume(rec)
             except ExecutionError as exc:  # the graph is 'failed' with the reason; the others still resume
+                after = self.store.active_graph(rec.fqn)
+                if after is not None and after.status == GraphStatus.ERROR and is_disk_full(exc):
+                    self.supervisor.wait_for_space(after, str(exc))  # left in 'error' by _start: it waits for room
+                    continue
                 log.error("%s", exc)
             finally:
                 self._recovering.pop(rec.fqn).set()
@@ -537,7 +552,7 @@ class Master:
 
         A failure met on the way is handled as the supervisor handles it (restart from the checkpoints, up
         to ``consecutive_failures`` times in a row), and the wait goes on; a graph that ends ``failed``
-        raises :class:`ExecutionError` with the reason.
+        raises :class:`ExecutionError` with the reason. A graph waiting for disk space is waited for.
         """
         timeout = min(max(float(timeout), 0.0), MAX_WAIT_SECONDS)
         deadline = time.monotonic() + timeout
@@ -552,6 +567,9 @@ class Master:
                 return
             except ExecutionError as exc:
                 self.supervisor.check()
+                if self.supervisor.disk_waits.await_resumed(rec.fqn, deadline):  # full disk: wait for room
+                    rec = self._active(fqn)
+                    continue
                 after = self._active(fqn)
                 if after.status == GraphStatus.FAILED:
                     raise ExecutionError(f"stream graph {fqn} {after.reason}") from exc

@@ -6,7 +6,8 @@ checkpoints (``building`` → ``running``; a ``RECOVER`` event). A graph left in
 could not be reached is started again every ``RETRY_ERROR_S`` seconds, without counting as a failure. A graph that fails again before committing
 a micro-batch extends its streak of failures; once the streak exceeds its checkpoint configuration's
 ``consecutive_failures`` it goes to ``failed`` and stays stopped until the user resubmits it. A micro-batch
-committed after a restart ends the streak.
+committed after a restart ends the streak. A graph that failed because the data directory's file system is full
+is no failure of the graph: it waits for space, uncounted, and starts again by itself (``runtime/disk_wait.py``).
 
 ``wait_until_caught_up`` reports a failure it meets through the same :meth:`Supervisor.check`, so a
 failure is handled once, in one place, whoever notices it first.
@@ -21,6 +22,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from headwater.errors import ExecutionError, shorten
+from headwater.runtime.disk_wait import DiskWaits
 from headwater.runtime.events import EventType
 from headwater.runtime.lifecycle import GraphStatus
 from headwater.runtime.protocol import Health, IsRunning, StopGraph
@@ -42,6 +44,7 @@ class Supervisor:
         self.every = every
         self.streaks: dict[str, int] = {}  # graph -> failures in a row (no micro-batch committed in between)
         self._retried: dict[str, float] = {}  # graph in error -> when its last restart was tried
+        self.disk_waits = DiskWaits()  # graphs that failed for want of disk space: restarted once there is room
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -72,10 +75,13 @@ class Supervisor:
             for fqn, health in master.worker.request(Health()).items():
                 if health["failed"]:
                     self._on_failure(master, fqn, str(health["failed"]), int(health["batches"]))
+            for rec, reason in self.disk_waits.retry_due(master):
+                self._fail_or_restart(master, rec, reason, batches=0)
             now = time.monotonic()
             for rec in master.store.list_graphs():
                 # left in error by a start whose worker could not be reached: retry, without counting it
                 if rec.status == GraphStatus.ERROR and not master.is_recovering(rec.fqn) \
+                        and rec.fqn not in self.disk_waits \
                         and now - self._retried.get(rec.fqn, 0.0) >= RETRY_ERROR_S:
                     self._retried[rec.fqn] = now
                     try:
@@ -90,6 +96,11 @@ class Supervisor:
             return  # stopped, dropped or being moved meanwhile: whoever changed it owns it now
         if master.worker.request(IsRunning(fqn)):
             return  # restarted meanwhile
+        if fqn in self.disk_waits:
+            return  # waiting for disk space already (its status could not be stored on the full disk)
+        if self.disk_waits.is_full(master, reason):
+            self.disk_waits.begin(master, rec, reason)  # not the graph's failure: it waits for room, uncounted
+            return
         self._fail_or_restart(master, rec, reason, batches)
 
     def _fail_or_restart(self, master: Master, rec: Any, reason: str, batches: int) -> None:
@@ -115,7 +126,21 @@ class Supervisor:
                 return
             except ExecutionError as exc:  # it failed again while starting (its first batch replays the failure)
                 reason = str(exc)
+                if self.disk_waits.is_full(master, reason):
+                    self.disk_waits.begin(master, master.store.active_graph(fqn) or rec, reason)
+                    return
+
+    def wait_for_space(self, rec: Any, reason: str) -> None:
+        """Put a graph that could not start for want of disk space to wait for room (uncounted)."""
+        master = self._master()
+        if master is not None:
+            with self._lock:
+                self.disk_waits.begin(master, rec, reason)
 
     def forget(self, fqn: str) -> Any:
-        """A graph stopped, resubmitted or dropped by the user starts a new streak."""
+        """A graph stopped, resubmitted or dropped by the user starts a new streak (and waits for space no more)."""
+        master = self._master()
+        if master is not None:
+            with self._lock:
+                self.disk_waits.forget(master, fqn)
         return self.streaks.pop(fqn, None)

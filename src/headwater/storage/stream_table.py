@@ -59,6 +59,7 @@ from headwater.errors import (
 )
 from headwater.faults import fault_point
 from headwater.storage.buckets import Bucketing, file_buckets, read_in_order, write_table
+from headwater.storage.disk_space import DiskSpace, is_disk_full, storage_full_error
 from headwater.storage.retention import (
     Retention,
     expired_log_files,
@@ -195,6 +196,10 @@ def latest_version(path: str | Path, known: int = 0) -> int:
     while os.path.exists(_commit_file(path, v + 1)):
         v += 1
     return v
+
+
+def _free_bytes(path: str | Path) -> int:
+    return DiskSpace().free(path)
 
 
 def earliest_version(path: str | Path) -> int:
@@ -1019,22 +1024,6 @@ class StreamTable:
             return None
         actions: list[Any] = []
         file_path = None
-        if rows.num_rows:
-            file_name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-            file_path = os.path.join(self.path, file_name)
-            text = [n for n, t in self.schema if t == "string"]  # dictionary-encode text only: 2x faster writes
-            write_table(rows, file_path, bucketing=self.bucketing, text_columns=text)
-            size = os.path.getsize(file_path)
-            actions.append(
-                AddAction(
-                    file_name,
-                    size,
-                    {},
-                    int(time.time() * 1000),
-                    True,
-                    json.dumps({"numRecords": rows.num_rows}),
-                )
-            )
         # No retries inside delta-rs: the commit must land on base + 1, or the
         # de-duplication above was computed against a stale table.
         props = CommitProperties(
@@ -1042,16 +1031,39 @@ class StreamTable:
             app_transactions=[Transaction(txn[0], txn[1])] if txn is not None else None,
         )
         try:
+            if rows.num_rows:
+                file_name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+                file_path = os.path.join(self.path, file_name)
+                text = [n for n, t in self.schema if t == "string"]  # dictionary-encode text only: 2x faster writes
+                write_table(rows, file_path, bucketing=self.bucketing, text_columns=text)
+                size = os.path.getsize(file_path)
+                actions.append(
+                    AddAction(
+                        file_name,
+                        size,
+                        {},
+                        int(time.time() * 1000),
+                        True,
+                        json.dumps({"numRecords": rows.num_rows}),
+                    )
+                )
             dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)
             fault_point("stream_table.append.after_commit")
         except CommitFailedError:
             if file_path is not None:
                 os.remove(file_path)
             return -1
-        except BaseException:
-            if file_path is not None and os.path.exists(file_path):
-                os.remove(file_path)
-            raise
+        except BaseException as exc:
+            # A full disk may hit the commit's housekeeping after the commit itself landed (this process holds the
+            # table's lock and the data directory's: a newer version is this commit); only then did it append.
+            full = is_disk_full(exc)
+            if not (full and latest_version(self.path, base) > base):
+                if file_path is not None and os.path.exists(file_path):
+                    os.remove(file_path)
+                if full:
+                    raise storage_full_error(clip(self.name), self.path, free=_free_bytes(self.path),
+                                             cause=exc) from exc
+                raise
         version = base + 1
         st.known_version = max(st.known_version, version)
         if st.index is not None and st.index.version == base:
