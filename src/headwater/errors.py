@@ -80,6 +80,10 @@ class RetentionError(HeadwaterError, LookupError):
     """A reader asked for a stream table version that the table's retention has removed."""
 
 
+class LeadershipLost(HeadwaterError, RuntimeError):
+    """This master's lease on the metadata store ran out or was taken over: it may write nothing any more."""
+
+
 def error_class(name: object) -> type[HeadwaterError] | None:
     """The Headwater exception class called ``name`` (an error sent over the wire by its class name), or None.
 
