@@ -58,6 +58,7 @@ from headwater.runtime.protocol import (
     WorkerPort,
     arrow_bytes,
 )
+from headwater.runtime.serial import GraphLocks, one_per_graph
 from headwater.runtime.supervisor import Supervisor
 from headwater.sql.policy import prepare
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
@@ -118,6 +119,7 @@ class Master:
         self._recovery: threading.Thread | None = None
         self._closing = threading.Event()
         self._starting = threading.RLock()
+        self.graph_locks = GraphLocks()  # a stop or drop never races a failover move of the same graph
         # started with the first graph: a session that only declares graphs or appends runs no thread; a weak
         # reference, so that an unclosed master is still freed (and its directory lock released) at once
         tables = weakref.WeakMethod(self._all_tables)
@@ -387,10 +389,12 @@ class Master:
                 except ExecutionError as exc:  # _start stored 'failed' with the reason; the other graphs still move
                     log.error("%s", exc)
 
+    @one_per_graph
     def _move(self, worker: str, fqn: str) -> None:
         rec = self.store.active_graph(fqn)
         if rec is None or rec.status not in (GraphStatus.RUNNING, GraphStatus.BUILDING, GraphStatus.ERROR):
             return  # stopped, failed or dropped: nothing runs to move
+        fault_point("move.before_start")
         moving = self._recovering.setdefault(fqn, threading.Event())  # calls on the graph wait for the move
         try:
             began = time.monotonic()
@@ -414,6 +418,7 @@ class Master:
 
     # -- lifecycle (Orca A.5) ---------------------------------------------------------------------------
     @recorded(EventType.STOP)
+    @one_per_graph
     def stop_graph(self, fqn: FQN) -> None:
         """Pause a graph: its queries stop, its state and offsets stay; ``start_graph`` resumes it."""
         self._await_recovery(str(fqn))
@@ -423,6 +428,7 @@ class Master:
         check_transition(rec.fqn, rec.status, GraphStatus.STOPPED, action="stop")
         self.supervisor.forget(rec.fqn)
         self.worker.request(StopGraph(rec.fqn))
+        fault_point("stop.before_store")
         self._set_status(rec, GraphStatus.STOPPED, action="stop")
 
     @recorded(EventType.START)
@@ -580,6 +586,7 @@ class Master:
         raise CatalogError(f"stream engine {engine} is not part of a running graph")
 
     @recorded(EventType.DROP)
+    @one_per_graph
     def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
         self._await_recovery(str(fqn))
         rec = self._active(fqn)
