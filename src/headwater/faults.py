@@ -20,8 +20,8 @@ Points (keep this list true when adding one):
 - ``stop.before_store``: a stop asked the graph's worker to stop it, before it stores ``stopped``.
 - ``graph.lock.wait``: a stop, drop or move of a graph must wait for another one of them in progress
   (:mod:`headwater.runtime.serial`).
-- ``snapshot.before_fence``: a stream task computed an engine's new state, before it checks its
-  placement's fence and saves the snapshot.
+- ``snapshot.before_fence``: a fenced stream task wrote an engine's new state to a temporary file,
+  before it checks its placement's epoch and puts the snapshot in place.
 
 In-process tests may instead run an action at a point (:func:`on_fault_point`), e.g. to start a
 competing call exactly there.
