@@ -187,3 +187,34 @@ def test_the_lease_connection_has_tcp_keepalives_and_sqlite_has_no_fence(url, tm
         MetadataStore.in_directory(tmp_path).set_fencing_token(1)
     with pytest.raises(ConfigurationError, match="at least 1"):
         Leadership(url, lease_seconds=0.5)
+
+
+def test_the_api_of_a_master_whose_lease_lapsed_answers_standby():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from headwater.service.leader import LeaseGuard
+
+    class Lease:
+        valid = True
+
+        def holds(self) -> bool:
+            return self.valid
+
+    app, lease = FastAPI(), Lease()
+
+    @app.get("/v1/ok")
+    def ok() -> dict[str, str]:
+        return {"ok": "yes"}
+
+    @app.get("/v1/write")
+    def write() -> None:
+        raise LeadershipLost("taken over")
+
+    client = TestClient(LeaseGuard(app, lease))  # type: ignore[arg-type]
+    assert client.get("/v1/ok").json() == {"ok": "yes"}
+    refused = client.get("/v1/write")  # a write refused mid-request: clients move on, as from a standby
+    assert refused.status_code == 503 and refused.json()["error"] == "StandbyMaster"
+    lease.valid = False
+    lapsed = client.get("/v1/ok")
+    assert lapsed.status_code == 503 and "lost its lease" in lapsed.json()["message"]
