@@ -61,7 +61,7 @@ from headwater.runtime.protocol import (
 from headwater.runtime.serial import GraphLocks, one_per_graph
 from headwater.runtime.supervisor import Supervisor
 from headwater.sql.policy import prepare
-from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
+from headwater.storage.locks import LOCK_NAME, FileLock, lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.retention import Retention
 from headwater.storage.stream_table import StreamTable, earliest_version, remove_orphan_files
@@ -97,10 +97,14 @@ class GraphPaths:
 
 
 class Master:
-    def __init__(self, data_dir: Path, *, worker: WorkerPort, metadata_url: str | None = None) -> None:
+    def __init__(self, data_dir: Path, *, worker: WorkerPort, metadata_url: str | None = None,
+                 directory_lock: bool = True) -> None:
         # metadata_url: a SQLAlchemy URL (PostgreSQL in service mode); by default SQLite in the data directory
+        # directory_lock=False: masters that share the directory are kept apart by a lease instead (service.leader)
+        # (a frozen master would hold the directory's lock, and keep its standby from ever taking over)
         self.data_dir = Path(data_dir)
-        self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
+        # held for the session's life: no other writer from here on
+        self._lock = lock_data_dir(self.data_dir) if directory_lock else FileLock(self.data_dir / LOCK_NAME, None)
         try:
             self.store = MetadataStore.in_directory(self.data_dir) if metadata_url is None else \
                 MetadataStore(metadata_url)

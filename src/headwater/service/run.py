@@ -176,7 +176,8 @@ class ActiveMaster:
                                    heartbeat=args.heartbeat, deadline=args.heartbeat_deadline)
         self.master = embedded_master(Path(args.data_dir), spark_master=args.spark,
                                       trigger_interval=args.trigger_interval, metadata_url=args.metadata,
-                                      worker=self.pool, start_spark=self.pool is None)
+                                      worker=self.pool, start_spark=self.pool is None,
+                                      directory_lock=self.leadership is None)
         if self.leadership is not None:
             self.leadership.fence(self.master.store)
         if self.pool is not None:  # placements live in the master's store; then the graphs that were running resume
