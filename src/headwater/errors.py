@@ -98,6 +98,10 @@ class StorageFullError(HeadwaterError, OSError):
         self.errno = errno.ENOSPC
 
 
+class LeadershipLost(HeadwaterError, RuntimeError):
+    """This master's lease on the metadata store ran out or was taken over: it may write nothing any more."""
+
+
 def error_class(name: object) -> type[HeadwaterError] | None:
     """The Headwater exception class called ``name`` (an error sent over the wire by its class name), or None.
 

@@ -39,15 +39,17 @@ SUBMIT = textwrap.dedent("""
 """)
 
 
-def start(command: str, data: Path, port: int, *extra: str, fault: str | None = None) -> subprocess.Popen:
+def start(command: str, data: Path, port: int, *extra: str, fault: str | None = None,
+          within: float = 120.0) -> subprocess.Popen:
     """Start ``headwater <command>`` and return once it answers ``/v1/health`` (a worker: once its Spark driver is
-    ready too) within 120 s. ``fault``: the fault point (``headwater.faults``) the process kills itself at."""
+    ready too) within ``within`` seconds. ``fault``: the fault point (``headwater.faults``) the process kills
+    itself at."""
     log_path = data.parent / f"{command}-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - the process writes to it while it lives
     proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", command, "--data-dir", str(data),
                              "--port", str(port), *extra], env=ENV if fault is None else {**ENV, "HEADWATER_FAULT_POINT": fault},
                             stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         assert proc.poll() is None, log_path.read_text()[-3000:]
         try:
@@ -60,7 +62,7 @@ def start(command: str, data: Path, port: int, *extra: str, fault: str | None = 
             pass
         time.sleep(0.2)  # polling a condition with a deadline
     proc.kill()
-    raise AssertionError(f"headwater {command} did not answer within 120 s: {log_path.read_text()[-3000:]}")
+    raise AssertionError(f"headwater {command} did not answer within {within:.0f} s: {log_path.read_text()[-3000:]}")
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:

@@ -168,10 +168,11 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
 
 def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: str = "local[*]",
                     trigger_interval: str = TRIGGER_INTERVAL, metadata_url: str | None = None,
-                    worker: WorkerPort | None = None, driver_batch_rows: int = DRIVER_BATCH_ROWS) -> Master:
+                    worker: WorkerPort | None = None, driver_batch_rows: int = DRIVER_BATCH_ROWS,
+                    directory_lock: bool = True) -> Master:
     """A master on ``data_dir`` (what ``connect(path)`` and ``headwater master`` run), with its worker in this
     process unless ``worker`` is a port to one elsewhere; graphs that were running resume in the background
-    unless ``start_spark`` is False."""
+    unless ``start_spark`` is False. ``directory_lock=False``: for masters kept apart by a lease instead."""
     if data_dir.exists() and not data_dir.is_dir():
         raise ConfigurationError(f"data directory {clip(str(data_dir), 300)} is a file, not a directory; pass a "
                                  "directory (it is created if missing), e.g. hw.connect('./headwater-data')")
@@ -181,7 +182,7 @@ def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: s
             raise ConfigurationError(f"connect(driver_batch_rows={driver_batch_rows!r}): expected an integer >= 0")
         worker = InProcessWorkerPort(Worker(data_dir, spark_master=spark_master, trigger_interval=interval,
                                             driver_batch_rows=driver_batch_rows))
-    master = Master(data_dir, worker=worker, metadata_url=metadata_url)
+    master = Master(data_dir, worker=worker, metadata_url=metadata_url, directory_lock=directory_lock)
     if start_spark:
         try:
             master.recover()

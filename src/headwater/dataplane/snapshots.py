@@ -6,7 +6,10 @@ import contextlib
 import os
 import pickle
 import re
+from collections.abc import Callable
 from typing import Any
+
+from headwater.faults import fault_point
 
 KEEP_SNAPSHOTS = 3  # the default; at least 2: a batch cut off before its commit replays from the one before
 
@@ -36,7 +39,13 @@ class SnapshotStore:
         with open(os.path.join(self._dir(task), f"{older[-1]}.pkl"), "rb") as f:
             return pickle.load(f)
 
-    def save(self, task: int, version: int, state: Any) -> None:
+    def save(self, task: int, version: int, state: Any, *, fence: Callable[[], None] | None = None) -> None:
+        """Write the snapshot at ``version`` and remove those beyond ``keep``.
+
+        ``fence`` (the placement's check, :func:`headwater.dataplane.fence.check_fence`) runs once the new
+        file is written and before it replaces anything or any old snapshot is removed: a worker whose graph
+        was placed elsewhere meanwhile raises there and leaves the snapshots as they were.
+        """
         d = self._dir(task)
         os.makedirs(d, exist_ok=True)
         tmp = os.path.join(d, f".{version}.{os.getpid()}.tmp")
@@ -44,6 +53,14 @@ class SnapshotStore:
             pickle.dump(state, f, protocol=5)
             f.flush()
             os.fsync(f.fileno())
+        if fence is not None:
+            try:
+                fault_point("snapshot.before_fence")
+                fence()
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(tmp)
+                raise
         os.replace(tmp, os.path.join(d, f"{version}.pkl"))
         for old in self._versions(task)[:-self.keep]:
             if old < version:

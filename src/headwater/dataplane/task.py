@@ -16,9 +16,10 @@ a replay finds its files already there and the commit is skipped by its transact
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import cloudpickle
 import numpy as np
 import pyarrow as pa
 
+from headwater.dataplane.fence import check_fence
 from headwater.dataplane.maps import apply_map
 from headwater.dataplane.snapshots import KEEP_SNAPSHOTS, SnapshotStore
 from headwater.engines.base import SEQ, Processor
@@ -95,6 +97,8 @@ class SubgraphTask:
     # j-th are numbered len(outputs) + j, and committed with the outputs' in the same micro-batch
     late_outputs: tuple[tuple[str, str, Schema], ...] = ()
     keep_snapshots: int = KEEP_SNAPSHOTS  # per engine and task (checkpoint_config's max_retained_checkpoints)
+    # (epoch file, epoch) of the worker's placement: a task whose placement is no longer current saves no state
+    fence: tuple[str, int] | None = None
 
     # -- helpers -------------------------------------------------------------------------------------
     def read(self, start: int, end: int, task: int | None = None) -> pa.Table:
@@ -265,7 +269,7 @@ class SubgraphTask:
                 seconds["kernel"] += clock() - t
         t = clock()
         for store, state in new_states:
-            store.save(task, end, state)
+            store.save(task, end, state, fence=self._fence())
         seconds["state"] += clock() - t
         return rows, rows_in
 
@@ -309,7 +313,7 @@ class SubgraphTask:
             loaded = store.load(task, version + 1)
             state, _ = processor.process(processor.new_state() if loaded is None else loaded, rows,
                                          batch_time=commit_time(self.input_path, version) if version else 0.0)
-            store.save(task, version, state)
+            store.save(task, version, state, fence=self._fence())
         return data.num_rows
 
     def control(self, engine: str, op: Mapping[str, Any], version: int) -> int:
@@ -326,8 +330,14 @@ class SubgraphTask:
         store = SnapshotStore(os.path.join(self.state_root, engine), keep=self.keep_snapshots)
         for task in range(self.n_tasks):
             loaded = store.load(task, version + 1)
-            store.save(task, version, processor.control(processor.new_state() if loaded is None else loaded, op))
+            store.save(task, version, processor.control(processor.new_state() if loaded is None else loaded, op),
+                       fence=self._fence())
         return self.n_tasks
+
+    def _fence(self) -> Callable[[], None] | None:
+        """The check a snapshot passes before it is saved (None: no fence, a graph run in process)."""
+        fence = self.fence
+        return None if fence is None else functools.partial(check_fence, fence[0], fence[1])
 
     def commit(self, files: Sequence[OutputFile], txn: tuple[str, int]) -> int:
         """Commit one micro-batch's files: one Delta transaction per output table, tagged ``txn``.
@@ -349,7 +359,8 @@ class SubgraphTask:
 
 
 def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[int, str], checkpoints: Path,
-                  run: str, *, keep_snapshots: int = KEEP_SNAPSHOTS) -> SubgraphTask:
+                  run: str, *, keep_snapshots: int = KEEP_SNAPSHOTS,
+                  fence: tuple[str, int] | None = None) -> SubgraphTask:
     """The data-plane description of subgraph ``sg`` (what every driver, Spark or local, runs)."""
     return SubgraphTask(
         run=f"g{run}", subgraph=sg.id, input_path=table_paths[sg.input],
@@ -359,7 +370,7 @@ def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[in
         outputs=tuple((table_paths[o], physical.nodes[o].schema) for o in sg.outputs),
         state_root=str(checkpoints / sg.key(physical) / "state"),
         output_buckets=tuple(reader_bucketing(physical, o) for o in sg.outputs), keep_snapshots=keep_snapshots,
-        late_outputs=tuple(_late_outputs(physical, sg, table_paths)))
+        late_outputs=tuple(_late_outputs(physical, sg, table_paths)), fence=fence)
 
 
 def _late_outputs(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[int, str]) -> list[tuple[str, str, Schema]]:

@@ -59,10 +59,11 @@ from headwater.runtime.protocol import (
     WorkerPort,
     arrow_bytes,
 )
+from headwater.runtime.serial import GraphLocks, one_per_graph
 from headwater.runtime.supervisor import Supervisor
 from headwater.sql.policy import prepare
 from headwater.storage.disk_space import DiskSpace, is_disk_full
-from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
+from headwater.storage.locks import LOCK_NAME, FileLock, lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.retention import Retention
 from headwater.storage.stream_table import StreamTable, earliest_version, remove_orphan_files
@@ -100,10 +101,14 @@ class GraphPaths:
 
 
 class Master:
-    def __init__(self, data_dir: Path, *, worker: WorkerPort, metadata_url: str | None = None) -> None:
+    def __init__(self, data_dir: Path, *, worker: WorkerPort, metadata_url: str | None = None,
+                 directory_lock: bool = True) -> None:
         # metadata_url: a SQLAlchemy URL (PostgreSQL in service mode); by default SQLite in the data directory
+        # directory_lock=False: masters that share the directory are kept apart by a lease instead (service.leader)
+        # (a frozen master would hold the directory's lock, and keep its standby from ever taking over)
         self.data_dir = Path(data_dir)
-        self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
+        # held for the session's life: no other writer from here on
+        self._lock = lock_data_dir(self.data_dir) if directory_lock else FileLock(self.data_dir / LOCK_NAME, None)
         try:
             self.store = MetadataStore.in_directory(self.data_dir) if metadata_url is None else \
                 MetadataStore(metadata_url)
@@ -123,6 +128,7 @@ class Master:
         self._recovery: threading.Thread | None = None
         self._closing = threading.Event()
         self._starting = threading.RLock()
+        self.graph_locks = GraphLocks()  # a stop or drop never races a failover move of the same graph
         # started with the first graph: a session that only declares graphs or appends runs no thread; a weak
         # reference, so that an unclosed master is still freed (and its directory lock released) at once
         tables = weakref.WeakMethod(self._all_tables)
@@ -401,10 +407,12 @@ class Master:
                 except ExecutionError as exc:  # _start stored 'failed' with the reason; the other graphs still move
                     log.error("%s", exc)
 
+    @one_per_graph
     def _move(self, worker: str, fqn: str) -> None:
         rec = self.store.active_graph(fqn)
         if rec is None or rec.status not in (GraphStatus.RUNNING, GraphStatus.BUILDING, GraphStatus.ERROR):
             return  # stopped, failed or dropped: nothing runs to move
+        fault_point("move.before_start")
         moving = self._recovering.setdefault(fqn, threading.Event())  # calls on the graph wait for the move
         try:
             began = time.monotonic()
@@ -428,6 +436,7 @@ class Master:
 
     # -- lifecycle (Orca A.5) ---------------------------------------------------------------------------
     @recorded(EventType.STOP)
+    @one_per_graph
     def stop_graph(self, fqn: FQN) -> None:
         """Pause a graph: its queries stop, its state and offsets stay; ``start_graph`` resumes it."""
         self._await_recovery(str(fqn))
@@ -437,6 +446,7 @@ class Master:
         check_transition(rec.fqn, rec.status, GraphStatus.STOPPED, action="stop")
         self.supervisor.forget(rec.fqn)
         self.worker.request(StopGraph(rec.fqn))
+        fault_point("stop.before_store")
         self.set_status(rec, GraphStatus.STOPPED, action="stop")
 
     @recorded(EventType.START)
@@ -613,6 +623,7 @@ class Master:
             return None
 
     @recorded(EventType.DROP)
+    @one_per_graph
     def drop_graph(self, fqn: FQN, include_tables: bool) -> None:
         self._await_recovery(str(fqn))
         rec = self._active(fqn)

@@ -137,7 +137,8 @@ class Worker:
 
             starters[sg.id] = functools.partial(
                 start_fused_subgraph,
-                spark, subgraph_task(physical, sg, table_paths, checkpoints, run, keep_snapshots=keep_snapshots),
+                spark, subgraph_task(physical, sg, table_paths, checkpoints, run, keep_snapshots=keep_snapshots,
+                                     fence=(str(checkpoints / EPOCH_FILE), epoch) if epoch else None),
                 checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
                 trigger_interval=self.trigger_interval, on_batch=record, driver_batch_rows=self.driver_batch_rows,
                 fence=(checkpoints / EPOCH_FILE, epoch) if epoch else None)
@@ -201,7 +202,8 @@ class Worker:
         fqn_, physical, table_paths, checkpoints, run_id, epoch, keep = g.start_args
         self.stop_graph(fqn)
         try:
-            task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0", keep_snapshots=keep)
+            task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0", keep_snapshots=keep,
+                                 fence=(str(checkpoints / EPOCH_FILE), epoch) if epoch else None)
             return edit(task, spec, committed_input_version(checkpoints / sg.key(physical) / "spark"))
         finally:
             self.start_graph(fqn_, physical, table_paths, checkpoints, run_id, epoch, keep)

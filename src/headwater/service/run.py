@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from headwater.service.leader import LEASE_SECONDS, MIN_LEASE_SECONDS
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,16 @@ def non_negative(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
+
+
+def lease_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not MIN_LEASE_SECONDS <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a lease length in seconds from {MIN_LEASE_SECONDS:g} to 3600")
     return value
 
 
@@ -107,7 +118,7 @@ def serve_master(args: argparse.Namespace) -> int:
     if args.metadata is not None and args.metadata.startswith(("postgresql", "postgres://")):
         from headwater.service.leader import Leadership
 
-        leadership = Leadership(args.metadata)
+        leadership = Leadership(args.metadata, lease_seconds=args.lease_seconds)
         if not leadership.try_acquire() and not args.standby:
             leadership.close()
             raise ConfigurationError("another master is active on this metadata store; start this one with "
@@ -115,7 +126,7 @@ def serve_master(args: argparse.Namespace) -> int:
     elif args.standby:
         raise ConfigurationError("--standby needs the metadata in PostgreSQL (--metadata postgresql://...), which "
                                  "the masters share")
-    serving = ActiveMaster(args)
+    serving = ActiveMaster(args, leadership)
     app = Switchboard(create_standby_app(lambda: "it takes over when the active master stops"))
     stop = threading.Event()
     if leadership is None or leadership.held:
@@ -146,8 +157,9 @@ LEADERSHIP_POLL_S = 1.0
 class ActiveMaster:
     """The master's parts once it is active: its worker pool, the master, the API app."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, leadership: Any = None) -> None:
         self.args = args
+        self.leadership = leadership  # with PostgreSQL metadata: every write of the store checks its lease
         self.pool: Any = None
         self.master: Any = None
 
@@ -165,15 +177,23 @@ class ActiveMaster:
                                    heartbeat=args.heartbeat, deadline=args.heartbeat_deadline)
         self.master = embedded_master(Path(args.data_dir), spark_master=args.spark,
                                       trigger_interval=args.trigger_interval, metadata_url=args.metadata,
-                                      worker=self.pool, start_spark=self.pool is None)
+                                      worker=self.pool, start_spark=self.pool is None,
+                                      directory_lock=self.leadership is None)
+        if self.leadership is not None:
+            self.leadership.fence(self.master.store)
         if self.pool is not None:  # placements live in the master's store; then the graphs that were running resume
             self.pool.attach(self.master.store, self.master.worker_down)
             self.master.recover()
         auth = Authenticator(self.master.store, LoginLimits(args.login_attempts, args.login_window))
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"), rotate=args.rotate_admin_password)
         secret = os.environ.get("HEADWATER_WORKER_SECRET") if self.pool is not None else None
-        return create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20, worker_secret=secret,
-                          limits=HttpLimits.from_args(args))
+        app: Any = create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20, worker_secret=secret,
+                              limits=HttpLimits.from_args(args))
+        if self.leadership is not None:
+            from headwater.service.leader import LeaseGuard
+
+            app = LeaseGuard(app, self.leadership)
+        return app
 
     def close(self) -> None:
         if self.pool is not None:  # no failover while the master shuts down
@@ -212,10 +232,11 @@ def _await_leadership(leadership: Any, serving: ActiveMaster, app: Any, stop: th
 
 
 def _watch_leadership(leadership: Any, stop: threading.Event) -> None:
-    """An active master that lost its lock's connection stops at once: a standby may be active by now."""
-    while not stop.wait(LEADERSHIP_POLL_S):
-        if leadership.held and not leadership.holds():
-            log.critical("lost the connection that holds the master's leadership: stopping this master")
+    """The active master renews its lease; once it could not (it lapsed while this process was frozen or cut
+    off, or another master took it), it stops at once: a standby may be active by now."""
+    while not stop.wait(leadership.renew_every):
+        if leadership.held and not leadership.renew():
+            log.critical("lost the master's lease (fencing token %s): stopping this master", leadership.token)
             os._exit(3)
 
 
@@ -297,6 +318,10 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
                    help="failed logins allowed per user name, and per client address, within --login-window")
     p.add_argument("--login-window", type=float, default=300.0,
                    help="seconds over which failed logins are counted; once over the limit, logins wait that long")
+    p.add_argument("--lease-seconds", type=lease_seconds, default=LEASE_SECONDS,
+                   help="with PostgreSQL metadata: how long the active master stays leader without renewing its "
+                        "lease (renewed every third of it); a frozen or cut-off master loses leadership after it "
+                        "and a standby takes over")
     p.add_argument("--standby", action="store_true",
                    help="wait as a standby and take over when the active master on the same --metadata stops")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])

@@ -33,6 +33,7 @@ import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from headwater.dataplane.fence import FencedError, check_fence  # noqa: F401 - FencedError: raised here too
 from headwater.tuning import DRIVER_BATCH_ROWS
 
 SOURCE_NAME = "headwater_subgraph"
@@ -142,19 +143,6 @@ class SubgraphDataSource(DataSource):
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return SubgraphStreamReader(self.options["plan"], self.options["input"], int(self.options["tasks"]),
                                     int(self.options["slots"]))
-
-
-class FencedError(RuntimeError):
-    """This worker's placement of the graph is no longer the current one."""
-
-
-def check_fence(file: Path, epoch: int) -> None:
-    try:
-        current = int(file.read_text().strip() or 0)
-    except (FileNotFoundError, ValueError):
-        current = -1
-    if current != epoch:
-        raise FencedError(f"the graph was placed elsewhere (epoch {current}, this worker has {epoch}): not committing")
 
 
 def logged_input_version(spark_checkpoint: Path, batch_id: int) -> int:

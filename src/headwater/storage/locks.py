@@ -31,7 +31,7 @@ LOCK_NAME = ".lock"
 class FileLock:
     """An exclusive flock held on ``path`` until :meth:`release` or the process ends."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int | None) -> None:  # None: not held (release does nothing)
         self.path = path
         self._fd: int | None = fd
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from headwater.errors import CatalogError, ConfigurationError, clip
+from headwater.errors import CatalogError, ConfigurationError, LeadershipLost, clip
 from headwater.types import Schema
 
 _meta = sa.MetaData()
@@ -113,6 +113,24 @@ events = sa.Table(
     sa.Column("error_message", sa.Text, nullable=False, default=""),
 )
 
+# The active master's lease (headwater.service.leader): one row, named MASTER_LEASE. Unused with SQLite.
+leases = sa.Table(
+    "leases",
+    _meta,
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("holder", sa.String, nullable=False),  # the master that holds it (host, pid, a random part)
+    sa.Column("token", sa.BigInteger, nullable=False),  # the fencing token: one more at every change of holder
+    sa.Column("expires", sa.DateTime(timezone=True), nullable=False),  # by the database's clock
+    sa.Column("locked", sa.Boolean, nullable=False, default=False),  # its holder holds the advisory lock too
+)
+MASTER_LEASE = "master"
+_WRITES = ("INSERT", "UPDATE", "DELETE")
+# in the writing transaction: the lease row still carries this master's token and has not expired; FOR SHARE
+# keeps a takeover (an UPDATE of that row) waiting until the write has committed, and a session frozen in the
+# middle of a transaction is ended by the server after the lease's length instead of holding the row forever
+_FENCE_SQL = ("SELECT set_config('idle_in_transaction_session_timeout', %s, true) FROM leases "
+              "WHERE name = %s AND token = %s AND expires > now() FOR SHARE")
+
 
 @dataclass(frozen=True)
 class TableRecord:
@@ -166,6 +184,37 @@ class MetadataStore:
     def __init__(self, url: str) -> None:
         self.engine = sa.create_engine(metadata_url(url), pool_pre_ping=True)
         _meta.create_all(self.engine)
+        self._fence: tuple[int, float, Callable[[], bool]] | None = None
+        sa.event.listen(self.engine, "before_cursor_execute", self._check_fence)
+
+    def set_fencing_token(self, token: int | None, *, lease_seconds: float = 10.0,
+                          valid: Callable[[], bool] = lambda: True) -> None:
+        """Fence every write from now on with the master's lease (``headwater.service.leader``).
+
+        Each INSERT, UPDATE or DELETE then first checks, in its own transaction, that the lease row still
+        carries ``token`` and has not expired, and raises :class:`LeadershipLost` (writing nothing) otherwise;
+        ``valid`` is the master's own view of its lease, asked first (no round trip once it has lapsed).
+        PostgreSQL only: an embedded SQLite store has one writer and no lease. ``None`` removes the fence.
+        """
+        if token is not None and self.engine.dialect.name != "postgresql":
+            raise ConfigurationError(f"metadata store {self.engine.url.render_as_string()}: a fencing token needs "
+                                     "the metadata in PostgreSQL, where the masters' lease lives")
+        self._fence = None if token is None else (token, lease_seconds, valid)
+
+    def _check_fence(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+                     executemany: bool) -> None:
+        """The one check every write of this store passes (an engine event: a write added later passes it too)."""
+        fence = self._fence
+        if fence is None or statement.lstrip()[:6].upper() not in _WRITES:
+            return
+        token, lease_seconds, valid = fence
+        if valid():
+            cursor.execute(_FENCE_SQL, (str(max(int(lease_seconds * 1000), 1)), MASTER_LEASE, token))
+            if cursor.fetchone() is not None:
+                return
+        raise LeadershipLost(f"metadata store: this master's lease (fencing token {token}) has expired or was "
+                             "taken over by another master; it writes nothing more and stops (the active master "
+                             "serves from now on)")
 
     def refuse_pickled_graphs(self) -> None:
         """Refuse a store written before plans were data (graphs kept as a pickle in a ``definition`` column).
