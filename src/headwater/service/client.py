@@ -26,6 +26,7 @@ from headwater.plan.logical import LogicalGraph
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.protocol import arrow_bytes
+from headwater.service.tls import client_context
 from headwater.storage.metadata import TableRecord
 from headwater.storage.retention import Retention
 from headwater.types import Schema
@@ -76,8 +77,10 @@ class RemoteMaster:
     """
 
     def __init__(self, url: str | Sequence[str], *, user: str, password: str, timeout: float = 60.0,
-                 http: httpx.Client | None = None, failover_timeout: float = 60.0) -> None:
+                 http: httpx.Client | None = None, failover_timeout: float = 60.0, tls_ca: str | None = None) -> None:
         # http: a ready client for this URL (tests pass FastAPI's TestClient, which calls the app in process)
+        # tls_ca: the CA bundle an https:// master's certificate is checked against (default HEADWATER_TLS_CA, else
+        # the system's trust store)
         urls = [url] if isinstance(url, str) else list(url)
         for u in urls:
             if not isinstance(u, str) or not u.startswith(("http://", "https://")):
@@ -88,7 +91,8 @@ class RemoteMaster:
         self._current = 0
         self._timeout = timeout
         self._failover_timeout = failover_timeout
-        self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout)
+        self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout,
+                                                                verify=client_context(tls_ca))
         try:
             token = self._call("/v1/login", {"user": user, "password": password}, idempotent=True)["token"]
         except httpx.TransportError as exc:

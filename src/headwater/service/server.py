@@ -12,7 +12,6 @@ OpenAPI documentation is served at ``/docs``.
 
 from __future__ import annotations
 
-import hmac
 import io
 import re
 import shutil
@@ -44,6 +43,7 @@ from headwater.runtime.master import Master
 from headwater.runtime.protocol import arrow_table
 from headwater.service.auth import Authenticator, AuthError
 from headwater.service.client import STANDBY_ERROR
+from headwater.service.signing import HEADER_SIGNATURE, SignatureError, Verifier, target_of
 from headwater.storage.retention import Retention
 from headwater.types import Schema
 
@@ -200,13 +200,25 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     def health() -> dict[str, str]:
         return {"status": "ok", "role": "active"}
 
-    def joining_worker(http: Request) -> None:  # a dependency: checked before the body is read
-        presented = http.headers.get("authorization", "").encode()
-        if not worker_secret or not hmac.compare_digest(presented, f"Bearer {worker_secret}".encode()):
-            raise AuthError("a worker joins with the master's worker secret (HEADWATER_WORKER_SECRET)")
+    joins = Verifier(worker_secret) if worker_secret else None  # workers sign their join (service.signing)
 
     @app.post("/v1/workers/join")
-    def join(body: JoinWorker, _: None = Depends(joining_worker)) -> dict[str, Any]:
+    async def join(http: Request) -> dict[str, Any]:
+        if joins is None or not http.headers.get(HEADER_SIGNATURE):  # refused before the body is read
+            raise AuthError("a worker joins with a request signed with the master's worker secret "
+                            "(HEADWATER_WORKER_SECRET)")
+        raw = await http.body()
+        try:
+            joins.verify(http.method, target_of(http.scope), raw, http.headers)
+        except SignatureError as exc:
+            raise AuthError(str(exc)) from None
+        try:
+            body = JoinWorker.model_validate_json(raw)
+        except ValueError as exc:
+            raise RequestError(f"join: {clip(str(exc), 500)}") from None
+        return await _in_thread(lambda: _join(body))
+
+    def _join(body: JoinWorker) -> dict[str, Any]:
         if not WORKER_URL.fullmatch(body.url):
             raise RequestError(f"worker URL {clip(body.url)} must be http(s)://host:port")
         group = check_identifier(body.group, what="compute group")
