@@ -264,3 +264,97 @@ def test_the_master_serves_https_sessions_and_signed_joins(tmp_path, certificate
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+# -- PostgreSQL, Spark and the data directory of `headwater cluster up` ---------------------------------
+def test_cluster_postgres_refuses_a_connection_without_its_password():
+    import shutil
+    import tempfile
+
+    import psycopg
+
+    from headwater.service.postgres import passfile, password, start_postgres
+
+    root = Path(tempfile.mkdtemp(prefix="headwater-pg-"))  # as root, the server's user must reach it: not tmp_path
+    server, url = start_postgres(root)
+    try:
+        assert ":" not in url.split("@")[0].removeprefix("postgresql://")  # no password in the URL
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        assert passfile(root).stat().st_mode & 0o777 == 0o600
+        nowhere = str(root / "no-passfile")  # not ~/.pgpass or $PGPASSFILE either
+        for host in ("127.0.0.1", str(root)):  # TCP and the Unix socket
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(host=host, port=port, user="headwater", dbname="postgres", passfile=nowhere,
+                                connect_timeout=10).close()
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(host="127.0.0.1", port=port, user="headwater", dbname="postgres", password="guess",
+                            passfile=nowhere, connect_timeout=10).close()
+        with psycopg.connect(host="127.0.0.1", port=port, user="headwater", dbname="postgres",
+                             password=password(root), connect_timeout=10) as conn:
+            assert conn.execute("select current_user").fetchone() == ("headwater",)
+        with psycopg.connect(url, passfile=str(passfile(root)), connect_timeout=10) as conn:  # what the master does
+            assert conn.execute("select 1").fetchone() == (1,)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_trust_cluster_of_an_earlier_headwater_is_refused(tmp_path):
+    from headwater.service.postgres import _refuse_trust
+
+    (tmp_path / "pgdata").mkdir()
+    (tmp_path / "pgdata" / "pg_hba.conf").write_text("# TYPE DATABASE USER ADDRESS METHOD\n"
+                                                     "host all all 127.0.0.1/32 trust\n")
+    with pytest.raises(ConfigurationError, match="without a password"):
+        _refuse_trust(tmp_path / "pgdata")
+
+
+class Started(Exception):
+    """Stops `cluster up` after its first process, once its command line is known."""
+
+
+def test_cluster_up_runs_spark_with_authentication_in_private_directories(tmp_path, monkeypatch):
+    from headwater.service import cluster
+
+    spawned: list[list[str]] = []
+
+    def spawn(name: str, argv: list[str], *args: Any, **kwargs: Any) -> Any:
+        spawned.append(argv)
+        raise Started(name)
+
+    monkeypatch.setattr(cluster, "_spawn", spawn)
+    data = tmp_path / "data"
+    with pytest.raises(Started, match="spark-master"):
+        cluster.up(data, workers=1)
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert (data / "cluster").stat().st_mode & 0o777 == 0o700
+    conf = data / "cluster" / "spark-auth.conf"
+    assert conf.stat().st_mode & 0o777 == 0o600
+    props = dict(line.split(" ", 1) for line in conf.read_text().splitlines())
+    assert props["spark.authenticate"] == "true" and len(props["spark.authenticate.secret"]) == 64
+    argv = spawned[0]
+    assert argv[argv.index("--properties-file") + 1] == str(conf)
+    assert props["spark.authenticate.secret"] not in " ".join(argv)  # on no command line
+    assert cluster.spark_auth_conf(data / "cluster") == conf and conf.read_text().count("secret") == 1  # kept
+
+
+def test_a_workers_driver_loads_the_clusters_spark_properties(tmp_path, monkeypatch):
+    from pyspark import SparkContext
+
+    from headwater.spark import session
+
+    conf = tmp_path / "spark auth.conf"
+    conf.write_text("spark.authenticate true\n")
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)  # as in a worker before its driver starts
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    session._use_properties_file(str(conf))
+    import shlex
+
+    assert shlex.split(os.environ["PYSPARK_SUBMIT_ARGS"]) == ["--properties-file", str(conf), "pyspark-shell"]
+
+
+def test_a_new_data_directory_is_the_owners_only(tmp_path):
+    master = embedded_master(tmp_path / "fresh", start_spark=False)
+    master.close()
+    assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o700
