@@ -24,6 +24,7 @@ import pyarrow as pa
 import pytest
 import uvicorn
 
+from headwater.service.signing import Signer
 from tests.support.postgres import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -252,8 +253,8 @@ class BlockingWorker:
 
 
 def worker_call(http: httpx.Client, url: str, message: dict[str, Any], timeout: float = 120) -> httpx.Response:
-    return http.post(f"{url}/v1/worker/request", json=message, headers={"Authorization": f"Bearer {SECRET}"},
-                      timeout=timeout)
+    """A request to a worker as its master sends it: signed with the worker secret."""
+    return http.post(f"{url}/v1/worker/request", json=message, auth=Signer(SECRET), timeout=timeout)
 
 
 def test_worker_health_answers_while_every_request_thread_is_blocked(http):

@@ -11,6 +11,7 @@ import httpx
 import pandas as pd
 import pytest
 
+from headwater.service.signing import Signer
 from tests.support.postgres import free_port
 from tests.support.service import (
     WORKER_SECRET,
@@ -77,8 +78,7 @@ def test_a_dead_worker_s_graph_moves_and_a_frozen_one_is_fenced(tmp_path):
             everything = append_and_check(session, rows(60, seed=seed, start=400 + 60 * i), everything)
         # the woken worker tried to commit for a placement that is no longer current: the fence stopped its query
         woken = httpx.post(f"http://127.0.0.1:{second_port}/v1/worker/request", timeout=30,
-                           json={"type": "IsRunning", "fqn": "demo.stream_graph.totals"},
-                           headers={"Authorization": f"Bearer {WORKER_SECRET}"})
+                           json={"type": "IsRunning", "fqn": "demo.stream_graph.totals"}, auth=Signer(WORKER_SECRET))
         assert woken.json() == {"reply": False}, woken.text
         events = session.state_machine_events()
         moves = events[events["type"].isin(["NODE_DOWN", "RECOVER"])][["type", "state"]].values.tolist()

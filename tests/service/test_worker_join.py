@@ -1,5 +1,5 @@
 """Workers that join a master by themselves (``headwater worker --master URL``): the master started with
-``--remote-workers`` runs graphs on them; joining needs the worker secret and a plain http(s)://host:port."""
+``--remote-workers`` runs graphs on them; joining needs a request signed with the worker secret and a plain http(s)://host:port."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from headwater.service.signing import Signer
 from tests.support.postgres import free_port
 from tests.support.service import (
     WORKER_SECRET,
@@ -42,10 +43,10 @@ def test_a_worker_joins_the_master_named_on_its_command_line(tmp_path):
         assert [tuple(r) for r in joined] == [(f"http://127.0.0.1:{wport}", "default")]
 
         refused = httpx.post(f"{url}/v1/workers/join", json={"url": "http://127.0.0.1:1", "group": "default"},
-                             headers={"Authorization": "Bearer wrong-secret-0123456789"})
+                             auth=Signer("wrong-secret-0123456789"))
         assert refused.status_code == 401
         hostile = httpx.post(f"{url}/v1/workers/join", json={"url": "http://evil/../x?y=1", "group": "default"},
-                             headers={"Authorization": f"Bearer {WORKER_SECRET}"})
+                             auth=Signer(WORKER_SECRET))
         assert hostile.status_code == 400 and "host:port" in hostile.json()["message"]
 
         submit_from_another_process(url)

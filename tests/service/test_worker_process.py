@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 import headwater as hw
+from headwater.service.signing import Signer
 from tests.support.postgres import free_port
 from tests.support.service import (
     WORKER_SECRET,
@@ -29,12 +30,14 @@ def test_a_master_without_spark_drives_a_worker_process_and_survives_kill_9(tmp_
     worker = start("worker", data, worker_port, "--group", "analytics")
     master = start("master", data, master_port, "--worker", worker_url)
     try:
-        # the worker refuses anyone without the master's secret, and malformed messages
+        # the worker refuses anyone without the master's secret (or its mere bearer), and malformed messages
         assert httpx.post(f"{worker_url}/v1/worker/request", json={"type": "Shutdown"}).status_code == 401
         assert httpx.post(f"{worker_url}/v1/worker/request", json={"type": "Shutdown"},
-                          headers={"Authorization": "Bearer guess"}).status_code == 401
+                          headers={"Authorization": f"Bearer {WORKER_SECRET}"}).status_code == 401
+        assert httpx.post(f"{worker_url}/v1/worker/request", json={"type": "Shutdown"},
+                          auth=Signer("a-guessed-secret-0123456789")).status_code == 401
         bad = httpx.post(f"{worker_url}/v1/worker/request", json={"type": "RunShell", "cmd": "id"},
-                         headers={"Authorization": f"Bearer {WORKER_SECRET}"})
+                         auth=Signer(WORKER_SECRET))
         assert bad.status_code == 400 and bad.json()["error"] == "RequestError"
 
         submit_from_another_process(url, "analytics")

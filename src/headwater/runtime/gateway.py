@@ -161,7 +161,7 @@ class Gateway(MasterApi):
                 self.require("drop_graph", Privilege.TABLE_DROP, table, owned_as=table)
         self.master.drop_graph(fqn, include_tables)
 
-    def sql(self, query: str, current_catalog: str | None) -> SqlResultFiles:
+    def sql(self, query: str, current_catalog: str | None = None) -> SqlResultFiles:
         def readable(table: str) -> None:
             self.require("sql", Privilege.TABLE_READ, table, owned_as=table)
 

@@ -45,6 +45,7 @@ from headwater.runtime.compactor import Compactor
 from headwater.runtime.engine_stats import engine_rows
 from headwater.runtime.events import EventLog, EventType, recorded
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
+from headwater.runtime.paths import sql_result
 from headwater.runtime.protocol import (
     ControlEngine,
     IsRunning,
@@ -720,7 +721,9 @@ class Master:
                 check_read(table)
         reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
                                            sorted(q.cte_names)))
-        return Path(reply["path"]), pa.ipc.read_schema(pa.py_buffer(reply["schema"]))
+        # the master deletes this directory once streamed: only one of the data directory's SQL results
+        directory = sql_result(self.data_dir, str(reply["path"]))
+        return directory, pa.ipc.read_schema(pa.py_buffer(reply["schema"]))
 
     def progress(self, fqn: FQN) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch, rows and the per-stage time split (this session)."""

@@ -287,7 +287,7 @@ class MasterApi:
 
     # -- SQL ------------------------------------------------------------------------------------------
     @operation(Access.CUSTOM, Privilege.TABLE_READ, idempotent=True, timeout=3_600.0)
-    def sql(self, query: str, current_catalog: str | None) -> SqlResultFiles:
+    def sql(self, query: str, current_catalog: str | None = None) -> SqlResultFiles:
         """Run one read-only query over the public tables the caller may read."""
         raise NotImplementedError
 

@@ -23,6 +23,7 @@ from headwater.dataplane.task import SubgraphTask, subgraph_task
 from headwater.errors import CaughtUpTimeout, ExecutionError, GraphDefinitionError, shorten
 from headwater.plan.document import from_json
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime.paths import sql_spool, table_path
 from headwater.runtime.protocol import (
     ControlEngine,
     Health,
@@ -285,7 +286,7 @@ class Worker:
         """Run ``query`` into Parquet files under the data directory; return their directory and schema."""
         from headwater.spark.sql import run_sql
 
-        out = self.data_dir / "tmp" / "sql" / uuid.uuid4().hex  # removed by the result, or at the next start
+        out = sql_spool(self.data_dir) / uuid.uuid4().hex  # removed by the result, or at the next start
         out.parent.mkdir(parents=True, exist_ok=True)
         return str(out), run_sql(self.spark, query, out)
 
@@ -316,8 +317,8 @@ class Worker:
             case Health():
                 return self.health()
             case RunSql():
-                query = PreparedQuery(message.source, message.text, {v: (f, p) for v, f, p in message.views},
-                                      frozenset(message.cte_names))
+                views = {v: (f, str(table_path(self.data_dir, p, where=f"sql over {f}"))) for v, f, p in message.views}
+                query = PreparedQuery(message.source, message.text, views, frozenset(message.cte_names))
                 path, schema = self.sql(query)
                 return {"path": path, "schema": schema.serialize().to_pybytes()}
             case Shutdown():

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip, error_class
 from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
 from headwater.runtime.protocol import arrow_bytes
+from headwater.service.tls import client_context
 from headwater.service.wire import from_wire, to_wire
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -89,8 +90,10 @@ class RemoteMaster(MasterApi):
     """
 
     def __init__(self, url: str | Sequence[str], *, user: str, password: str, timeout: float = 60.0,
-                 http: httpx.Client | None = None, failover_timeout: float = 60.0) -> None:
+                 http: httpx.Client | None = None, failover_timeout: float = 60.0, tls_ca: str | None = None) -> None:
         # http: a ready client for this URL (tests pass FastAPI's TestClient, which calls the app in process)
+        # tls_ca: the CA bundle an https:// master's certificate is checked against (default HEADWATER_TLS_CA, else
+        # the system's trust store)
         urls = [url] if isinstance(url, str) else list(url)
         for u in urls:
             if not isinstance(u, str) or not u.startswith(("http://", "https://")):
@@ -102,7 +105,8 @@ class RemoteMaster(MasterApi):
         self._timeout = timeout
         self._failover_timeout = failover_timeout
         self._auth: dict[str, str] = {}
-        self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout)
+        self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout,
+                                                                verify=client_context(tls_ca))
         try:
             token = self._call("/v1/login", {"user": user, "password": password}, idempotent=True)["token"]
         except httpx.TransportError as exc:
@@ -171,7 +175,7 @@ class RemoteMaster(MasterApi):
                               f"{clip(message or response.text, 500)}")
 
     # -- SQL ------------------------------------------------------------------------------------------
-    def sql(self, query: str, current_catalog: str | None) -> tuple[Path, pa.Schema]:
+    def sql(self, query: str, current_catalog: str | None = None) -> tuple[Path, pa.Schema]:
         """Stream the result into a local Parquet file, a batch at a time; return its directory and schema."""
         directory = Path(tempfile.mkdtemp(prefix="headwater-sql-"))
         body = {"query": query, "current_catalog": current_catalog}

@@ -8,8 +8,11 @@
 3. ``--workers`` Headwater workers, each a Spark driver on the standalone cluster;
 4. the Headwater master, driving those workers, on ``--port``.
 
-Everything listens on 127.0.0.1. The worker secret and (unless ``HEADWATER_ADMIN_PASSWORD`` is set) the
-admin's password are generated and kept in ``<data-dir>/cluster/`` (mode 600). ``status`` checks each
+Everything listens on 127.0.0.1. The worker secret, the Spark cluster's authentication secret
+(``spark.authenticate``, in ``spark-auth.conf``, which the Spark master, worker and each Headwater worker's
+driver read), PostgreSQL's password and (unless ``HEADWATER_ADMIN_PASSWORD`` is set) the admin's password are
+generated and kept in ``<data-dir>/cluster/`` (directory 700, files 600). The data directory is created 700
+(711 as root with ``--postgres``: the server's user ``postgres`` must pass through it to its own directory). ``status`` checks each
 process and answer; ``down`` stops them, newest first. What ``up`` started is recorded in
 ``<data-dir>/cluster/state.json``; ``down`` only signals a process whose command line and start time still
 match that record, so a stale or edited file cannot make it signal anything else.
@@ -33,7 +36,7 @@ from typing import Any
 import httpx
 
 from headwater.errors import ConfigurationError
-from headwater.service.postgres import free_port, start_postgres
+from headwater.service.postgres import free_port, passfile, start_postgres
 
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -137,6 +140,35 @@ def _secret(file: Path, env_name: str) -> str:
     return file.read_text().strip()
 
 
+SPARK_AUTH_FILE = "spark-auth.conf"
+
+
+def spark_auth_conf(cluster: Path) -> Path:
+    """``<cluster>/spark-auth.conf`` (mode 600): Spark properties that turn ``spark.authenticate`` on with a secret
+    generated once; the standalone master and worker take it as ``--properties-file``, the drivers through
+    ``HEADWATER_SPARK_PROPERTIES``. The secret is on no command line."""
+    file = cluster / SPARK_AUTH_FILE
+    if not file.exists():
+        cluster.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"spark.authenticate true\nspark.authenticate.secret {secrets.token_hex(32)}\n")
+    return file
+
+
+def _private_dirs(data_dir: Path, cluster: Path, *, traverse: bool) -> None:
+    """Create the data directory 700 (if new) and keep ``cluster`` (secrets, logs) 700; ``traverse``: 711 for both,
+    so that another user (PostgreSQL's, as root) may pass through them to a directory it owns."""
+    mode = 0o711 if traverse else 0o700
+    if not data_dir.exists():
+        data_dir.mkdir(mode=mode, parents=True)
+        data_dir.chmod(mode)  # whatever the umask
+    elif traverse:
+        data_dir.chmod(data_dir.stat().st_mode & 0o7777 | 0o711)
+    cluster.mkdir(mode=mode, exist_ok=True)
+    cluster.chmod(mode)
+
+
 def _spark_env(cluster: Path) -> dict[str, str]:
     from headwater.spark.session import _check_java
 
@@ -161,7 +193,9 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
     if not 1 <= workers <= 64:
         raise ConfigurationError(f"--workers must be between 1 and 64, got {workers}")
     logs = cluster / "logs"
+    _private_dirs(data_dir, cluster, traverse=postgres and os.geteuid() == 0)
     (cluster / "spark-local").mkdir(parents=True, exist_ok=True)
+    spark_auth = str(spark_auth_conf(cluster))
     started: list[Process] = []
     state: dict[str, Any] = {"data_dir": str(data_dir), "processes": []}
 
@@ -173,18 +207,21 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
 
     try:
         spark_env = _spark_env(cluster)
+        from headwater.spark.session import PROPERTIES_ENV  # after _spark_env: pyspark is there
         spark_class = str(Path(spark_env["SPARK_HOME"]) / "bin" / "spark-class")
         spark_port, spark_ui = free_port(), free_port()
         spark_url = f"spark://127.0.0.1:{spark_port}"
         ui = f"http://127.0.0.1:{spark_ui}/json/"
         spark_master = record(_spawn("spark-master", [spark_class, SPARK_MASTER_CLASS, "--host", "127.0.0.1", "--port",
-                                                      str(spark_port), "--webui-port", str(spark_ui)],
+                                                      str(spark_port), "--webui-port", str(spark_ui),
+                                                      "--properties-file", spark_auth],
                                      logs, spark_env, SPARK_MASTER_CLASS, ui))
         _wait_ready(spark_master, logs, timeout)
         spark_worker = record(_spawn("spark-worker", [spark_class, SPARK_WORKER_CLASS, "--host", "127.0.0.1",
                                                       "--cores", str(workers * cores_per_worker),
                                                       "--memory", f"{workers}g", "--webui-port", str(free_port()),
-                                                      "--work-dir", str(cluster / "spark-work"), spark_url],
+                                                      "--work-dir", str(cluster / "spark-work"),
+                                                      "--properties-file", spark_auth, spark_url],
                                      logs, spark_env, SPARK_WORKER_CLASS))
         _wait_ready(spark_worker, logs, timeout, ready=lambda: httpx.get(ui, timeout=1).json()["aliveworkers"] >= 1)
         state.update(spark_master=spark_url, spark_ui=ui)
@@ -198,7 +235,9 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
         secret = _secret(cluster / "worker-secret", "HEADWATER_WORKER_SECRET")
         password = _secret(cluster / "admin-password", "HEADWATER_ADMIN_PASSWORD")
         env = {**os.environ, "HEADWATER_WORKER_SECRET": secret, "HEADWATER_ADMIN_PASSWORD": password,
-               "PYSPARK_PYTHON": sys.executable}
+               "PYSPARK_PYTHON": sys.executable, PROPERTIES_ENV: spark_auth}
+        if metadata:  # the master connects with PostgreSQL's password from its file, never on a command line
+            env["PGPASSFILE"] = str(passfile(cluster / "postgres"))
         cli = [sys.executable, "-m", "headwater.cli"]
         worker_urls = []
         for i in range(workers):

@@ -32,6 +32,7 @@ import json
 import re
 import struct
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ from headwater.errors import ConfigurationError, RequestError, SchemaError, clip
 MiB = 2**20
 OPEN_PATHS = frozenset({"/v1/health", "/v1/login", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 JOIN_PATH = "/v1/workers/join"
+WORKER_REQUEST_PATH = "/v1/worker/request"
 # a bearer token's shape: what is checked before anything else is done with it
 _BEARER = re.compile(r"Bearer ([\x21-\x7e]{1,4096})")
 
@@ -149,8 +151,12 @@ class Guard:
     """
 
     def __init__(self, app: Any, *, check: Check, default: Limit, limits: Mapping[str, Limit] | None = None,
-                 open_paths: frozenset[str] = OPEN_PATHS, path_checks: Mapping[str, Check] | None = None) -> None:
+                 open_paths: frozenset[str] = OPEN_PATHS, path_checks: Mapping[str, Check] | None = None,
+                 signed_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
+        # paths whose requests are signed with the worker secret (headwater.service.signing): their headers are
+        # checked here before the body is read; the signature over the body is checked by the route
+        self.signed_paths = signed_paths
         self.check = check
         self.default = default
         self.limits = dict(limits or {})
@@ -166,7 +172,12 @@ class Guard:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if path not in self.open_paths:
+        if path in self.signed_paths:
+            refusal = _unsigned(scope)
+            if refusal is not None:
+                await _answer(send, 401, "AuthError", refusal)
+                return
+        elif path not in self.open_paths:
             header = _header(scope, b"authorization")
             bearer = _BEARER.fullmatch(header) if header is not None else None
             if bearer is None:
@@ -214,6 +225,23 @@ class Guard:
                 raise
 
 
+def _unsigned(scope: Any) -> str | None:
+    """Why a signed path's request is refused before its body is read (no signature, or a stale one), or None."""
+    from headwater.service.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIME, window_from_env
+
+    if any(_header(scope, h.encode()) is None for h in (HEADER_SIGNATURE, HEADER_NONCE, HEADER_TIME)):
+        return "this call is not signed with the worker secret (HEADWATER_WORKER_SECRET)"
+    try:
+        sent = float(_header(scope, HEADER_TIME.encode()) or "")
+    except ValueError:
+        return "the request's timestamp is not a number"
+    window = window_from_env()
+    if not abs(time.time() - sent) <= window:
+        return (f"the request's timestamp is {time.time() - sent:+.0f} s from this clock, outside the window of "
+                f"±{window:.0f} s (HEADWATER_SIGNATURE_WINDOW)")
+    return None
+
+
 def _header(scope: Any, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
@@ -256,22 +284,23 @@ def secret_check(secret: str | None, refusal: str) -> Check:
 
 
 def guard_master(app: Any, user_of: Callable[[str], object], *, body_bytes: int, limits: HttpLimits,
-                 worker_secret: str | None, arrow_paths: frozenset[str], document_paths: frozenset[str]) -> None:
+                 arrow_paths: frozenset[str], document_paths: frozenset[str]) -> None:
     """Put the master's :class:`Guard` in front of ``app`` (the FastAPI app of :func:`~.server.create_app`):
-    ``arrow_paths`` take rows (``--max-body-mb``), ``document_paths`` a graph document, the rest small JSON."""
+    ``arrow_paths`` take rows (``--max-body-mb``), ``document_paths`` a graph document, the rest small JSON; a
+    joining worker signs its request with the worker secret."""
     arrow = Limit(body_bytes, "--max-body-mb")
     app.add_middleware(
         Guard, check=in_thread(user_of), default=Limit(limits.json_bytes, "--max-json-mb"),
         limits={**dict.fromkeys(arrow_paths, arrow),
                 **dict.fromkeys(document_paths, Limit(limits.document_bytes, "--max-document-mb"))},
-        path_checks={JOIN_PATH: secret_check(worker_secret, "a worker joins with the master's worker secret "
-                                                            "(HEADWATER_WORKER_SECRET)")})
+        signed_paths=frozenset({JOIN_PATH}))
 
 
-def guard_worker(app: Any, secret: str, *, limits: HttpLimits) -> None:
-    """Put a worker's :class:`Guard` in front of ``app``: only the master's secret gets a body read."""
-    app.add_middleware(Guard, check=secret_check(secret, "not the master's secret"),
-                       default=Limit(limits.message_bytes, "--max-message-mb"))
+def guard_worker(app: Any, *, limits: HttpLimits) -> None:
+    """Put a worker's :class:`Guard` in front of ``app``: only requests signed by the master get a body read."""
+    app.add_middleware(Guard, check=secret_check(None, "a worker answers only requests signed by its master"),
+                       default=Limit(limits.message_bytes, "--max-message-mb"),
+                       signed_paths=frozenset({WORKER_REQUEST_PATH}))
 
 
 # -- Arrow bodies ------------------------------------------------------------------------------------------

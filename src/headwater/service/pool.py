@@ -18,6 +18,7 @@ import dataclasses
 import enum
 import logging
 import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -62,9 +63,13 @@ class WorkerPool:
     stops_with_master = False
     name = "worker-pool"
 
-    def __init__(self, urls: Sequence[str], secret: str, *, heartbeat: float = 1.0, deadline: float = 5.0) -> None:
+    def __init__(self, urls: Sequence[str], secret: str, *, heartbeat: float = 1.0, deadline: float = 5.0,
+                 verify: ssl.SSLContext | None = None) -> None:
+        from headwater.service.tls import client_context
+
         self.secret = secret
-        self.ports = {url.rstrip("/"): HttpWorkerPort(url, secret) for url in urls}
+        self._verify = verify if verify is not None else client_context()  # https:// workers' certificates
+        self.ports = {url.rstrip("/"): HttpWorkerPort(url, secret, verify=self._verify) for url in urls}
         self.heartbeat, self.deadline = heartbeat, deadline
         self.alive = dict.fromkeys(self.ports, True)
         self.loads = {url: WorkerLoad(url) for url in self.ports}  # group and load from the last heartbeat
@@ -94,7 +99,7 @@ class WorkerPool:
         with self._lock:
             if url in self.ports:
                 return False
-            self.ports[url] = HttpWorkerPort(url, self.secret)
+            self.ports[url] = HttpWorkerPort(url, self.secret, verify=self._verify)
             self.loads[url] = WorkerLoad(url, group)
             self._last_ok[url] = time.monotonic()
             self.alive[url] = True
@@ -165,7 +170,7 @@ class WorkerPool:
         """Ask one worker how it is; record its group and load."""
         try:
             # a worker busy starting Spark answers slowly: only the deadline decides that it is down
-            answer = httpx.get(f"{url}/v1/health", timeout=max(self.deadline / 2, 1.0))
+            answer = httpx.get(f"{url}/v1/health", timeout=max(self.deadline / 2, 1.0), verify=self._verify)
             if answer.status_code != 200:
                 return Probe.SILENT
             doc = answer.json()

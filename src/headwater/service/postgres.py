@@ -1,14 +1,18 @@
 """A PostgreSQL server for one machine's service (``headwater cluster up --postgres``) and for the tests.
 
 Debian's server binaries (``postgresql`` package): a fresh cluster in a directory, listening on 127.0.0.1
-only, trust authentication for the local user ``headwater``. PostgreSQL refuses to run as root; as root
-the server runs as Debian's ``postgres`` user.
+only, for the user ``headwater`` with a generated password and ``scram-sha-256`` authentication on every
+connection (TCP and the Unix socket): a local user without the password cannot connect. The password is kept
+in ``<root>/pgpass`` (mode 600, libpq's password-file format): clients name it with ``PGPASSFILE``
+(:func:`passfile`), so it appears on no command line and in no URL. PostgreSQL refuses to run as root; as
+root the server runs as Debian's ``postgres`` user.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -34,9 +38,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+USER = "headwater"
+
+
+def passfile(root: Path) -> Path:
+    """The password file of the server under ``root`` (for ``PGPASSFILE``)."""
+    return root / "pgpass"
+
+
+def password(root: Path) -> str:
+    """The password of the user ``headwater`` on the server under ``root``."""
+    return passfile(root).read_text().strip().rsplit(":", 1)[1]
+
+
+def _write_private(file: Path, text: str, owner: str | None = None) -> None:
+    """Write ``text`` to a new file readable by its owner only (mode 600, never wider, even for a moment)."""
+    file.unlink(missing_ok=True)
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    if owner is not None:
+        shutil.chown(file, owner)
+
+
+def _refuse_trust(data: Path) -> None:
+    """A cluster made by an earlier Headwater let any local user in (``trust``): refuse to serve it so."""
+    hba = data / "pg_hba.conf"
+    lines = [line.split() for line in hba.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if any("trust" in fields for fields in lines):
+        raise ConfigurationError(f"the PostgreSQL cluster in {data} accepts connections without a password (trust "
+                                 f"authentication in {hba}, made by an earlier Headwater): set a password for the "
+                                 "user headwater and change trust to scram-sha-256 there, or remove the directory "
+                                 "to start anew (its metadata is lost)")
+    if not passfile(data.parent).exists():
+        raise ConfigurationError(f"the PostgreSQL cluster in {data} has no password file {passfile(data.parent)}: "
+                                 f"write 127.0.0.1:*:*:{USER}:<its password> there (mode 600)")
+
+
 def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
     """Create (if new) and start a PostgreSQL cluster under ``root``; return the server process and its URL.
 
+    The URL carries no password: connect with ``PGPASSFILE`` set to :func:`passfile`, or add :func:`password`.
     The server runs in its own session (it outlives the caller) and logs to ``root/postgres.log``.
     """
     bin_dir = binaries()
@@ -44,7 +86,8 @@ def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0
         raise ConfigurationError("PostgreSQL is not installed: apt-get install postgresql (Debian), or pass "
                                  "--metadata postgresql://... for a server you run")
     as_user: list[str] = []
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    root.chmod(0o700)
     if os.geteuid() == 0:
         as_user = ["runuser", "-u", "postgres", "--"]
         shutil.chown(root, "postgres")
@@ -54,15 +97,24 @@ def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0
                                      "--metadata postgresql://... for a server you run")
     data = root / "pgdata"
     if not data.exists():
-        subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "headwater", "-A", "trust",
-                        "--no-sync", "-E", "UTF8"], check=True, capture_output=True, timeout=120)
+        secret = secrets.token_urlsafe(24)
+        pwfile = root / "initdb-password"  # read by initdb (as the server's user), removed at once
+        _write_private(pwfile, secret + "\n", owner="postgres" if as_user else None)
+        try:
+            subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", USER, "--auth=scram-sha-256",
+                            f"--pwfile={pwfile}", "--no-sync", "-E", "UTF8"], check=True, capture_output=True,
+                           timeout=120)
+        finally:
+            pwfile.unlink(missing_ok=True)
+        _write_private(passfile(root), f"127.0.0.1:*:*:{USER}:{secret}\n")
+    _refuse_trust(data)
     port = port or free_port()
     log = open(root / "postgres.log", "ab")  # noqa: SIM115 - the server writes to it while it lives
     server = subprocess.Popen([*as_user, str(bin_dir / "postgres"), "-D", str(data), "-p", str(port),
                                "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}"],
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
-    url = f"postgresql://headwater@127.0.0.1:{port}/postgres"
+    url = f"postgresql://{USER}@127.0.0.1:{port}/postgres"
     import psycopg
 
     deadline = time.monotonic() + timeout
@@ -70,7 +122,8 @@ def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0
         if server.poll() is not None:
             raise ConfigurationError(f"PostgreSQL did not start: {(root / 'postgres.log').read_text()[-2000:]}")
         try:
-            psycopg.connect(f"host=127.0.0.1 port={port} user=headwater dbname=postgres", connect_timeout=2).close()
+            psycopg.connect(host="127.0.0.1", port=port, user=USER, dbname="postgres", password=password(root),
+                            connect_timeout=2).close()
             return server, url
         except psycopg.OperationalError:
             if time.monotonic() > deadline:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from headwater.service import tls
 from headwater.service.leader import LEASE_SECONDS, MIN_LEASE_SECONDS
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 
@@ -112,6 +113,7 @@ def serve_master(args: argparse.Namespace) -> int:
     from headwater.errors import ConfigurationError
 
     configure_logging(args.log_level)
+    served = tls.server_options(args.tls_cert, args.tls_key)  # checked before anything starts
     from headwater.service.server import Switchboard, create_standby_app
 
     leadership = None
@@ -139,10 +141,11 @@ def serve_master(args: argparse.Namespace) -> int:
     if leadership is not None:
         threading.Thread(target=_watch_leadership, args=(leadership, stop), daemon=True,
                          name="headwater-leadership").start()
-    print(f"headwater master ({role}): {args.data_dir} on http://{args.host}:{args.port} (API docs at /docs)",
-          flush=True)
+    print(f"headwater master ({role}): {args.data_dir} on {tls.scheme(served)}://{args.host}:{args.port} (API docs "
+          "at /docs)", flush=True)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, lifespan="off")
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, lifespan="off",
+                    **served)
     finally:
         stop.set()
         serving.close()
@@ -174,7 +177,8 @@ class ActiveMaster:
             from headwater.service.pool import WorkerPool
 
             self.pool = WorkerPool(args.worker, os.environ.get("HEADWATER_WORKER_SECRET", ""),
-                                   heartbeat=args.heartbeat, deadline=args.heartbeat_deadline)
+                                   heartbeat=args.heartbeat, deadline=args.heartbeat_deadline,
+                                   verify=tls.client_context(args.tls_ca))
         self.master = embedded_master(Path(args.data_dir), spark_master=args.spark,
                                       trigger_interval=args.trigger_interval, metadata_url=args.metadata,
                                       worker=self.pool, start_spark=self.pool is None,
@@ -205,17 +209,25 @@ class ActiveMaster:
 JOIN_EVERY_S = 2.0
 
 
-def _join_masters(masters: list[str], me: str, group: str, secret: str) -> None:
+def join_master(http: Any, master: str, me: str, group: str) -> Any:
+    """Ask ``master`` once to add this worker (``me``) to its pool; ``http`` signs the request
+    (:class:`headwater.service.signing.Signer`). Returns the response."""
+    return http.post(f"{master.rstrip('/')}/v1/workers/join", json={"url": me, "group": group}, timeout=5.0)
+
+
+def _join_masters(masters: list[str], me: str, group: str, secret: str, ca: str | None = None) -> None:
     """Tell the masters, again and again, that this worker is here: whichever is active (or becomes active after
     a failover) adds it to its pool; a standby answers 503 and an unreachable one is skipped."""
     import httpx
 
-    while True:
-        for master in masters:
-            with contextlib.suppress(httpx.HTTPError):  # down, or not up yet: the next round tries again
-                httpx.post(f"{master.rstrip('/')}/v1/workers/join", json={"url": me, "group": group},
-                           headers={"Authorization": f"Bearer {secret}"}, timeout=5.0)
-        time.sleep(JOIN_EVERY_S)  # the pace of re-joining (a master that restarted learns of us within it)
+    from headwater.service.signing import Signer
+
+    with httpx.Client(auth=Signer(secret), verify=tls.client_context(ca)) as http:
+        while True:
+            for master in masters:
+                with contextlib.suppress(httpx.HTTPError):  # down, or not up yet: the next round tries again
+                    join_master(http, master, me, group)
+            time.sleep(JOIN_EVERY_S)  # the pace of re-joining (a master that restarted learns of us within it)
 
 
 def _await_leadership(leadership: Any, serving: ActiveMaster, app: Any, stop: threading.Event) -> None:
@@ -250,21 +262,22 @@ def serve_worker(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     secret = check_secret(os.environ.get("HEADWATER_WORKER_SECRET"))
+    served = tls.server_options(args.tls_cert, args.tls_key)
+    tls.client_context(args.tls_ca)  # a bad CA bundle stops the worker now, not in its joining thread
     worker = Worker(Path(args.data_dir), spark_master=args.spark,
                     trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"),
                     driver_batch_rows=args.driver_batch_rows, spark_cores=args.spark_cores)
     worker.name = f"worker@{args.host}:{args.port}"
     # a worker is a Spark driver: start it now, so that a graph placed here (or moved here) starts in seconds
     threading.Thread(target=lambda: worker.spark, name="headwater-spark-start", daemon=True).start()
+    me = f"{tls.scheme(served)}://{args.host}:{args.port}"
     if args.master:
-        me = f"http://{args.host}:{args.port}"
-        threading.Thread(target=_join_masters, args=(args.master, me, args.group, secret), daemon=True,
+        threading.Thread(target=_join_masters, args=(args.master, me, args.group, secret, args.tls_ca), daemon=True,
                          name="headwater-join").start()
     try:
-        print(f"headwater worker: {args.data_dir} on http://{args.host}:{args.port}", flush=True)
+        print(f"headwater worker: {args.data_dir} on {me}", flush=True)
         uvicorn.run(create_worker_app(worker, secret, group=args.group, limits=HttpLimits.from_args(args)),
-                    host=args.host, port=args.port,
-                    log_level=args.log_level, access_log=False)
+                    host=args.host, port=args.port, log_level=args.log_level, access_log=False, **served)
     finally:
         worker.close()
     return 0
@@ -289,6 +302,7 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
     from headwater.service.doors import add_limit_flags
 
     add_limit_flags(p, role="worker")
+    tls.add_arguments(p)
     p.set_defaults(func=serve_worker)
 
 
@@ -328,4 +342,5 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     from headwater.service.doors import add_limit_flags
 
     add_limit_flags(p, role="master")
+    tls.add_arguments(p)
     p.set_defaults(func=serve_master)

@@ -15,7 +15,6 @@ OpenAPI documentation is served at ``/docs``.
 
 from __future__ import annotations
 
-import hmac
 import inspect
 import io
 import json
@@ -51,6 +50,7 @@ from headwater.service.doors import (
     guard_master,
     read_arrow,
 )
+from headwater.service.signing import HEADER_SIGNATURE, SignatureError, Verifier, target_of
 from headwater.service.wire import from_wire, to_wire
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -121,7 +121,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     ``max_body_bytes``, the rest within ``limits`` (checked by the doors' guard before a byte of the body is
     read). ``worker_secret``: workers that present it may join (``headwater worker --master``)."""
     app = FastAPI(title="Headwater master", version="1")
-    guard_master(app, auth.user_of, body_bytes=max_body_bytes, limits=limits, worker_secret=worker_secret,
+    guard_master(app, auth.user_of, body_bytes=max_body_bytes, limits=limits,
                  arrow_paths=frozenset(f"/v1/{op.name}" for op in OPERATIONS.values() if op.rows_argument),
                  document_paths=frozenset({"/v1/submit"}))
     waits = WaitPool(limits.waits, what="wait for a stream graph")
@@ -160,13 +160,25 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     async def health() -> dict[str, str]:  # on the event loop: answers whatever the thread pool is doing
         return {"status": "ok", "role": "active"}
 
-    def joining_worker(http: Request) -> None:  # a dependency: checked before the body is read
-        presented = http.headers.get("authorization", "").encode()
-        if not worker_secret or not hmac.compare_digest(presented, f"Bearer {worker_secret}".encode()):
-            raise AuthError("a worker joins with the master's worker secret (HEADWATER_WORKER_SECRET)")
+    joins = Verifier(worker_secret) if worker_secret else None  # workers sign their join (service.signing)
 
     @app.post("/v1/workers/join")
-    def join(body: JoinWorker, _: None = Depends(joining_worker)) -> dict[str, Any]:
+    async def join(http: Request) -> dict[str, Any]:
+        if joins is None or not http.headers.get(HEADER_SIGNATURE):  # refused before the body is read
+            raise AuthError("a worker joins with a request signed with the master's worker secret "
+                            "(HEADWATER_WORKER_SECRET)")
+        raw = await http.body()
+        try:
+            joins.verify(http.method, target_of(http.scope), raw, http.headers)
+        except SignatureError as exc:
+            raise AuthError(str(exc)) from None
+        try:
+            body = JoinWorker.model_validate_json(raw)
+        except ValueError as exc:
+            raise RequestError(f"join: {clip(str(exc), 500)}") from None
+        return await _in_thread(lambda: _join(body))
+
+    def _join(body: JoinWorker) -> dict[str, Any]:
         if not WORKER_URL.fullmatch(body.url):
             raise RequestError(f"worker URL {clip(body.url)} must be http(s)://host:port")
         group = check_identifier(body.group, what="compute group")

@@ -4,8 +4,9 @@
 :func:`create_worker_app`; ``headwater master --worker URL`` reaches it through :class:`HttpWorkerPort`, so the
 master process runs no Spark at all. Each request is one message of :mod:`headwater.runtime.protocol` in its
 JSON form (:func:`~headwater.runtime.protocol.encode`); replies are plain values with bytes as base64. Both sides
-share a secret (``HEADWATER_WORKER_SECRET``) sent as a bearer token. The worker and the master see the same
-data directory (one machine, or storage every machine mounts at the same path).
+share a secret (``HEADWATER_WORKER_SECRET``) that signs each request (:mod:`headwater.service.signing`: a MAC
+over the request with a timestamp and a nonce; the secret itself never travels). The worker and the master see
+the same data directory (one machine, or storage every machine mounts at the same path).
 
 >>> decode_reply(encode_reply({"path": "/x", "schema": b"\\x00\\x01"}))
 {'path': '/x', 'schema': b'\\x00\\x01'}
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 from typing import Any
 
 import httpx
@@ -43,6 +45,7 @@ from headwater.runtime.protocol import (
 from headwater.runtime.worker import Worker
 from headwater.service.doors import WORKER_LIMITS, HttpLimits, WaitPool, guard_worker
 from headwater.service.placement import DEFAULT_GROUP
+from headwater.service.signing import SignatureError, Signer, Verifier, target_of
 
 QUICK_SECONDS = 10.0
 
@@ -82,8 +85,9 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
     import psutil
 
     app = FastAPI(title="Headwater worker", version="1")
-    guard_worker(app, check_secret(secret), limits=limits)  # the secret is checked there, before the body is read
+    guard_worker(app, limits=limits)  # unsigned requests are refused there, before the body is read
     waits = WaitPool(limits.waits, what=f"worker {worker.name}")
+    verifier = Verifier(check_secret(secret))
     psutil.cpu_percent()  # the first reading is meaningless; later ones cover the time since the previous
 
     @app.get("/v1/health")
@@ -93,8 +97,13 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
 
     @app.post("/v1/worker/request")
     async def request(http: Request) -> JSONResponse:
+        raw = await http.body()  # the signature covers the bytes as sent: checked before they are parsed
         try:
-            message = decode(await run_in_threadpool(json.loads, await http.body()))  # parsed off the event loop
+            verifier.verify(http.method, target_of(http.scope), raw, http.headers)
+        except SignatureError as exc:
+            return JSONResponse({"error": "AuthError", "message": str(exc)}, status_code=401)
+        try:
+            message = decode(await run_in_threadpool(json.loads, raw))  # parsed off the event loop
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             return JSONResponse({"error": "RequestError", "message": clip(str(exc), 500)}, status_code=400)
         try:
@@ -113,16 +122,19 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
 
 
 class HttpWorkerPort:
-    """The master's port to a worker process at ``url``."""
+    """The master's port to a worker process at ``url``; its requests are signed with ``secret``; an ``https://``
+    worker's certificate is checked against ``verify`` (:func:`headwater.service.tls.client_context`)."""
 
     stops_with_master = False  # the worker and its queries outlive a master restart
 
-    def __init__(self, url: str, secret: str, *, timeout: float = 900.0) -> None:
+    def __init__(self, url: str, secret: str, *, timeout: float = 900.0, verify: ssl.SSLContext | None = None) -> None:
+        from headwater.service.tls import client_context
+
         if not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"worker URL {clip(url)} must start with http:// or https://")
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout,
-                                  headers={"Authorization": f"Bearer {check_secret(secret)}"})
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, auth=Signer(check_secret(secret)),
+                                  verify=verify if verify is not None else client_context())
         self.name = self.url
 
     def request(self, message: Message) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shlex
 import shutil
 import sys
 import uuid
@@ -57,6 +58,21 @@ def scratch_dir(root: Path) -> Path:
     return path
 
 
+PROPERTIES_ENV = "HEADWATER_SPARK_PROPERTIES"
+
+
+def _use_properties_file(file: str | None) -> None:
+    """Have the driver's JVM (started by PySpark through ``spark-submit``) load the Spark properties in ``file``."""
+    if not file or SparkContext._active_spark_context is not None:
+        return
+    if not os.path.isfile(file):
+        raise ExecutionError(f"{PROPERTIES_ENV}={file!r} is not a file: name the Spark properties file of the cluster "
+                             "(headwater cluster up writes <data-dir>/cluster/spark-auth.conf)")
+    submit = os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    if "--properties-file" not in submit:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(file)} {submit}"
+
+
 def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffle_partitions: int = 4,
                 scratch_root: Path | None = None, cores: int | None = None) -> SparkSession:
     """Create (or reuse) the process's SparkSession with the settings Headwater relies on.
@@ -69,6 +85,10 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
 
     ``cores``: on a standalone cluster (``spark://``), the executor cores this application takes at most
     (``spark.cores.max``), so that several workers' drivers share the cluster; by default all it offers.
+
+    On a standalone cluster, ``HEADWATER_SPARK_PROPERTIES`` names a Spark properties file (mode 600) that the
+    driver's JVM loads (``spark-submit --properties-file``): ``headwater cluster up`` puts the cluster's
+    ``spark.authenticate`` secret there, so that it is on no command line.
     """
     _check_java()
     java_options = f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG}"
@@ -119,6 +139,7 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     if scratch is not None:
         builder = builder.config("spark.local.dir", str(scratch / "local"))
     if master.startswith("spark://"):
+        _use_properties_file(os.environ.get(PROPERTIES_ENV))
         # executors start Python workers with the driver's interpreter, which has Headwater installed
         builder = builder.config("spark.pyspark.python", sys.executable).config("spark.executor.memory", "768m")
         if cores is not None:

@@ -74,7 +74,7 @@ def holder_pid(path: Path) -> str:
 
 def lock_data_dir(data_dir: Path) -> FileLock:
     """Take ``<data_dir>/.lock`` for this session, or explain who holds it."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # tables, metadata, checkpoints: the owner's only
     path = data_dir / LOCK_NAME
     lock = FileLock.try_acquire(path)
     if lock is None:

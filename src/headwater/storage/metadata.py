@@ -232,7 +232,7 @@ class MetadataStore:
 
     @classmethod
     def in_directory(cls, data_dir: Path) -> MetadataStore:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the owner's only
         return cls(f"sqlite:///{data_dir / 'headwater.db'}")
 
     # -- tables ---------------------------------------------------------------------------------------
