@@ -58,6 +58,16 @@ if [ "$what" = "test" ] && ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/
   fi
 fi
 
+# openssl makes the self-signed certificates of the TLS tests (Debian's openssl; usually there already).
+if [ "$what" = "test" ] && ! command -v openssl >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian's openssl"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  else
+    echo "setup: openssl is missing and this is not root: install Debian's openssl for the TLS tests" >&2
+  fi
+fi
+
 case "$what" in
   demo) exec .venv/bin/headwater demo "$@" ;;
   test) exec .venv/bin/python -m pytest "$@" ;;
