@@ -59,6 +59,7 @@ from headwater.runtime.protocol import (
     arrow_bytes,
 )
 from headwater.runtime.supervisor import Supervisor
+from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import prepare
 from headwater.storage.locks import lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
@@ -96,9 +97,11 @@ class GraphPaths:
 
 
 class Master:
-    def __init__(self, data_dir: Path, *, worker: WorkerPort, metadata_url: str | None = None) -> None:
+    def __init__(self, data_dir: Path, *, worker: WorkerPort, metadata_url: str | None = None,
+                 sql_limits: SqlLimits | None = None) -> None:
         # metadata_url: a SQLAlchemy URL (PostgreSQL in service mode); by default SQLite in the data directory
         self.data_dir = Path(data_dir)
+        self.sql_limits = sql_limits or SqlLimits.from_env()  # what one query may take (headwater.sql.limits)
         self._lock = lock_data_dir(self.data_dir)  # held for the session's life: no other writer from here on
         try:
             self.store = MetadataStore.in_directory(self.data_dir) if metadata_url is None else \
@@ -669,7 +672,7 @@ class Master:
         public = {t.fqn: t.path for t in self.store.list_tables() if not t.private}
         q = prepare(query, public, current_catalog)
         reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
-                                           sorted(q.cte_names)))
+                                           sorted(q.cte_names), self.sql_limits.to_dict()))
         return Path(reply["path"]), pa.ipc.read_schema(pa.py_buffer(reply["schema"]))
 
     def progress(self, fqn: FQN) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from headwater.runtime.protocol import (
     Warmup,
     arrow_table,
 )
+from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import PreparedQuery
 from headwater.tuning import DRIVER_BATCH_ROWS
 
@@ -279,15 +280,14 @@ class Worker:
             tasks.extend({"id": t, "node": self.name, "status": status, "reason": reason} for t in sg.task_ids())
         return tasks
 
-    def sql(self, query: PreparedQuery) -> tuple[str, pa.Schema]:
-        """Run ``query`` into Parquet files under the data directory; return their directory and schema."""
+    def sql(self, query: PreparedQuery, limits: SqlLimits | None = None) -> tuple[str, pa.Schema]:
+        """Run ``query`` into Parquet files in the SQL spool (``<data_dir>/tmp/sql``, each result at most
+        ``limits.max_result_bytes``); return their directory and schema."""
         from headwater.spark.sql import run_sql
 
         out = self.data_dir / "tmp" / "sql" / uuid.uuid4().hex  # removed by the result, or at the next start
         out.parent.mkdir(parents=True, exist_ok=True)
-        return str(out), run_sql(self.spark, query, out)
-
-        return run_sql(self.spark, query)
+        return str(out), run_sql(self.spark, query, out, limits)
 
     # -- the protocol (headwater.runtime.protocol) ------------------------------------------------------
     def handle(self, message: Message) -> Any:
@@ -316,7 +316,7 @@ class Worker:
             case RunSql():
                 query = PreparedQuery(message.source, message.text, {v: (f, p) for v, f, p in message.views},
                                       frozenset(message.cte_names))
-                path, schema = self.sql(query)
+                path, schema = self.sql(query, SqlLimits.from_dict(message.limits))
                 return {"path": path, "schema": schema.serialize().to_pybytes()}
             case Shutdown():
                 self.close()
