@@ -49,7 +49,8 @@ def main() -> None:
     child = multiprocessing.get_context("spawn").Process(target=fill, args=(data_dir, args.rows))
     child.start()
     child.join()
-    session = hw.connect(data_dir)
+    # a 10 M-row result is the point here: over the default SqlLimits (docs/security.md), so raised for it
+    session = hw.connect(data_dir, sql_limits=hw.SqlLimits(max_rows=args.rows, max_result_bytes=64 * args.rows + 2**20))
     session.use_catalog("bench")
     t = time.perf_counter()
     result = session.sql("select * from wide")

@@ -19,6 +19,7 @@ _EXPORTS = {
     "StreamGraph": "headwater.api.graph",
     "Session": "headwater.api.session",
     "SqlResult": "headwater.api.session",
+    "SqlLimits": "headwater.sql.limits",
     "connect": "headwater.api.session",
     "CatalogError": "headwater.errors",
     "ConfigurationError": "headwater.errors",
@@ -80,4 +81,5 @@ if TYPE_CHECKING:
     )
     from headwater.expr import col, lit
     from headwater.functions import state
+    from headwater.sql.limits import SqlLimits
     from headwater.types import Schema

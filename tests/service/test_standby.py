@@ -47,7 +47,8 @@ def test_the_standby_takes_over_when_the_active_master_is_killed(tmp_path):
     with postgres_server() as metadata:
         wport, a, b = free_port(), free_port(), free_port()
         worker = start("worker", data, wport)
-        common = ("--worker", f"http://127.0.0.1:{wport}", "--metadata", metadata, "--heartbeat-deadline", "5")
+        common = ("--worker", f"http://127.0.0.1:{wport}", "--metadata", metadata, "--heartbeat-deadline", "5",
+                  "--sql-max-rows", str(2 * BIG_ROWS), "--sql-max-result-bytes", str(2**30))  # the 5 M-row read
         active = start("master", data, a, *common, fault="sql.result.after_first_batch")
         standby = start("master", data, b, *common, "--standby")
         urls = [f"http://127.0.0.1:{a}", f"http://127.0.0.1:{b}"]

@@ -36,7 +36,8 @@ SAMPLES = [
     TaskStatus("demo.stream_graph.g", "{\"version\": 3}"),
     Progress("demo.stream_graph.g"),
     Health(),
-    RunSql("select 1", "SELECT 1", [["hw__v", "demo.stream_table.t", "/d/t"]], ["a"]),
+    RunSql("select 1", "SELECT 1", [["hw__v", "demo.stream_table.t", "/d/t"]], ["a"],
+           {"max_rows": 10, "max_result_bytes": 4096, "timeout_s": 2.5}),
     Shutdown(),
 ]
 

@@ -29,6 +29,7 @@ from headwater.runtime.master import Master
 from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
 from headwater.runtime.protocol import InProcessWorkerPort, WorkerPort
 from headwater.runtime.worker import Worker
+from headwater.sql.limits import SqlLimits
 from headwater.storage.metadata import TableRecord
 from headwater.storage.retention import Retention
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
@@ -123,7 +124,8 @@ def check_client_id(client_id: str) -> str:
 
 def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None = None, password: str | None = None,
             start_spark: bool = True, spark_master: str = "local[*]", trigger_interval: str = TRIGGER_INTERVAL,
-            client_id: str | None = None, driver_batch_rows: int = DRIVER_BATCH_ROWS) -> Session:
+            client_id: str | None = None, driver_batch_rows: int = DRIVER_BATCH_ROWS,
+            sql_limits: SqlLimits | None = None) -> Session:
     """Start an embedded Headwater (master + worker + local Spark) on ``data_dir``, or connect to a master.
 
     Embedded (a path, or nothing: ``$HEADWATER_HOME`` or ``~/.headwater``): graphs that were running
@@ -140,6 +142,10 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
 
     ``driver_batch_rows``: a micro-batch with at most this many input rows (default 20,000) runs in the
     driver instead of as Spark tasks, which saves Spark's ~150 ms job launch (``0``: always Spark tasks).
+
+    ``sql_limits`` (embedded): the rows, result bytes and seconds one :meth:`Session.sql` query may take
+    (:class:`~headwater.sql.limits.SqlLimits`; by default 1,000,000 rows, 256 MiB, 300 s, or the
+    ``HEADWATER_SQL_*`` environment variables). A remote session gets the master's limits.
 
     ``client_id`` names the writer for idempotent appends (``append(..., sequence=n)``): a
     restarted client that passes the same id resumes its sequence. 1 to 64 letters, digits,
@@ -162,14 +168,15 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
         raise ConfigurationError(f"connect({clip(data_dir)}): a list names masters, each http://host:port")
     path = Path(data_dir) if data_dir is not None else default_data_dir()
     master = embedded_master(path, start_spark=start_spark, spark_master=spark_master,
-                             trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows)
+                             trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows,
+                             sql_limits=sql_limits)
     return Session.embedded(master, client_id=client_id, data_dir=path)
 
 
 def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: str = "local[*]",
                     trigger_interval: str = TRIGGER_INTERVAL, metadata_url: str | None = None,
                     worker: WorkerPort | None = None, driver_batch_rows: int = DRIVER_BATCH_ROWS,
-                    directory_lock: bool = True) -> Master:
+                    directory_lock: bool = True, sql_limits: SqlLimits | None = None) -> Master:
     """A master on ``data_dir`` (what ``connect(path)`` and ``headwater master`` run), with its worker in this
     process unless ``worker`` is a port to one elsewhere; graphs that were running resume in the background
     unless ``start_spark`` is False. ``directory_lock=False``: for masters kept apart by a lease instead."""
@@ -182,7 +189,10 @@ def embedded_master(data_dir: Path, *, start_spark: bool = True, spark_master: s
             raise ConfigurationError(f"connect(driver_batch_rows={driver_batch_rows!r}): expected an integer >= 0")
         worker = InProcessWorkerPort(Worker(data_dir, spark_master=spark_master, trigger_interval=interval,
                                             driver_batch_rows=driver_batch_rows))
-    master = Master(data_dir, worker=worker, metadata_url=metadata_url, directory_lock=directory_lock)
+    if sql_limits is not None and not isinstance(sql_limits, SqlLimits):
+        raise ConfigurationError(f"connect(sql_limits={clip(sql_limits)}): expected headwater.SqlLimits(...)")
+    master = Master(data_dir, worker=worker, metadata_url=metadata_url, directory_lock=directory_lock,
+                    sql_limits=sql_limits)
     if start_spark:
         try:
             master.recover()

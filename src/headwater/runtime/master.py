@@ -62,6 +62,7 @@ from headwater.runtime.protocol import (
 )
 from headwater.runtime.serial import GraphLocks, one_per_graph
 from headwater.runtime.supervisor import Supervisor
+from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import prepare
 from headwater.storage.disk_space import DiskSpace, is_disk_full
 from headwater.storage.locks import LOCK_NAME, FileLock, lock_data_dir, remove_unlocked_dirs
@@ -103,11 +104,12 @@ class GraphPaths:
 
 class Master:
     def __init__(self, data_dir: Path, *, worker: WorkerPort, metadata_url: str | None = None,
-                 directory_lock: bool = True) -> None:
+                 directory_lock: bool = True, sql_limits: SqlLimits | None = None) -> None:
         # metadata_url: a SQLAlchemy URL (PostgreSQL in service mode); by default SQLite in the data directory
         # directory_lock=False: masters that share the directory are kept apart by a lease instead (service.leader)
         # (a frozen master would hold the directory's lock, and keep its standby from ever taking over)
         self.data_dir = Path(data_dir)
+        self.sql_limits = sql_limits or SqlLimits.from_env()  # what one query may take (headwater.sql.limits)
         # held for the session's life: no other writer from here on
         self._lock = lock_data_dir(self.data_dir) if directory_lock else FileLock(self.data_dir / LOCK_NAME, None)
         try:
@@ -720,7 +722,7 @@ class Master:
             for table in sorted({f for f, _ in q.views.values()}):
                 check_read(table)
         reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
-                                           sorted(q.cte_names)))
+                                           sorted(q.cte_names), self.sql_limits.to_dict()))
         # the master deletes this directory once streamed: only one of the data directory's SQL results
         directory = sql_result(self.data_dir, str(reply["path"]))
         return directory, pa.ipc.read_schema(pa.py_buffer(reply["schema"]))

@@ -106,6 +106,7 @@ class RunSql:
     text: str
     views: list[list[str]]  # [view, table FQN, table path]
     cte_names: list[str]
+    limits: dict[str, Any] = dataclasses.field(default_factory=dict)  # headwater.sql.limits.SqlLimits.to_dict()
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from headwater.runtime.protocol import (
     Warmup,
     arrow_table,
 )
+from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import PreparedQuery
 from headwater.tuning import DRIVER_BATCH_ROWS
 
@@ -282,15 +283,14 @@ class Worker:
             tasks.extend({"id": t, "node": self.name, "status": status, "reason": reason} for t in sg.task_ids())
         return tasks
 
-    def sql(self, query: PreparedQuery) -> tuple[str, pa.Schema]:
-        """Run ``query`` into Parquet files under the data directory; return their directory and schema."""
+    def sql(self, query: PreparedQuery, limits: SqlLimits | None = None) -> tuple[str, pa.Schema]:
+        """Run ``query`` into Parquet files in the SQL spool (``<data_dir>/tmp/sql``, each result at most
+        ``limits.max_result_bytes``); return their directory and schema."""
         from headwater.spark.sql import run_sql
 
         out = sql_spool(self.data_dir) / uuid.uuid4().hex  # removed by the result, or at the next start
         out.parent.mkdir(parents=True, exist_ok=True)
-        return str(out), run_sql(self.spark, query, out)
-
-        return run_sql(self.spark, query)
+        return str(out), run_sql(self.spark, query, out, limits)
 
     # -- the protocol (headwater.runtime.protocol) ------------------------------------------------------
     def handle(self, message: Message) -> Any:
@@ -319,7 +319,7 @@ class Worker:
             case RunSql():
                 views = {v: (f, str(table_path(self.data_dir, p, where=f"sql over {f}"))) for v, f, p in message.views}
                 query = PreparedQuery(message.source, message.text, views, frozenset(message.cte_names))
-                path, schema = self.sql(query)
+                path, schema = self.sql(query, SqlLimits.from_dict(message.limits))
                 return {"path": path, "schema": schema.serialize().to_pybytes()}
             case Shutdown():
                 self.close()

@@ -157,6 +157,28 @@ def serve_master(args: argparse.Namespace) -> int:
 LEADERSHIP_POLL_S = 1.0
 
 
+def add_sql_limit_flags(p: argparse.ArgumentParser) -> None:
+    """``--sql-max-rows``, ``--sql-max-result-bytes``, ``--sql-timeout-s`` (headwater.sql.limits.SqlLimits)."""
+    from headwater.sql.limits import ENV, FLAGS, SqlLimits
+
+    helps = {"max_rows": "the most rows one session.sql result may have",
+             "max_result_bytes": "the most bytes one session.sql result may take in the spool (<data-dir>/tmp/sql)",
+             "timeout_s": "wall-clock seconds after which a session.sql query is cancelled"}
+    for name, flag in FLAGS.items():
+        p.add_argument(flag, type=float if name == "timeout_s" else positive, default=None,
+                       help=f"{helps[name]} (default {getattr(SqlLimits, name):,}, or ${ENV[name]})")
+
+
+def sql_limits(args: argparse.Namespace) -> Any:
+    """The SqlLimits of ``--sql-*`` flags, the rest from the environment or the defaults."""
+    import dataclasses
+
+    from headwater.sql.limits import SqlLimits
+
+    given = {name: getattr(args, "sql_" + name, None) for name in ("max_rows", "max_result_bytes", "timeout_s")}
+    return dataclasses.replace(SqlLimits.from_env(), **{k: v for k, v in given.items() if v is not None})
+
+
 class ActiveMaster:
     """The master's parts once it is active: its worker pool, the master, the API app."""
 
@@ -182,7 +204,7 @@ class ActiveMaster:
         self.master = embedded_master(Path(args.data_dir), spark_master=args.spark,
                                       trigger_interval=args.trigger_interval, metadata_url=args.metadata,
                                       worker=self.pool, start_spark=self.pool is None,
-                                      directory_lock=self.leadership is None)
+                                      directory_lock=self.leadership is None, sql_limits=sql_limits(args))
         if self.leadership is not None:
             self.leadership.fence(self.master.store)
         if self.pool is not None:  # placements live in the master's store; then the graphs that were running resume
@@ -323,6 +345,7 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
                    help="the Spark master of the worker's driver: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
     p.add_argument("--max-body-mb", type=int, default=512, help="the largest append or warm-up body accepted")
+    add_sql_limit_flags(p)
     p.add_argument("--remote-workers", action="store_true",
                    help="run no worker in this process: graphs run on workers that join (headwater worker --master) "
                         "or are named by --worker")

@@ -18,6 +18,7 @@ from headwater.errors import ExecutionError
 from headwater.storage.locks import LOCK_NAME, FileLock, remove_unlocked_dirs
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+FAIR_POOLS = Path(__file__).with_name("fair-pools.xml")  # graphs first; session.sql in a pool of its own
 
 
 def _check_java() -> None:
@@ -135,6 +136,8 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
         .config("spark.driver.memory", os.environ.get("HEADWATER_DRIVER_MEMORY", "4g"))
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.sql.warehouse.dir", warehouse)
+        .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", str(FAIR_POOLS))
     )
     if scratch is not None:
         builder = builder.config("spark.local.dir", str(scratch / "local"))
