@@ -304,17 +304,23 @@ def guard_worker(app: Any, *, limits: HttpLimits) -> None:
 
 
 # -- Arrow bodies ------------------------------------------------------------------------------------------
-async def read_arrow(request: Any, where: str, limit: int, *, limits: HttpLimits | None = None) -> pa.Table:
-    """The request's Arrow IPC body as a table: at most ``limit`` bytes, decoded within ``limits``, off the loop."""
+async def read_body(request: Any, where: str, limit: int, setting: str) -> bytes:
+    """The request's body, read up to ``limit`` bytes: a longer one is refused before more of it is read."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"{where}: the body has {int(declared)} bytes; the limit is {limit} (--max-body-mb)")
+        raise BodyTooLarge(f"{where}: the body has {int(declared)} bytes; the limit is {limit} ({setting})")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise BodyTooLarge(f"{where}: the body is over the limit of {limit} bytes (--max-body-mb)")
-    return await anyio.to_thread.run_sync(lambda: arrow_table(bytes(body), where=where, limits=limits or HttpLimits()))
+            raise BodyTooLarge(f"{where}: the body is over the limit of {limit} bytes ({setting})")
+    return bytes(body)
+
+
+async def read_arrow(request: Any, where: str, limit: int, *, limits: HttpLimits | None = None) -> pa.Table:
+    """The request's Arrow IPC body as a table: at most ``limit`` bytes, decoded within ``limits``, off the loop."""
+    body = await read_body(request, where, limit, "--max-body-mb")
+    return await anyio.to_thread.run_sync(lambda: arrow_table(body, where=where, limits=limits or HttpLimits()))
 
 
 def arrow_table(body: bytes, *, where: str, limits: HttpLimits) -> pa.Table:

@@ -49,6 +49,7 @@ from headwater.service.doors import (
     WaitPool,
     guard_master,
     read_arrow,
+    read_body,
 )
 from headwater.service.signing import HEADER_SIGNATURE, SignatureError, Verifier, target_of
 from headwater.service.wire import from_wire, to_wire
@@ -78,16 +79,9 @@ WORKER_URL = re.compile(r"https?://[A-Za-z0-9.-]{1,253}:[0-9]{1,5}")
 STATUS = {"AuthError": 401, "PermissionDenied": 403, "BodyTooLarge": 413}
 
 
-async def read_json(request: Request, where: str, limit: int) -> Any:
+async def read_json(request: Request, where: str, limit: int, setting: str) -> Any:
     """The request's JSON body, read up to ``limit`` bytes (a longer body is refused before it is parsed)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"{where}: the body has {int(declared)} bytes; the limit is {limit}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise BodyTooLarge(f"{where}: the body is over the limit of {limit} bytes")
+    body = await read_body(request, where, limit, setting)
     try:
         return json.loads(body) if body else {}
     except (ValueError, RecursionError):
@@ -219,7 +213,8 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
                 raise RequestError(f"{op.name}: the query parameter args is not JSON") from None
             rows = await read_arrow(request, op.name, max_body_bytes, limits=limits)
         else:
-            doc = await read_json(request, op.name, max_json_bytes)
+            doc = await read_json(request, op.name, max_json_bytes,
+                                  "--max-document-mb" if op.name == "submit" else "--max-json-mb")
         values = arguments(op, doc, rows)
         gateway = Gateway(master, access, caller)
 
