@@ -43,7 +43,7 @@ def session(spark, tmp_path_factory):  # noqa: F811
 
 @contextmanager
 def limits(session: hw.Session, **changes: Any) -> Iterator[None]:
-    master = session._master
+    master = session._master.master
     before = master.sql_limits
     master.sql_limits = dataclasses.replace(before, **changes)
     try:
