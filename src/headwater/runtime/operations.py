@@ -105,7 +105,7 @@ class Operation:
     owner_may: bool  # the owner of the target (or of an engine's graph) needs no grant
     idempotent: bool  # safe to send again to another master after a cut connection
     serial: bool  # changes the catalog or starts/stops queries: one at a time per master
-    timeout: float  # seconds a remote call may take
+    timeout: float | None  # seconds a remote call may take (None: the client's own timeout)
     on: str  # which object implements it: "master" or "access"
 
     @property
@@ -132,7 +132,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def operation(access: Access = Access.PRIVILEGE, privilege: Privilege | None = None, *, scope: Scope = Scope.GLOBAL,
               target: str | None = None, owner_may: bool = True, idempotent: bool = False, serial: bool = False,
-              timeout: float = 60.0, on: str = "master") -> Callable[[F], F]:
+              timeout: float | None = None, on: str = "master") -> Callable[[F], F]:
     """Declare a method of :class:`MasterApi` as an operation (the arguments are :class:`Operation`'s)."""
 
     def declare(fn: F) -> F:
@@ -225,7 +225,7 @@ class MasterApi:
         """Stop and destroy a graph (and, with include_tables, the public tables it alone uses)."""
         raise NotImplementedError
 
-    @operation(A, scope=G, target="fqn", idempotent=True, timeout=3_630.0)
+    @operation(A, scope=G, target="fqn", idempotent=True)  # the client allows its timeout + 30 s
     def wait_until_caught_up(self, fqn: GraphName, timeout: float = 120.0) -> None:
         """Return once the graph has processed everything appended so far."""
         raise NotImplementedError

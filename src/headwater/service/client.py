@@ -225,7 +225,9 @@ def _remote(op: Operation) -> Any:
 
     def call(self: RemoteMaster, *args: Any, **kwargs: Any) -> Any:
         bound = op.signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
         values = {k: to_wire(v, hints[k]) for k, v in bound.arguments.items() if k not in ("self", rows)}
+        # a call that waits up to `timeout` on the master gets 30 s more here; others the declared or own timeout
         timeout = op.timeout if "timeout" not in values else float(values["timeout"]) + 30.0
         if rows is not None:
             doc = self._call(f"/v1/{op.name}", content=arrow_bytes(bound.arguments[rows]),
