@@ -5,7 +5,8 @@ submitted, then at ``HEADWATER_CHAOS_ROUNDS`` (10) moments drawn from a seeded g
 is being committed, while a micro-batch is being processed, right after a micro-batch committed its output
 — and restarted each time. Then the active master is killed (the standby takes over), and the new active
 one is killed with no standby left (a master restarted on the same store resumes). Every time the graph is
-``running`` again within 30 s, and at the end both of its tables equal the pandas reference: no row lost,
+``running`` again within 30 s (a master's death: 30 s plus its lease, which a takeover may have to wait
+for), and at the end both of its tables equal the pandas reference: no row lost,
 none duplicated. ``benchmarks/chaos.py`` runs the same with more rounds and reports the recovery times.
 """
 
@@ -35,6 +36,8 @@ ROUNDS = int(os.environ.get("HEADWATER_CHAOS_ROUNDS", "10"))
 SEED = int(os.environ.get("HEADWATER_CHAOS_SEED", "7"))
 MOMENTS = ("append", "processing", "commit")
 BACK_WITHIN_S = 30.0
+# a master's death may also wait for its lease to lapse (--lease-seconds, docs/security.md) before another takes over
+LEASE_S = 10.0
 GRAPH = "demo.stream_graph.indicators"
 
 
@@ -63,7 +66,8 @@ class Cluster:
         return start("worker", self.data, port, "--driver-batch-rows", "0", "--log-level", "info")  # batches as Spark jobs: longer windows
 
     def start_master(self, port: int, *extra: str):
-        args = ["--metadata", self.metadata, "--heartbeat", "0.5", "--heartbeat-deadline", "3", "--log-level", "info"]
+        args = ["--metadata", self.metadata, "--heartbeat", "0.5", "--heartbeat-deadline", "3", "--log-level", "info",
+                "--lease-seconds", str(LEASE_S)]
         for p in self.worker_ports:
             args += ["--worker", f"http://127.0.0.1:{p}"]
         self.masters[port] = start("master", self.data, port, *args, *extra)
@@ -185,8 +189,9 @@ def test_kill_9_workers_and_masters_at_random_moments_loses_and_duplicates_nothi
             if report:  # benchmarks/chaos.py
                 Path(report).write_text(json.dumps({"rounds": ROUNDS, "seed": SEED, "ticks": len(ticks),
                                                     "appends": fed[0], "recoveries": cluster.recoveries}, indent=1))
-            slow = [(why, round(s, 1)) for why, s in cluster.recoveries if s > BACK_WITHIN_S]
-            assert not slow, f"back to running later than {BACK_WITHIN_S:.0f}s: {slow}"
+            slow = [(why, round(s, 1)) for why, s in cluster.recoveries
+                    if s > BACK_WITHIN_S + (LEASE_S + 1.0 if "master killed" in why else 0.0)]
+            assert not slow, f"back to running later than {BACK_WITHIN_S:.0f}s (+ the lease for masters): {slow}"
             got_bars = session.sql("select * from one_min_bar").to_pandas()
             got_indicators = session.sql("select * from one_min_indicators").to_pandas()
             assert_frames_match(got_bars, reference_bars(ticks), ["symbol", "time"])
