@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from headwater.api.session import Session, embedded_master
 from headwater.plan import document
+from headwater.runtime.access import AccessControl
 from headwater.service.auth import Authenticator
 from headwater.service.client import RemoteMaster
 from headwater.service.server import create_app
@@ -37,6 +38,7 @@ def test_a_map_function_is_loaded_only_where_the_graph_runs(spark, tmp_path, mon
     master = embedded_master(tmp_path / "data", driver_batch_rows=0)  # every batch runs in Spark's Python workers
     auth = Authenticator(master.store)
     auth.add_user("alice", "alice-pw")
+    AccessControl(master.store).grant("admin", "alice", "manage", "demo")  # every privilege in demo, udf too
     client = TestClient(create_app(master, auth), base_url="http://testserver")
     session = Session(RemoteMaster("http://testserver", user="alice", password="alice-pw", http=client))
     session.use_catalog("demo")
