@@ -18,7 +18,6 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ import pytest
 import headwater as hw
 from tests.support.indicators import assert_frames_match, make_ticks, reference_bars, reference_indicators
 from tests.support.postgres import free_port, postgres_server
-from tests.support.service import ENV, PASSWORD, start, stop
+from tests.support.service import ENV, PASSWORD, start, stop, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -42,16 +41,6 @@ BACK_WITHIN_S = 45.0
 # a master's death may also wait for its lease to lapse (--lease-seconds, docs/security.md) before another takes over
 LEASE_S = 10.0
 GRAPH = "demo.stream_graph.indicators"
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Seconds until ``condition()`` holds (polled), or fail naming ``what``."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(0.05)  # polling a condition with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
 
 
 class Cluster:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
 
 import pandas as pd
 import psycopg
@@ -20,7 +19,16 @@ from headwater.api.session import Session
 from headwater.service.client import RemoteMaster
 from headwater.service.run import LEADERSHIP_POLL_S
 from tests.support.postgres import free_port, postgres_server
-from tests.support.service import PASSWORD, reference, results, rows, start, stop, submit_from_another_process
+from tests.support.service import (
+    PASSWORD,
+    reference,
+    results,
+    rows,
+    start,
+    stop,
+    submit_from_another_process,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -29,15 +37,6 @@ LEASE_S = 8.0  # --lease-seconds for both masters (renewed every third of it)
 # LEADERSHIP_POLL_S; the margin is for a machine shared with other test runs
 TAKEOVER_WITHIN_S = LEASE_S + LEADERSHIP_POLL_S + 3.0
 CHUNK = 40
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(0.05)  # polling a condition with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
 
 
 def lease(metadata: str) -> tuple[str, int] | None:

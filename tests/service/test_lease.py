@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -16,6 +16,7 @@ from headwater.errors import ConfigurationError, LeadershipLost
 from headwater.service.leader import Leadership
 from headwater.storage.metadata import MetadataStore
 from tests.support.postgres import postgres_server
+from tests.support.service import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +33,6 @@ def url(metadata: str) -> Iterator[str]:
     with psycopg.connect(metadata, autocommit=True) as c:
         c.execute("delete from leases")
         c.execute("delete from workers")
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(0.05)  # polling a condition with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
 
 
 def workers(url: str) -> set[str]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -114,3 +115,13 @@ def append_and_check(session, new: pd.DataFrame, before: pd.DataFrame) -> pd.Dat
     pd.testing.assert_frame_equal(results(session), reference(everything), check_dtype=False)
     assert session.stream_graph_meta("totals").iloc[-1]["status"] == "running"
     return everything
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Seconds until ``condition()`` holds (polled), or fail naming ``what``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(0.05)  # polling a condition with a deadline
+    raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
