@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from headwater.catalog import FQN, check_identifier, resolve
+from headwater.catalog import check_identifier
 from headwater.errors import ConfigurationError, HeadwaterError, RequestError, clip
 from headwater.faults import fault_point
 from headwater.runtime.access import AccessControl
@@ -55,11 +55,6 @@ from headwater.service.signing import HEADER_SIGNATURE, SignatureError, Verifier
 from headwater.service.wire import from_wire, to_wire
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-
-
-def fqn(name: object, schema: str) -> FQN:
-    """A full name sent by a client, checked by the catalog's rules (a bare name has no catalog here)."""
-    return resolve(name, schema, current_catalog=None)  # type: ignore[arg-type]
 
 
 class Login(BaseModel):
