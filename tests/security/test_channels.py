@@ -347,7 +347,9 @@ def test_a_workers_driver_loads_the_clusters_spark_properties(tmp_path, monkeypa
     conf = tmp_path / "spark auth.conf"
     conf.write_text("spark.authenticate true\n")
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)  # as in a worker before its driver starts
-    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    # set, not deleted: monkeypatch then restores the variable that _use_properties_file rewrites (a leaked
+    # --properties-file under a test's tmp_path breaks every later Spark driver of the run)
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
     session._use_properties_file(str(conf))
     import shlex
 
