@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import headwater as hw
-from headwater.errors import ConfigurationError, ExecutionError, StorageFullError
+from headwater.errors import ConfigurationError, StorageFullError
 from headwater.runtime.master import Master
-from headwater.runtime.protocol import Health, IsRunning, StartGraph, StopGraph, TaskStatus, WaitCaughtUp
+from headwater.runtime.protocol import Health, IsRunning, StartGraph, StopGraph, TaskStatus
 from headwater.storage import stream_table as stream_table_module
 from headwater.storage.disk_space import MB, DiskSpace, _Usage, is_disk_full, mount_point
 from headwater.storage.stream_table import StreamTable
@@ -201,9 +201,6 @@ class FakeWorker:
                 self.failed.pop(message.fqn, None)
             case TaskStatus():
                 return []
-            case WaitCaughtUp():
-                if message.fqn not in self.running:
-                    raise ExecutionError(f"stream graph {message.fqn} failed: {self.failed.get(message.fqn)}")
         return None
 
 

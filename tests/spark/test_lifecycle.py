@@ -33,12 +33,19 @@ def test_stop_then_start_loses_and_duplicates_nothing(spark, tmp_path):
         with pytest.raises(hw.StreamGraphStateError, match="stopped"):
             session.wait_until_caught_up("g")
         session.append("ticks", frame.iloc[200:400])  # appended while stopped: processed after start
+        lag = session.task_subscription_meta("g")  # each task's lag, also while stopped: the version just appended
+        assert lag[["task_id", "table_name", "action_name"]].values.tolist() == [
+            ["0.0", "demo.stream_table.ticks", "subgraph_0"], ["0.1", "demo.stream_table.ticks", "subgraph_0"]]
+        assert lag[["pending_versions", "pending_rows"]].values.tolist() == [[1, 200], [1, 200]]
+        assert (lag["latest_version"] == lag["processed_version"] + 1).all() and (lag["last_batch_age_s"] >= 0).all()
         session.start_stream_graph("g")
         assert status(session, "g") == "running"
         with pytest.raises(hw.StreamGraphStateError, match="it is running"):
             session.start_stream_graph("g")
         session.append("ticks", frame.iloc[400:])
         session.wait_until_caught_up("g")
+        lag = session.task_subscription_meta()  # every visible graph: caught up
+        assert lag[["pending_versions", "pending_rows"]].values.tolist() == [[0, 0], [0, 0]]
         check_output(session, "out", frame)
         assert session.stream_table_meta("out")["rows"].tolist() == [len(frame)]
         # the master's event log: each operation, in order, with how it ended

@@ -109,6 +109,8 @@ def default_data_dir() -> Path:
 
 
 CLIENT_ID_MAX_LENGTH = 64
+SUBSCRIPTION_COLUMNS = ["graph", "task_id", "table_name", "action_name", "processed_version", "latest_version",
+                        "pending_versions", "pending_rows", "last_batch_id", "last_batch_age_s", "last_batch_s"]
 _CLIENT_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{CLIENT_ID_MAX_LENGTH - 1}}}")  # fullmatch: no trailing newline
 
 
@@ -457,6 +459,17 @@ class Session:
         rows = self._master.checkpoint_subjobs(None if name is None else self._graph_fqn(name))
         return pd.DataFrame(rows, columns=["checkpoint_id", "job_id", "partition_id", "subjob_id", "status", "rows_in",
                                            "read_s", "partition_s", "kernel_s", "state_s", "write_s"])
+
+    def task_subscription_meta(self, name: str | None = None) -> pd.DataFrame:
+        """Which table each stream task reads, and how far behind it is (Orca's ``getOrcaStreamTaskSubscriptionMeta``,
+        with lag): graph, task_id, table_name, action_name (its subgraph), processed_version (the input version
+        its newest committed micro-batch ended at), latest_version (the table's newest), pending_versions and
+        pending_rows (committed upstream, not yet processed), last_batch_id, last_batch_age_s (seconds since that
+        batch finished) and last_batch_s (its duration). From files: also for a stopped or failed graph, whose lag
+        grows while appends go on. All visible graphs when ``name`` is None."""
+        rows = self._master.task_subscription_meta(None if name is None else self._graph_fqn(name))
+        return pd.DataFrame(rows, columns=SUBSCRIPTION_COLUMNS).astype(
+            {"last_batch_id": "Int64", "last_batch_age_s": "Float64", "last_batch_s": "Float64"})
 
     def state_machine_events(self, limit: int = 1000) -> pd.DataFrame:
         """What the master did, newest ``limit`` events: id, type (SUBMIT, STOP, NODE_DOWN, RECOVER, ...), state

@@ -46,3 +46,12 @@ def read_jobs(directory: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(FileNotFoundError, ValueError):
             records.append(json.loads(file.read_text()))
     return records
+
+
+def newest_job(directory: Path) -> dict[str, Any] | None:
+    """The newest stored record (None before the first): one file read, however many are kept."""
+    for file in sorted((directory / "jobs").glob("[0-9]*.json"), reverse=True):
+        with contextlib.suppress(FileNotFoundError, ValueError):  # replaced meanwhile: take the one before
+            record: dict[str, Any] = json.loads(file.read_text())
+            return record
+    return None

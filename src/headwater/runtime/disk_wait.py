@@ -15,12 +15,11 @@ writes there is written when it can be, and the waits themselves are kept in mem
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from headwater.errors import CaughtUpTimeout, ExecutionError, shorten
+from headwater.errors import ExecutionError, shorten
 from headwater.runtime.events import EventType
 from headwater.runtime.lifecycle import GraphStatus
 from headwater.storage.disk_space import ENV_RESUME_MB, is_disk_full, mount_point
@@ -43,7 +42,6 @@ class _Wait:
     backoff: float = FIRST_BACKOFF_S
     attempts: int = 0  # restarts that met a full disk again
     event: int | None = None
-    resumed: threading.Event = field(default_factory=threading.Event)
 
 
 class DiskWaits:
@@ -124,18 +122,13 @@ class DiskWaits:
         if fqn in self._waits:
             self._end(master, fqn, "failed", "left by the user while waiting for disk space")
 
-    def await_resumed(self, fqn: str, deadline: float) -> bool:
-        """Wait (without holding the supervisor) until ``fqn`` runs again; False if it is not waiting.
-
-        Raises :class:`CaughtUpTimeout` if it still waits at ``deadline`` (a ``time.monotonic()`` value).
-        """
+    def describe(self, fqn: str) -> str | None:
+        """Why ``fqn`` is not running, if it waits for disk space (None if it does not)."""
         wait = self._waits.get(fqn)
         if wait is None:
-            return False
-        if not wait.resumed.wait(max(deadline - time.monotonic(), 0.0)):
-            raise CaughtUpTimeout(f"stream graph {fqn} is still {WAITING} (since {time.monotonic() - wait.since:.0f} s): "
-                                  f"{shorten(wait.reason, 400)}; it resumes by itself once there is room")
-        return True
+            return None
+        return (f"is still {WAITING} (since {time.monotonic() - wait.since:.0f} s): {shorten(wait.reason, 400)}; "
+                "it resumes by itself once there is room")
 
     def _set_waiting(self, master: Master, rec: Any, reason: str) -> None:
         fs = mount_point(master.data_dir)
@@ -158,4 +151,3 @@ class DiskWaits:
             master.store.end_event(event, state, time.time(), shorten(error, 2000))
         except Exception:
             log.warning("could not record the end of %s's wait for disk space", fqn, exc_info=True)
-        wait.resumed.set()

@@ -14,6 +14,7 @@ process owns the data directory) and bypasses the checks as an admin does.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from headwater.catalog import FQN, resolve
@@ -168,6 +169,13 @@ class Gateway(MasterApi):
         return self.master.sql(query, current_catalog=current_catalog, check_read=readable)
 
     # -- not operations -------------------------------------------------------------------------------
+    def steps(self, op: Operation, values: dict[str, Any]) -> Iterator[float]:
+        """A wait (``op.steps``) one look at a time, its privilege checked first: the pauses between looks."""
+        values = _bound(op, self, (), values)
+        self._check(op, values)
+        looks: Iterator[float] = getattr(self.master, str(op.steps))(**values)
+        return looks
+
     def close(self) -> None:
         self.master.close()
 
@@ -175,12 +183,16 @@ class Gateway(MasterApi):
         return self.master.recover()
 
 
+def _bound(op: Operation, gateway: Gateway, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by name, defaults included."""
+    bound = op.signature.bind(gateway, *args, **kwargs)
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k != "self"}
+
 
 def _derived(op: Operation) -> Any:
     def call(self: Gateway, *args: Any, **kwargs: Any) -> Any:
-        bound = op.signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        values = {k: v for k, v in bound.arguments.items() if k != "self"}
+        values = _bound(op, self, args, kwargs)
         self._check(op, values)
         if op.name in ("start_graph", "resubmit_graph"):
             self._owner_may_run(values["fqn"], op.name)
@@ -200,7 +212,7 @@ def _derived(op: Operation) -> Any:
 
 
 _PLAIN_ACCESS = frozenset({"user_privileges", "audit_log"})  # access calls that take no acting user
-_EXPANDED = frozenset({"checkpoint_jobs", "checkpoint_subjobs"})  # listings without fqn: per visible graph
+_EXPANDED = frozenset({"checkpoint_jobs", "checkpoint_subjobs", "task_subscription_meta"})  # listings without fqn: per visible graph
 for _name, _op in OPERATIONS.items():
     if _op.access != Access.CUSTOM:
         setattr(Gateway, _name, _derived(_op))

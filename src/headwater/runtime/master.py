@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from headwater.runtime.checkpoint_jobs import job_rows, subjob_rows
 from headwater.runtime.compactor import Compactor
 from headwater.runtime.engine_stats import engine_rows
 from headwater.runtime.events import EventLog, EventType, recorded
+from headwater.runtime.lag import CatchUp, graph_lag, subscription_rows
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
 from headwater.runtime.paths import sql_result
 from headwater.runtime.protocol import (
@@ -55,7 +56,6 @@ from headwater.runtime.protocol import (
     StartGraph,
     StopGraph,
     TaskStatus,
-    WaitCaughtUp,
     Warmup,
     WorkerPort,
     arrow_bytes,
@@ -77,6 +77,7 @@ log = logging.getLogger(__name__)
 ORPHAN_MIN_AGE_S = 10.0
 
 MAX_WAIT_SECONDS = 3600.0  # the longest wait_until_caught_up; a longer timeout is cut to it
+FIRST_LOOK_S, LOOK_EVERY_S = 0.01, 0.1  # a wait looks at the graph's files again after these pauses (doubling)
 
 SEMANTICS = "exactly-once"  # every table write is an idempotent per-batch commit, keyed or not
 
@@ -561,34 +562,60 @@ class Master:
         return rec
 
     def wait_until_caught_up(self, fqn: FQN, timeout: float) -> None:
-        """Return once the graph has processed everything appended so far.
+        """Return once the graph has processed everything appended so far (see :meth:`catch_up`)."""
+        for pause in self.catch_up(fqn, timeout):
+            time.sleep(pause)
 
-        A failure met on the way is handled as the supervisor handles it (restart from the checkpoints, up
-        to ``consecutive_failures`` times in a row), and the wait goes on; a graph that ends ``failed``
-        raises :class:`ExecutionError` with the reason. A graph waiting for disk space is waited for.
+    def catch_up(self, fqn: FQN, timeout: float) -> Iterator[float]:
+        """Wait for the graph to process everything appended so far, one non-blocking look at a time: each item
+        is the pause before the next look, and the iterator ends once the graph has caught up. The HTTP server
+        drives it from its event loop, so that a wait holds no thread between looks.
+
+        A failure met on the way is the supervisor's (it restarts the graph from its checkpoints, up to
+        ``consecutive_failures`` times in a row) and the wait goes on, as it does while the graph is resumed or
+        waits for disk space; a graph that ends ``failed`` raises :class:`ExecutionError` with the reason, one
+        stopped meanwhile :class:`StreamGraphStateError`, and a wait past ``timeout`` :class:`CaughtUpTimeout`
+        saying where the graph is.
         """
         timeout = min(max(float(timeout), 0.0), MAX_WAIT_SECONDS)
         deadline = time.monotonic() + timeout
-        if not self._await_recovery(str(fqn), timeout):
-            raise CaughtUpTimeout(f"stream graph {fqn} is still resuming after {timeout:.0f}s")
+        pause = FIRST_LOOK_S
+        while self.is_recovering(str(fqn)):
+            if time.monotonic() > deadline:
+                raise CaughtUpTimeout(f"stream graph {fqn} is still resuming after {timeout:.0f}s")
+            yield pause
+            pause = min(pause * 2, LOOK_EVERY_S)
         rec = self._active(fqn)
         if rec.status in (GraphStatus.FAILED, GraphStatus.STOPPED):
             raise StreamGraphStateError(f"stream graph {fqn} is {rec.status}" + (f": {rec.reason}" if rec.reason else ""))
+        physical = from_json(rec.graph_json, load_callables=False)[1]
+        if physical is None:
+            raise StreamGraphStateError(f"stream graph {fqn} has no physical plan (it never started)")
+        caught_up = CatchUp(physical, self._table_paths(physical), self._graph_paths(rec.fqn).checkpoints)
         while True:
-            try:
-                self.worker.request(WaitCaughtUp(rec.fqn, max(deadline - time.monotonic(), 0.0)))
+            now = self._active(fqn)
+            if now.status == GraphStatus.FAILED:
+                raise ExecutionError(f"stream graph {fqn} {now.reason}")
+            if now.status == GraphStatus.STOPPED:
+                raise StreamGraphStateError(f"stream graph {fqn} was stopped while waiting for it to catch up")
+            # caught up once it runs again (not while restarted or waiting for room) and has processed it all
+            if now.status == GraphStatus.RUNNING and rec.fqn not in self.supervisor.disk_waits and caught_up.look():
                 return
-            except ExecutionError as exc:
-                self.supervisor.check()
-                if self.supervisor.disk_waits.await_resumed(rec.fqn, deadline):  # full disk: wait for room
-                    rec = self._active(fqn)
-                    continue
-                after = self._active(fqn)
-                if after.status == GraphStatus.FAILED:
-                    raise ExecutionError(f"stream graph {fqn} {after.reason}") from exc
-                if after.status != GraphStatus.RUNNING or not self.worker.request(IsRunning(rec.fqn)):
-                    raise
-                rec = after
+            if time.monotonic() > deadline:
+                waiting = self.supervisor.disk_waits.describe(rec.fqn)
+                raise CaughtUpTimeout(f"stream graph {fqn} " + (waiting or (
+                    f"did not catch up within {timeout:.0f}s: {caught_up.describe()}; it is {now.status}"
+                    + (f": {shorten(now.reason, 400)}" if now.reason else ""))))
+            yield pause
+            pause = min(pause * 2, LOOK_EVERY_S)
+
+    def task_subscription_meta(self, fqn: FQN) -> list[dict[str, Any]]:
+        """Orca's getOrcaStreamTaskSubscriptionMeta, with each task's lag (:mod:`headwater.runtime.lag`)."""
+        rows: list[dict[str, Any]] = []
+        for rec, physical, checkpoints in self._checkpointed_graphs(fqn):
+            lags = graph_lag(physical, self._table_paths(physical), checkpoints)
+            rows.extend({"graph": rec.fqn, **row} for row in subscription_rows(physical, lags))
+        return rows
 
     def warmup(self, engine: FQN, data: pa.Table) -> int:
         """Warm an engine of a running graph (found by its name in the engine's catalog)."""

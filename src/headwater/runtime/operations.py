@@ -107,6 +107,7 @@ class Operation:
     serial: bool  # changes the catalog or starts/stops queries: one at a time per master
     timeout: float | None  # seconds a remote call may take (None: the client's own timeout)
     on: str  # which object implements it: "master" or "access"
+    steps: str | None  # a wait: the master's method that takes it one look at a time (an iterator of pauses)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -132,13 +133,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def operation(access: Access = Access.PRIVILEGE, privilege: Privilege | None = None, *, scope: Scope = Scope.GLOBAL,
               target: str | None = None, owner_may: bool = True, idempotent: bool = False, serial: bool = False,
-              timeout: float | None = None, on: str = "master") -> Callable[[F], F]:
+              timeout: float | None = None, on: str = "master", steps: str | None = None) -> Callable[[F], F]:
     """Declare a method of :class:`MasterApi` as an operation (the arguments are :class:`Operation`'s)."""
 
     def declare(fn: F) -> F:
         fn.__headwater_operation__ = dict(  # type: ignore[attr-defined]
             access=access, privilege=privilege, scope=scope, target=target, owner_may=owner_may,
-            idempotent=idempotent, serial=serial, timeout=timeout, on=on)
+            idempotent=idempotent, serial=serial, timeout=timeout, on=on, steps=steps)
         return fn
 
     return declare
@@ -225,9 +226,14 @@ class MasterApi:
         """Stop and destroy a graph (and, with include_tables, the public tables it alone uses)."""
         raise NotImplementedError
 
-    @operation(A, scope=G, target="fqn", idempotent=True)  # the client allows its timeout + 30 s
+    @operation(A, scope=G, target="fqn", idempotent=True, steps="catch_up")  # the client allows its timeout + 30 s
     def wait_until_caught_up(self, fqn: GraphName, timeout: float = 120.0) -> None:
         """Return once the graph has processed everything appended so far."""
+        raise NotImplementedError
+
+    @operation(A, scope=G, target="fqn", idempotent=True)
+    def task_subscription_meta(self, fqn: GraphName | None = None) -> Rows:
+        """One row per stream task and the table it reads, with its lag: versions and rows not yet processed."""
         raise NotImplementedError
 
     @operation(A, scope=G, target="fqn", idempotent=True)

@@ -52,14 +52,6 @@ class IsRunning:
 
 
 @dataclass(frozen=True)
-class WaitCaughtUp:
-    """Process everything appended so far; reply when done (or fail after ``timeout`` seconds)."""
-
-    fqn: str
-    timeout: float
-
-
-@dataclass(frozen=True)
 class Warmup:
     """Advance an engine's state by rows (Arrow IPC stream) without output; reply: rows used."""
 
@@ -114,9 +106,9 @@ class Shutdown:
     """Stop every query this worker runs."""
 
 
-MESSAGES = {cls.__name__: cls for cls in (StartGraph, StopGraph, IsRunning, WaitCaughtUp, Warmup, ControlEngine,
+MESSAGES = {cls.__name__: cls for cls in (StartGraph, StopGraph, IsRunning, Warmup, ControlEngine,
                                           TaskStatus, Progress, Health, RunSql, Shutdown)}
-Message = (StartGraph | StopGraph | IsRunning | WaitCaughtUp | Warmup | ControlEngine | TaskStatus | Progress | Health
+Message = (StartGraph | StopGraph | IsRunning | Warmup | ControlEngine | TaskStatus | Progress | Health
            | RunSql | Shutdown)
 
 

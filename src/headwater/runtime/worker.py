@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from headwater.dataplane.snapshots import KEEP_SNAPSHOTS
 from headwater.dataplane.task import SubgraphTask, subgraph_task
-from headwater.errors import CaughtUpTimeout, ExecutionError, GraphDefinitionError, shorten
+from headwater.errors import ExecutionError, GraphDefinitionError, shorten
 from headwater.plan.document import from_json
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.paths import sql_spool, table_path
@@ -35,7 +35,6 @@ from headwater.runtime.protocol import (
     StartGraph,
     StopGraph,
     TaskStatus,
-    WaitCaughtUp,
     Warmup,
     arrow_table,
 )
@@ -214,30 +213,6 @@ class Worker:
         g = self._graphs.get(fqn)
         return g is not None and all(q.isActive for q in g.queries.values())
 
-    def wait_until_caught_up(self, fqn: str, timeout: float) -> None:
-        """Process everything appended so far, subgraph by subgraph in topological order."""
-        g = self._graphs.get(fqn)
-        if g is None:
-            raise ExecutionError(f"stream graph {fqn} is not running in this worker")
-        deadline = time.monotonic() + timeout
-        errors: list[BaseException] = []
-
-        def drain() -> None:
-            try:
-                for sg in g.physical.subgraphs:  # subgraphs are numbered in topological order
-                    g.queries[sg.id].processAllAvailable()
-            except BaseException as exc:  # reported to the caller below
-                errors.append(exc)
-
-        t = threading.Thread(target=drain, daemon=True)
-        t.start()
-        t.join(max(deadline - time.monotonic(), 0))
-        if t.is_alive():
-            raise CaughtUpTimeout(f"stream graph {fqn} did not catch up within {timeout:.0f}s; "
-                                  f"progress: {self.progress(fqn)}")
-        if errors:
-            raise ExecutionError(f"stream graph {fqn} failed: {_short(errors[0])}") from errors[0]
-
     def progress(self, fqn: str) -> dict[str, Any]:
         g = self._graphs.get(fqn)
         if g is None:
@@ -304,8 +279,6 @@ class Worker:
                 self.stop_graph(message.fqn)
             case IsRunning():
                 return self.is_running(message.fqn)
-            case WaitCaughtUp():
-                self.wait_until_caught_up(message.fqn, message.timeout)
             case Warmup():
                 return self.warmup(message.fqn, message.engine, arrow_table(message.data))
             case ControlEngine():

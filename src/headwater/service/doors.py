@@ -13,8 +13,9 @@ reads or parses anything:
   data) shows that its decompressed size is within an absolute limit and a ratio to the body's size.
 
 Health checks are async routes doing no blocking work, so they answer from the event loop whatever the thread
-pool is doing; calls that wait for minutes run in a :class:`WaitPool` of their own, bounded, which refuses
-with a clear error when full instead of taking the threads every other request needs.
+pool is doing. Calls that wait for minutes (a graph catching up) hold no thread: the server takes one look
+at a time (:meth:`~headwater.runtime.master.Master.catch_up`) and pauses on its event loop in between, and
+:class:`WaitSlots` bounds how many such waits may be in progress, refusing the next with a clear error.
 
 >>> from headwater.runtime.protocol import arrow_bytes
 >>> limits = HttpLimits(arrow_decoded_bytes=10_000, arrow_ratio=100.0)
@@ -26,14 +27,12 @@ with a clear error when full instead of taking the threads every other request n
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import re
 import struct
-import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,9 +88,8 @@ class HttpLimits:
 
 _FLAGS = {"json_bytes": "--max-json-mb", "document_bytes": "--max-document-mb", "message_bytes": "--max-message-mb",
           "arrow_decoded_bytes": "--max-arrow-mb", "arrow_ratio": "--max-arrow-ratio", "waits": "--max-waits"}
-WORKER_WAITS = 64  # a worker serves the waits of every master that reaches it
 MASTER_LIMITS = HttpLimits()
-WORKER_LIMITS = HttpLimits(waits=WORKER_WAITS)
+WORKER_LIMITS = HttpLimits()
 
 
 def _mib(value: int | None) -> int | None:
@@ -117,8 +115,6 @@ def add_limit_flags(parser: argparse.ArgumentParser, *, role: str) -> None:
     else:
         parser.add_argument("--max-message-mb", type=int, default=d.message_bytes // MiB,
                             help="the largest request the master may send (warm-up rows travel in it)")
-        parser.add_argument("--max-waits", type=int, default=WORKER_WAITS,
-                            help="requests waiting for a graph to catch up at one time; more are refused")
 
 
 @dataclass(frozen=True)
@@ -443,51 +439,24 @@ class _Flat:
 
 
 # -- waits ---------------------------------------------------------------------------------------------------
-class WaitPool:
-    """Threads of their own, at most ``size`` at a time, for calls that may block for minutes (a graph catching up).
-
-    The call itself is a blocking one (Spark's ``processAllAvailable``, or the master's request to its worker),
-    so it needs a thread; here it takes one of its own, never one of the shared pool that serves every other
-    request. A call that finds ``size`` waits in progress is refused at once with :class:`RequestError` naming
-    the setting, rather than queued behind waits of up to an hour. A wait counts until its call returns, even if
-    the client that asked has gone. The threads are daemons: a server that stops does not wait for them.
+class WaitSlots:
+    """How many calls may wait (for a graph to catch up) at one time: ``size``. A call that finds them all taken
+    is refused at once with :class:`RequestError` naming the setting, rather than queued behind waits of up to
+    an hour. Waits hold no thread (the server looks at the graph between pauses on its event loop); this bounds
+    the looks. Used from the event loop only, so a counter is enough.
     """
 
     def __init__(self, size: int, *, what: str, setting: str = "--max-waits") -> None:
-        self.size = size
-        self.what = what
-        self.setting = setting
-        self._free = threading.BoundedSemaphore(size)
+        self.size, self.what, self.setting = size, what, setting
+        self.taken = 0
 
-    async def run(self, fn: Callable[[], Any]) -> Any:
-        if not self._free.acquire(blocking=False):
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        if self.taken >= self.size:
             raise RequestError(f"{self.what}: {self.size} waits are in progress already, the limit "
                                f"({self.setting}); retry once one ends")
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[Any] = loop.create_future()
-
-        def settle(result: Any, error: BaseException | None) -> None:
-            if answer.done():  # the caller went away
-                return
-            if error is not None:
-                answer.set_exception(error)
-            else:
-                answer.set_result(result)
-
-        def call() -> None:
-            result, error = None, None
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the caller
-                error = exc
-            finally:
-                self._free.release()
-            with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody is waiting any more
-                loop.call_soon_threadsafe(settle, result, error)
-
+        self.taken += 1
         try:
-            threading.Thread(target=call, daemon=True, name="headwater-wait").start()
-        except BaseException:
-            self._free.release()
-            raise
-        return await answer
+            yield
+        finally:
+            self.taken -= 1

@@ -15,6 +15,7 @@ OpenAPI documentation is served at ``/docs``.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import io
 import json
@@ -46,7 +47,7 @@ from headwater.service.doors import (
     MASTER_LIMITS,
     BodyTooLarge,
     HttpLimits,
-    WaitPool,
+    WaitSlots,
     guard_master,
     read_arrow,
     read_body,
@@ -113,7 +114,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     guard_master(app, auth.user_of, body_bytes=max_body_bytes, limits=limits,
                  arrow_paths=frozenset(f"/v1/{op.name}" for op in OPERATIONS.values() if op.rows_argument),
                  document_paths=frozenset({"/v1/submit"}))
-    waits = WaitPool(limits.waits, what="wait for a stream graph")
+    waits = WaitSlots(limits.waits, what="wait for a stream graph")
     bearer = HTTPBearer(auto_error=False)
     access = AccessControl(master.store)
     # Graph and table lifecycle calls change the catalog and start or stop queries: one at a time. Appends,
@@ -194,7 +195,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
 
 
 def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, user: Callable[..., str],
-           lifecycle: threading.Lock, waits: WaitPool, max_body_bytes: int, max_json_bytes: int,
+           lifecycle: threading.Lock, waits: WaitSlots, max_body_bytes: int, max_json_bytes: int,
            limits: HttpLimits) -> None:
     """``POST /v1/<op.name>``: the caller's arguments checked against the declaration, then its gateway's call."""
     result_type = op.hints["return"]
@@ -219,8 +220,15 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
                     return getattr(gateway, op.name)(**values)
             return getattr(gateway, op.name)(**values)
 
-        # a wait may block for up to an hour: it takes a thread of the bounded wait pool, never a shared one
-        result = await (waits.run(call) if op.name == "wait_until_caught_up" else _in_thread(call))
+        if op.steps:  # a wait of up to an hour holds no thread: one look at a time, pauses on the event loop
+            with waits.slot():
+                looks = await _in_thread(lambda: gateway.steps(op, values))
+                while (pause := await _in_thread(lambda: next(looks, None))) is not None:
+                    if await request.is_disconnected():
+                        return JSONResponse({"result": None})  # nobody is waiting any more
+                    await asyncio.sleep(pause)
+            return JSONResponse({"result": None})
+        result = await _in_thread(call)
         if op.name == "sql":
             directory, schema = result
             return StreamingResponse(_arrow_stream(directory, schema), media_type=ARROW_STREAM)

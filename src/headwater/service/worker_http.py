@@ -38,12 +38,11 @@ from headwater.runtime.protocol import (
     Message,
     Progress,
     TaskStatus,
-    WaitCaughtUp,
     decode,
     encode,
 )
 from headwater.runtime.worker import Worker
-from headwater.service.doors import WORKER_LIMITS, HttpLimits, WaitPool, guard_worker
+from headwater.service.doors import WORKER_LIMITS, HttpLimits, guard_worker
 from headwater.service.placement import DEFAULT_GROUP
 from headwater.service.signing import SignatureError, Signer, Verifier, target_of
 
@@ -86,7 +85,6 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
 
     app = FastAPI(title="Headwater worker", version="1")
     guard_worker(app, limits=limits)  # unsigned requests are refused there, before the body is read
-    waits = WaitPool(limits.waits, what=f"worker {worker.name}")
     verifier = Verifier(check_secret(secret))
     psutil.cpu_percent()  # the first reading is meaningless; later ones cover the time since the previous
 
@@ -107,10 +105,7 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             return JSONResponse({"error": "RequestError", "message": clip(str(exc), 500)}, status_code=400)
         try:
-            if isinstance(message, WaitCaughtUp):  # may take minutes: a thread of the waits' own pool
-                reply = await waits.run(lambda: worker.handle(message))
-            else:
-                reply = await run_in_threadpool(worker.handle, message)
+            reply = await run_in_threadpool(worker.handle, message)
             return JSONResponse({"reply": encode_reply(reply)})
         except HeadwaterError as exc:
             return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=400)
