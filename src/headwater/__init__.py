@@ -22,6 +22,8 @@ _EXPORTS = {
     "SqlLimits": "headwater.sql.limits",
     "connect": "headwater.api.session",
     "CatalogError": "headwater.errors",
+    "NameTakenError": "headwater.errors",
+    "BusyError": "headwater.errors",
     "ConfigurationError": "headwater.errors",
     "CaughtUpTimeout": "headwater.errors",
     "ExecutionError": "headwater.errors",
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from headwater.api.graph import DStream, StreamGraph
     from headwater.api.session import Session, SqlResult, connect
     from headwater.errors import (
+        BusyError,
         CatalogError,
         CaughtUpTimeout,
         ConfigurationError,
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
         ExecutionError,
         GraphDefinitionError,
         HeadwaterError,
+        NameTakenError,
         RequestError,
         RetentionError,
         SchemaError,

@@ -46,6 +46,10 @@ class CatalogError(HeadwaterError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NameTakenError(CatalogError):
+    """A name is already taken in the catalog, or still in use (HTTP 409)."""
+
+
 class StreamGraphStateError(HeadwaterError, RuntimeError):
     """The graph is not in a state that allows the requested operation."""
 
@@ -100,6 +104,34 @@ class StorageFullError(HeadwaterError, OSError):
 
 class LeadershipLost(HeadwaterError, RuntimeError):
     """This master's lease on the metadata store ran out or was taken over: it may write nothing any more."""
+
+
+class BusyError(HeadwaterError, RuntimeError):
+    """A limit on calls in progress at once is reached: retry once one ends (HTTP 429)."""
+
+
+# What each error means over HTTP: the first class in an error's MRO found here (HeadwaterError: 500).
+HTTP_STATUS: dict[type[HeadwaterError], int] = {
+    PermissionDenied: 403,
+    NameTakenError: 409, CatalogError: 404,
+    StreamGraphStateError: 409, SequenceError: 409, DataDirectoryInUseError: 409,
+    RequestError: 422, SchemaError: 422, GraphDefinitionError: 422, ConfigurationError: 422, SqlError: 422,
+    RetentionError: 422,
+    BusyError: 429,
+    CaughtUpTimeout: 504,
+    StorageFullError: 507,
+    WorkerUnavailableError: 503, LeadershipLost: 503,
+    ExecutionError: 500,
+}
+
+
+def http_status(error: HeadwaterError) -> int:
+    """The HTTP status that answers ``error``.
+
+    >>> http_status(CatalogError("x")), http_status(NameTakenError("x")), http_status(CaughtUpTimeout("x"))
+    (404, 409, 504)
+    """
+    return next((HTTP_STATUS[c] for c in type(error).__mro__ if c in HTTP_STATUS), 500)
 
 
 def error_class(name: object) -> type[HeadwaterError] | None:

@@ -167,7 +167,7 @@ def test_a_returned_path_outside_the_data_directory_is_refused_and_nothing_delet
         with TestClient(create_app(master, auth), base_url="http://testserver") as client:
             token = client.post("/v1/login", json={"user": "admin", "password": "admin-pw"}).json()["token"]
             answer = client.post("/v1/sql", json={"query": "select 1 as x"}, headers={"Authorization": f"Bearer {token}"})
-        assert answer.status_code == 400 and "refused the SQL result directory" in answer.json()["message"]
+        assert answer.status_code == 500 and "refused the SQL result directory" in answer.json()["message"]
     finally:
         master.close()
     assert (victim / "precious.txt").read_text() == "keep me"

@@ -325,8 +325,9 @@ def test_master_waits_hold_no_thread_and_past_their_limit_are_refused(tmp_path, 
             finally:
                 release.set()
             answers = [w.result() for w in waits]
-            refused = [a for a in answers if a.status_code == 400]
-            assert len(refused) == 13 and all("--max-waits" in a.json()["message"] for a in refused)
+            refused = [a for a in answers if a.status_code == 429]
+            assert len(refused) == 13 and all(a.json()["error"] == "BusyError" and "--max-waits" in a.json()["message"]
+                                            for a in refused)
             assert all(a.status_code == 200 and a.json() == {"result": None} for a in answers if a not in refused)
 
             def timed_out(fqn: Any, timeout: float) -> Iterator[float]:
@@ -335,7 +336,7 @@ def test_master_waits_hold_no_thread_and_past_their_limit_are_refused(tmp_path, 
 
             monkeypatch.setattr(master, "catch_up", timed_out)
             r = http.post(f"{url}/v1/wait_until_caught_up", json={"fqn": "demo.stream_graph.g", "timeout": 3}, headers=headers)
-            assert r.status_code == 400 and r.json()["error"] == "CaughtUpTimeout", r.text  # errors come back as before
+            assert r.status_code == 504 and r.json()["error"] == "CaughtUpTimeout", r.text  # errors come back as before
     finally:
         master.close()
 

@@ -283,7 +283,7 @@ def test_a_pickle_where_none_is_allowed_is_refused_before_anything_loads(served,
     with pytest.raises(hw.GraphDefinitionError, match=message):
         from_json(json.dumps(doc), load_callables=True)  # even where graphs run
     r = client.post("/v1/submit", json={"document": json.dumps(doc)}, headers=headers)
-    assert r.status_code == 400 and r.json()["error"] == "GraphDefinitionError", r.text
+    assert r.status_code == 422 and r.json()["error"] == "GraphDefinitionError", r.text
     assert message in r.json()["message"]
     assert not worker.plans and not marker.exists()
 

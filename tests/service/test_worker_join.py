@@ -47,7 +47,7 @@ def test_a_worker_joins_the_master_named_on_its_command_line(tmp_path):
         assert refused.status_code == 401
         hostile = httpx.post(f"{url}/v1/workers/join", json={"url": "http://evil/../x?y=1", "group": "default"},
                              auth=Signer(WORKER_SECRET))
-        assert hostile.status_code == 400 and "host:port" in hostile.json()["message"]
+        assert hostile.status_code == 422 and "host:port" in hostile.json()["message"]
 
         submit_from_another_process(url)
         session = connect(url)

@@ -38,7 +38,7 @@ def test_a_master_without_spark_drives_a_worker_process_and_survives_kill_9(tmp_
                           auth=Signer("a-guessed-secret-0123456789")).status_code == 401
         bad = httpx.post(f"{worker_url}/v1/worker/request", json={"type": "RunShell", "cmd": "id"},
                          auth=Signer(WORKER_SECRET))
-        assert bad.status_code == 400 and bad.json()["error"] == "RequestError"
+        assert bad.status_code == 422 and bad.json()["error"] == "RequestError"
 
         submit_from_another_process(url, "analytics")
         session = connect(url)

@@ -80,9 +80,9 @@ def test_hostile_table_names_are_refused_by_the_catalog_rules(served, name):
     headers = {"Authorization": f"Bearer {token}"}
     r = client.post("/v1/append", params={"args": json.dumps({"fqn": name})}, content=ipc(pd.DataFrame({"x": [1]})),
                     headers={**headers, "Content-Type": ARROW_STREAM})
-    assert r.status_code == 400 and r.json()["error"] in ("GraphDefinitionError", "CatalogError"), r.text
+    assert (r.status_code, r.json()["error"]) in ((422, "GraphDefinitionError"), (404, "CatalogError")), r.text
     r = client.post("/v1/create_public_table", json={"fqn": name, "schema": [["x", "long"]]}, headers=headers)
-    assert r.status_code == 400 and r.json()["error"] == "GraphDefinitionError", r.text
+    assert r.status_code == 422 and r.json()["error"] == "GraphDefinitionError", r.text
 
 
 def test_hostile_bodies_are_refused_with_a_reason(served):
@@ -94,16 +94,16 @@ def test_hostile_bodies_are_refused_with_a_reason(served):
     for body in (b"", b"not arrow at all", b"\xff" * 1000, ipc(pd.DataFrame({"x": [1]}))[:20]):
         r = client.post("/v1/append", params={"args": '{"fqn": "demo.stream_table.t"}'}, content=body,
                         headers={**headers, "Content-Type": ARROW_STREAM})
-        assert r.status_code == 400 and r.json()["error"] == "SchemaError", r.text
+        assert r.status_code == 422 and r.json()["error"] == "SchemaError", r.text
     for doc in ("{}", "[]", "not json", '{"plan_version": 999}', "x" * 100_000):
         r = client.post("/v1/submit", json={"document": doc}, headers=headers)
-        assert r.status_code == 400 and r.json()["error"] == "GraphDefinitionError", r.text
+        assert r.status_code == 422 and r.json()["error"] == "GraphDefinitionError", r.text
     r = client.post("/v1/create_public_table", json={"fqn": "demo.stream_table.u", "schema": [["x", "no_such_type"]]},
                     headers=headers)
-    assert r.status_code == 400 and r.json()["error"] == "SchemaError", r.text
+    assert r.status_code == 422 and r.json()["error"] == "SchemaError", r.text
     for body in ({}, {"fqn": 5, "schema": "x"}, {"fqn": "demo.stream_table.u", "schema": [[1, 2, 3]]}, [1, 2]):
         r = client.post("/v1/create_public_table", json=body, headers=headers)
-        assert r.status_code == 400 and r.json()["error"] == "RequestError", r.text
+        assert r.status_code == 422 and r.json()["error"] == "RequestError", r.text
     assert master.store.get_table("demo.stream_table.u") is None
     assert s.stream_table_meta("t").iloc[0]["rows"] == 0  # nothing stored by any of it
     g = s.stream_graph("g")
@@ -112,7 +112,7 @@ def test_hostile_bodies_are_refused_with_a_reason(served):
     for config in ({"interval": 1000}, {"enable": False}, {"consecutive_failures": -1}, {"nope": 1},
                    {"max_retained_checkpoints": "5"}, {"max_concurrent_checkpoints": 2}):
         r = client.post("/v1/submit", json={"document": doc, "checkpoint_config": config}, headers=headers)
-        assert r.status_code == 400 and r.json()["error"] == "ConfigurationError", r.text
+        assert r.status_code == 422 and r.json()["error"] == "ConfigurationError", r.text
     assert s.stream_graph_meta().empty  # nothing submitted
     for body in ({"engine": "demo.stream_engine.nope", "op": {"op": "delete_rule", "key": 1}},
                  {"engine": "../../etc", "op": {}}, {"engine": 5, "op": "x"}):
@@ -198,3 +198,31 @@ def test_the_master_command_refuses_bad_settings_in_one_line(tmp_path, capsys, m
     assert main(["master", "--data-dir", str(tmp_path / "c"), "--metadata", f"sqlite:///{tmp_path / 'c.db'}"]) == 2
     assert "HEADWATER_ADMIN_PASSWORD" in capsys.readouterr().err
     hw.connect(tmp_path / "c", start_spark=False).close()
+
+
+def test_http_statuses_say_what_went_wrong(served):
+    """401/403 identity and privilege, 404 unknown names, 409 conflicts, 422 bad input (the wait's 504 and the
+    waits' 429: tests/security/test_doors.py)."""
+    master, auth, client = served
+    auth.add_user("bob", "bob-pw")
+
+    def token(user: str) -> dict[str, str]:
+        r = client.post("/v1/login", json={"user": user, "password": f"{user}-pw"})
+        return {"Authorization": f"Bearer {r.json()['token']}"}
+
+    alice, bob = token("alice"), token("bob")
+    table = {"fqn": "demo.stream_table.t", "schema": [["x", "long"]]}
+
+    def answer(path: str, body: dict, headers: dict[str, str]) -> tuple[int, str]:
+        r = client.post(path, json=body, headers=headers)
+        return r.status_code, r.json()["error"]
+
+    assert answer("/v1/table_meta", {}, {}) == (401, "AuthError")
+    assert answer("/v1/create_public_table", table, bob) == (403, "PermissionDenied")
+    assert answer("/v1/table_info", {"fqn": "demo.stream_table.nope"}, alice) == (404, "CatalogError")
+    assert answer("/v1/wait_until_caught_up", {"fqn": "demo.stream_graph.nope"}, alice) == (404, "CatalogError")
+    assert client.post("/v1/create_public_table", json=table, headers=alice).status_code == 200
+    assert answer("/v1/create_public_table", table, alice) == (409, "NameTakenError")
+    assert answer("/v1/create_public_table", {**table, "schema": [["x", "nonsense"]]}, alice)[0] == 422
+    assert answer("/v1/table_info", {"fqn": "not a name"}, alice)[0] == 422
+    assert answer("/v1/table_info", {}, alice) == (422, "RequestError")

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from headwater.catalog import resolve
-from headwater.errors import CatalogError, ConfigurationError, PermissionDenied, clip
+from headwater.errors import CatalogError, ConfigurationError, NameTakenError, PermissionDenied, clip
 from headwater.runtime.operations import GRANTABLE, Privilege, Scope
 from headwater.storage.access_store import AccessStore
 from headwater.storage.metadata import MetadataStore
@@ -128,7 +128,7 @@ class AccessControl:
     def create_user(self, actor: str, name: str, password: str, is_admin: bool = False) -> None:
         name = check_user_name(name)
         if self.user_exists(name):
-            raise CatalogError(f"user {name} already exists; change its password with set_password")
+            raise NameTakenError(f"user {name} already exists; change its password with set_password")
         if not isinstance(is_admin, bool):
             raise ConfigurationError(f"create_user({name}): is_admin is True or False, not {clip(is_admin)}")
         self.store.put_user(name, hash_password(check_password(password)), is_admin=is_admin)
@@ -159,7 +159,7 @@ class AccessControl:
     def create_group(self, actor: str, name: str) -> None:
         name = check_user_name(name, "group name")
         if not self.tables.add_group(name):
-            raise CatalogError(f"group {name} already exists")
+            raise NameTakenError(f"group {name} already exists")
         self.tables.record(actor, "create_group", name, "changed", "")
 
     def drop_group(self, actor: str, name: str) -> None:

@@ -29,6 +29,7 @@ from headwater.errors import (
     CaughtUpTimeout,
     ExecutionError,
     GraphDefinitionError,
+    NameTakenError,
     SchemaError,
     StreamGraphStateError,
     WorkerUnavailableError,
@@ -188,7 +189,7 @@ class Master:
     def create_public_table(self, fqn: FQN, schema: Schema, kind: str, keys: tuple[str, ...], time_column: str | None,
                             retention: Retention | None = None) -> None:
         if self.store.get_table(str(fqn)) is not None:
-            raise CatalogError(f"stream table {fqn} already exists")
+            raise NameTakenError(f"stream table {fqn} already exists")
         self.store.put_table(self._create_table_files(str(fqn), self._public_table_path(str(fqn)), schema, kind, keys,
                                                       time_column, None, retention))
         if retention is not None:
@@ -215,7 +216,7 @@ class Master:
         rec = self.table_info(fqn)
         refs = self.store.refs_of_table(rec.fqn)
         if refs:
-            raise CatalogError(f"stream table {fqn} is used by graph(s) {', '.join(refs)}; drop them first")
+            raise NameTakenError(f"stream table {fqn} is used by graph(s) {', '.join(refs)}; drop them first")
         self._delete_table(rec)
 
     def _delete_table(self, rec: TableRecord) -> None:
@@ -292,7 +293,7 @@ class Master:
             self.store.set_checkpoint_config(fqn, (checkpoint_config or CheckpointConfig()).to_json())
         if existing is not None:
             if not same_definition(existing.graph_json, graph_json):
-                raise CatalogError(
+                raise NameTakenError(
                     f"stream graph {fqn} already exists (status {existing.status}) with a different definition; "
                     f"its state would be orphaned — drop it first with drop_stream_graph({fqn.split('.')[-1]!r}) "
                     "or choose another name"
@@ -338,7 +339,7 @@ class Master:
                     raise CatalogError(f"stream table {node.fqn} (source_by_name) does not exist any more")
                 continue
             if rec.private:
-                raise CatalogError(f"stream table name {node.fqn} is taken by a private table of graph {rec.owner_graph}")
+                raise NameTakenError(f"stream table name {node.fqn} is taken by a private table of graph {rec.owner_graph}")
             if rec.schema != node.schema or rec.kind != node.table_kind:
                 raise SchemaError(
                     f"stream table {node.fqn} already exists as {rec.kind} {rec.schema}; the graph declares "

@@ -39,7 +39,7 @@ from typing import Any
 import anyio.to_thread
 import pyarrow as pa
 
-from headwater.errors import ConfigurationError, RequestError, SchemaError, clip
+from headwater.errors import BusyError, ConfigurationError, RequestError, SchemaError, clip
 
 MiB = 2**20
 OPEN_PATHS = frozenset({"/v1/health", "/v1/login", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
@@ -441,7 +441,7 @@ class _Flat:
 # -- waits ---------------------------------------------------------------------------------------------------
 class WaitSlots:
     """How many calls may wait (for a graph to catch up) at one time: ``size``. A call that finds them all taken
-    is refused at once with :class:`RequestError` naming the setting, rather than queued behind waits of up to
+    is refused at once with :class:`BusyError` (HTTP 429) naming the setting, rather than queued behind waits of up to
     an hour. Waits hold no thread (the server looks at the graph between pauses on its event loop); this bounds
     the looks. Used from the event loop only, so a counter is enough.
     """
@@ -453,7 +453,7 @@ class WaitSlots:
     @contextlib.contextmanager
     def slot(self) -> Iterator[None]:
         if self.taken >= self.size:
-            raise RequestError(f"{self.what}: {self.size} waits are in progress already, the limit "
+            raise BusyError(f"{self.what}: {self.size} waits are in progress already, the limit "
                                f"({self.setting}); retry once one ends")
         self.taken += 1
         try:

@@ -35,7 +35,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from headwater.catalog import check_identifier
-from headwater.errors import ConfigurationError, HeadwaterError, RequestError, clip
+from headwater.errors import ConfigurationError, HeadwaterError, RequestError, clip, http_status
 from headwater.faults import fault_point
 from headwater.runtime.access import AccessControl
 from headwater.runtime.gateway import Gateway
@@ -72,9 +72,6 @@ class JoinWorker(BaseModel):
 WORKER_URL = re.compile(r"https?://[A-Za-z0-9.-]{1,253}:[0-9]{1,5}")
 
 # HTTP status of a refusal, by error class (anything else a Headwater error says is a bad request: 400)
-STATUS = {"AuthError": 401, "PermissionDenied": 403, "BodyTooLarge": 413}
-
-
 async def read_json(request: Request, where: str, limit: int, setting: str) -> Any:
     """The request's JSON body, read up to ``limit`` bytes (a longer body is refused before it is parsed)."""
     body = await read_body(request, where, limit, setting)
@@ -129,14 +126,14 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     @app.exception_handler(HeadwaterError)
     def headwater_error(_: Request, exc: HeadwaterError) -> JSONResponse:
         return JSONResponse({"error": type(exc).__name__, "message": str(exc)},
-                            status_code=STATUS.get(type(exc).__name__, 400))
+                            status_code=http_status(exc))
 
     @app.exception_handler(RequestValidationError)
     def malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
         return JSONResponse({"error": "RequestError", "message": clip(f"{where}: {first.get('msg', 'malformed request')}", 500)},
-                            status_code=400)
+                            status_code=422)
 
     @app.exception_handler(BodyTooLarge)
     def too_large(_: Request, exc: BodyTooLarge) -> JSONResponse:

@@ -31,6 +31,7 @@ from headwater.errors import (
     WorkerUnavailableError,
     clip,
     error_class,
+    http_status,
 )
 from headwater.runtime.protocol import (
     Health,
@@ -103,12 +104,12 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
         try:
             message = decode(await run_in_threadpool(json.loads, raw))  # parsed off the event loop
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            return JSONResponse({"error": "RequestError", "message": clip(str(exc), 500)}, status_code=400)
+            return JSONResponse({"error": "RequestError", "message": clip(str(exc), 500)}, status_code=422)
         try:
             reply = await run_in_threadpool(worker.handle, message)
             return JSONResponse({"reply": encode_reply(reply)})
         except HeadwaterError as exc:
-            return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=400)
+            return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=http_status(exc))
         except Exception as exc:  # a Spark or Python failure inside the worker: reported, the worker keeps serving
             return JSONResponse({"error": "ExecutionError", "message": f"{type(exc).__name__}: {clip(str(exc), 1500)}"},
                                 status_code=500)

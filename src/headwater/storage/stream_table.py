@@ -52,6 +52,7 @@ from headwater.errors import (
     CatalogError,
     ExecutionError,
     GraphDefinitionError,
+    NameTakenError,
     RetentionError,
     SchemaError,
     SequenceError,
@@ -587,7 +588,7 @@ class StreamTable:
         key_columns = (key_columns,) if isinstance(key_columns, str) else tuple(key_columns)
         cls._check_definition(name, schema, kind, key_columns, time_column)
         if path.exists():
-            raise CatalogError(
+            raise NameTakenError(
                 f"stream table {clip(name)}: path {path} already exists; open it with "
                 "StreamTable.open(path) or choose another path"
             )
@@ -619,7 +620,7 @@ class StreamTable:
             )
         except Exception as exc:
             if "exist" in str(exc).lower():
-                raise CatalogError(f"stream table {clip(name)}: path {path} already exists") from exc
+                raise NameTakenError(f"stream table {clip(name)}: path {path} already exists") from exc
             raise
         (path / _ID_FILE).write_text(uuid.uuid4().hex, encoding="ascii")
         return cls(path, schema, kind=kind, key_columns=key_columns, time_column=time_column, name=name)
