@@ -203,7 +203,7 @@ def test_the_master_command_refuses_bad_settings_in_one_line(tmp_path, capsys, m
 def test_http_statuses_say_what_went_wrong(served):
     """401/403 identity and privilege, 404 unknown names, 409 conflicts, 422 bad input (the wait's 504 and the
     waits' 429: tests/security/test_doors.py)."""
-    master, auth, client = served
+    _, auth, client = served
     auth.add_user("bob", "bob-pw")
 
     def token(user: str) -> dict[str, str]:
