@@ -460,6 +460,12 @@ class Session:
         return pd.DataFrame(rows, columns=["checkpoint_id", "job_id", "partition_id", "subjob_id", "status", "rows_in",
                                            "read_s", "partition_s", "kernel_s", "state_s", "write_s"])
 
+    def workers(self) -> pd.DataFrame:
+        """The workers (Orca's ``getClusterPerf``; admins only): url, group, alive, spark (ready or starting), cpu
+        and memory in [0, 1] from the last heartbeat, heartbeat_age_s, and the graphs placed there."""
+        return pd.DataFrame(self._master.workers(), columns=["url", "group", "alive", "spark", "cpu", "memory",
+                                                             "heartbeat_age_s", "graphs"])
+
     def task_subscription_meta(self, name: str | None = None) -> pd.DataFrame:
         """Which table each stream task reads, and how far behind it is (Orca's ``getOrcaStreamTaskSubscriptionMeta``,
         with lag): graph, task_id, table_name, action_name (its subgraph), processed_version (the input version

@@ -218,6 +218,11 @@ class AccessControl:
             raise CatalogError(f"revoke: {who} has no grant or denial of {what.value} on {target}")
         self.tables.record(actor, "revoke", target, "changed", f"{who} {what.value}")
 
+    def users(self) -> list[dict[str, Any]]:
+        """Every user: name, is_admin, and the groups it belongs to."""
+        return [{"name": name, "is_admin": admin, "groups": ",".join(self.tables.groups_of(name))}
+                for name, admin in self.store.list_users()]
+
     def user_privileges(self, name: str) -> list[dict[str, Any]]:
         name = self._existing_user(name)
         principals = [f"user:{name}"] + [f"group:{g}" for g in self.tables.groups_of(name)]

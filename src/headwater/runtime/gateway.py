@@ -211,7 +211,7 @@ def _derived(op: Operation) -> Any:
     return call
 
 
-_PLAIN_ACCESS = frozenset({"user_privileges", "audit_log"})  # access calls that take no acting user
+_PLAIN_ACCESS = frozenset({"user_privileges", "audit_log", "users"})  # access calls that take no acting user
 _EXPANDED = frozenset({"checkpoint_jobs", "checkpoint_subjobs", "task_subscription_meta"})  # listings without fqn: per visible graph
 for _name, _op in OPERATIONS.items():
     if _op.access != Access.CUSTOM:

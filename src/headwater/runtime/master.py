@@ -755,6 +755,10 @@ class Master:
         directory = sql_result(self.data_dir, str(reply["path"]))
         return directory, pa.ipc.read_schema(pa.py_buffer(reply["schema"]))
 
+    def workers(self) -> list[dict[str, Any]]:
+        """The workers this master places graphs on, as their last heartbeats saw them."""
+        return list(self.worker.describe())
+
     def progress(self, fqn: FQN) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch, rows and the per-stage time split (this session)."""
         return dict(self.worker.request(Progress(str(fqn))))

@@ -291,6 +291,11 @@ class MasterApi:
         """Apply a change (a rule update) to a running engine; returns tasks changed."""
         raise NotImplementedError
 
+    @operation(Access.ADMIN, idempotent=True)
+    def workers(self) -> Rows:
+        """The workers: url, group, alive, Spark's state, load, last heartbeat and graphs placed (admins only)."""
+        raise NotImplementedError
+
     # -- SQL ------------------------------------------------------------------------------------------
     @operation(Access.CUSTOM, Privilege.TABLE_READ, idempotent=True, timeout=3_600.0)
     def sql(self, query: str, current_catalog: str | None = None) -> SqlResultFiles:
@@ -301,6 +306,11 @@ class MasterApi:
     @operation(Access.ADMIN, on="access")
     def create_user(self, name: str, password: str, is_admin: bool = False) -> None:
         """Create a user (admins only)."""
+        raise NotImplementedError
+
+    @operation(Access.ADMIN, idempotent=True, on="access")
+    def users(self) -> Rows:
+        """Every user: name, is_admin and groups (admins only)."""
         raise NotImplementedError
 
     @operation(Access.ADMIN, on="access")

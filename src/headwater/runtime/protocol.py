@@ -155,6 +155,10 @@ class WorkerPort(Protocol):
 
     def request(self, message: Message) -> Any: ...
 
+    def describe(self) -> list[dict[str, Any]]:
+        """One row per worker behind this port: url, group, alive, spark, cpu, memory, heartbeat_age_s, graphs."""
+        ...
+
 
 class InProcessWorkerPort:
     """A worker in this process: each request crosses the wire format, then runs on the worker."""
@@ -167,3 +171,7 @@ class InProcessWorkerPort:
 
     def request(self, message: Message) -> Any:
         return self.worker.handle(decode(json.loads(json.dumps(encode(message)))))
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"url": self.name, "group": "default", "alive": True, "spark": self.worker.spark_state, "cpu": None,
+                 "memory": None, "heartbeat_age_s": 0.0, "graphs": ",".join(sorted(self.worker.running_graphs()))}]

@@ -209,6 +209,9 @@ class Worker:
         finally:
             self.start_graph(fqn_, physical, table_paths, checkpoints, run_id, epoch, keep)
 
+    def running_graphs(self) -> list[str]:
+        return list(self._graphs)
+
     def is_running(self, fqn: str) -> bool:
         g = self._graphs.get(fqn)
         return g is not None and all(q.isActive for q in g.queries.values())

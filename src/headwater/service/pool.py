@@ -108,6 +108,16 @@ class WorkerPool:
         log.warning("worker %s (group %s) joined", url, group)
         return True
 
+    def describe(self) -> list[dict[str, Any]]:
+        """One row per worker, from the last heartbeats: url, group, alive, spark, cpu, memory, heartbeat_age_s, graphs."""
+        placed = self.placements() if self._store is not None else {}
+        now = time.monotonic()
+        return [{"url": url, "group": self.loads[url].group, "alive": self.alive[url],
+                 "spark": "ready" if self.loads[url].ready else "starting", "cpu": self.loads[url].cpu,
+                 "memory": self.loads[url].memory, "heartbeat_age_s": round(now - self._last_ok[url], 3),
+                 "graphs": ",".join(sorted(g for g, (w, _) in placed.items() if w == url))}
+                for url in sorted(self.ports)]
+
     # -- placement ------------------------------------------------------------------------------------
     def placements(self) -> dict[str, tuple[str, int]]:
         assert self._store is not None, "attach() the pool to the master's store first"

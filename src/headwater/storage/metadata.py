@@ -336,6 +336,11 @@ class MetadataStore:
             row = c.execute(sa.select(users.c.is_admin).where(users.c.name == name)).first()
         return bool(row is not None and row[0])
 
+    def list_users(self) -> list[tuple[str, bool]]:
+        """Every user's name and whether it is an admin, by name."""
+        with self.engine.connect() as c:
+            return [(str(r[0]), bool(r[1])) for r in c.execute(sa.select(users.c.name, users.c.is_admin).order_by(users.c.name))]
+
     def delete_user(self, name: str) -> None:
         with self.engine.begin() as c:
             c.execute(sa.delete(users).where(users.c.name == name))
