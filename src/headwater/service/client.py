@@ -89,11 +89,12 @@ class RemoteMaster(MasterApi):
     calls that are safe to repeat (reads, submits, appends with a sequence number).
     """
 
-    def __init__(self, url: str | Sequence[str], *, user: str, password: str, timeout: float = 60.0,
-                 http: httpx.Client | None = None, failover_timeout: float = 60.0, tls_ca: str | None = None) -> None:
+    def __init__(self, url: str | Sequence[str], *, user: str | None = None, password: str | None = None,
+                 token: str | None = None, timeout: float = 60.0, http: httpx.Client | None = None,
+                 failover_timeout: float = 60.0, tls_ca: str | None = None) -> None:
         # http: a ready client for this URL (tests pass FastAPI's TestClient, which calls the app in process)
         # tls_ca: the CA bundle an https:// master's certificate is checked against (default HEADWATER_TLS_CA, else
-        # the system's trust store)
+        # the system's trust store); token: one from an earlier login (headwater login) instead of user and password
         urls = [url] if isinstance(url, str) else list(url)
         for u in urls:
             if not isinstance(u, str) or not u.startswith(("http://", "https://")):
@@ -107,8 +108,12 @@ class RemoteMaster(MasterApi):
         self._auth: dict[str, str] = {}
         self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout,
                                                                 verify=client_context(tls_ca))
+        if token is None and (user is None or password is None):
+            self._http.close()
+            raise ConfigurationError("a master needs user and password, or a token from headwater login")
         try:
-            token = self._call("/v1/login", {"user": user, "password": password}, idempotent=True)["token"]
+            if token is None:
+                token = self._call("/v1/login", {"user": user, "password": password}, idempotent=True)["token"]
         except httpx.TransportError as exc:
             self._http.close()
             raise ConfigurationError(f"cannot reach the Headwater master at {self.url}: {exc}") from None
@@ -120,6 +125,11 @@ class RemoteMaster(MasterApi):
     @property
     def url(self) -> str:
         return self.urls[self._current]
+
+    @property
+    def token(self) -> str:
+        """This session's bearer token (``headwater login`` keeps it for later commands)."""
+        return self._auth["Authorization"].removeprefix("Bearer ")
 
     # -- transport ------------------------------------------------------------------------------------
     def _call(self, path: str, body: Any = None, *, content: bytes | None = None, params: dict[str, Any] | None = None,

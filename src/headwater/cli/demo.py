@@ -1,9 +1,8 @@
-"""The ``headwater`` command line: ``demo``, ``master``, ``worker`` and ``cluster up|status|down``."""
+"""``headwater demo``: the indicator graph over a generated trading day, embedded."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 
@@ -96,31 +95,13 @@ def _progress_text(progress: dict) -> str:
     return " ".join(f"{k}: batch {v['last_batch']} rows out {v['rows_out']}" for k, v in progress.items())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="headwater", description="Headwater stream graphs on Spark")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="run the 1-minute bars + indicators graph over a generated trading day")
-    p.add_argument("--symbols", type=int, default=20)
-    p.add_argument("--ticks-per-minute", type=int, default=50, help="per symbol")
+def add_demo_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run the 1-minute bars + indicators graph over a generated trading day",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--symbols", type=int, default=20, help="symbols in the generated market")
+    p.add_argument("--ticks-per-minute", type=int, default=50, help="ticks per symbol and minute")
     p.add_argument("--chunk", type=int, default=50_000, help="ticks per append call")
-    p.add_argument("--data-dir", default=None, help="default: a new temporary directory")
-    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--data-dir", default=None, help="where the demo's data goes (default: a new temporary directory)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the graph to catch up")
     p.add_argument("--keep", action="store_true", help="keep the graph and tables after the demo")
     p.set_defaults(func=demo)
-    from headwater.service.run import add_cluster_command, add_master_command, add_worker_command
-
-    add_master_command(sub)
-    add_worker_command(sub)
-    add_cluster_command(sub)
-    args = parser.parse_args(argv)
-    from headwater.errors import HeadwaterError
-
-    try:
-        return int(args.func(args))
-    except HeadwaterError as exc:  # a bad setting or input: one line, not a stack trace
-        print(f"headwater {args.command}: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The real ``headwater`` command in subprocesses, against a master process and then against its data directory:
+output as text and as JSON, and the exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.postgres import free_port
+from tests.support.service import ENV, PASSWORD, ROOT, rows, start, stop, submit_from_another_process
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def headwater(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "headwater", *args], cwd=ROOT, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def ok(*args: str, env: dict[str, str]) -> str:
+    done = headwater(*args, env=env)
+    assert done.returncode == 0, f"headwater {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
+    data, port = tmp_path / "data", free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in ENV.items() if k not in ("HEADWATER_URL", "HEADWATER_TOKEN", "HEADWATER_USER")}
+    env = {**env, "HEADWATER_TOKEN_FILE": str(tmp_path / "tokens.json"), "HEADWATER_PASSWORD": ""}
+    master = start("master", data, port)
+    try:
+        submit_from_another_process(url)
+        assert headwater("graphs", "--url", url, env=env).returncode == 3  # not logged in: 3, saying how to
+        logged = headwater("login", "--url", url, "--user", "admin", env=env, stdin=PASSWORD + "\n")
+        assert logged.returncode == 0, logged.stderr
+        assert os.stat(tmp_path / "tokens.json").st_mode & 0o777 == 0o600
+        env = {**env, "HEADWATER_URL": url}  # from here on the URL comes from the environment
+
+        graphs = json.loads(ok("graphs", "--json", env=env))
+        assert [(g["fqn"], g["status"]) for g in graphs] == [("demo.stream_graph.totals", "running")]
+        text = ok("graphs", env=env).splitlines()
+        assert text[0].split()[:2] == ["id", "fqn"] and "demo.stream_graph.totals" in text[1] and "running" in text[1]
+
+        frame = rows(500, seed=1, start=0)
+        frame.to_parquet(tmp_path / "ticks.parquet", index=False)
+        frame.iloc[:100].to_csv(tmp_path / "more.csv", index=False)
+        assert ok("append", "demo.stream_table.ticks", str(tmp_path / "ticks.parquet"), env=env).strip() == "1"
+        assert ok("append", "ticks", str(tmp_path / "more.csv"), "--catalog", "demo", env=env).strip() == "2"
+        ok("graph", "wait", "totals", "--catalog", "demo", "--timeout", "300", env=env)
+        lag = json.loads(ok("graph", "lag", "demo.stream_graph.totals", "--json", env=env))
+        assert {(r["table_name"], r["latest_version"], r["pending_versions"]) for r in lag} == {
+            ("demo.stream_table.ticks", 2, 0)}
+        count = json.loads(ok("sql", "select count(*) as n, sum(x) as s from out", "--catalog", "demo", "--json",
+                              env=env))
+        assert count == [{"n": 600, "s": int(frame["x"].sum() + frame["x"].iloc[:100].sum())}]
+
+        ok("graph", "stop", "demo.stream_graph.totals", env=env)
+        again = headwater("graph", "stop", "demo.stream_graph.totals", env=env)
+        assert again.returncode == 6 and "stopped" in again.stderr  # a state conflict
+        missing = headwater("graph", "show", "demo.stream_graph.nope", env=env)
+        assert missing.returncode == 5 and "does not exist" in missing.stderr
+        bad = headwater("table", "create", "demo.stream_table.t", "{not json", env=env)
+        assert bad.returncode == 2 and "not JSON" in bad.stderr
+        events = json.loads(ok("events", "--json", env=env))
+        assert [e["type"] for e in events][-1] == "STOP"
+
+        ok("user", "create", "bob", "--password", "bob-password", env=env)
+        assert [u["name"] for u in json.loads(ok("users", "--json", env=env))] == ["admin", "bob"]
+        bob = {**env, "HEADWATER_TOKEN_FILE": str(tmp_path / "bob.json")}
+        assert headwater("login", "--user", "bob", env=bob, stdin="bob-password\n").returncode == 0
+        refused = headwater("graph", "start", "demo.stream_graph.totals", env=bob)
+        assert refused.returncode == 4 and "graph_control" in refused.stderr
+        ok("grant", "bob", "graph_control", "demo.stream_graph.totals", env=env)
+        ok("graph", "start", "demo.stream_graph.totals", env=bob)
+        assert ok("logout", env=bob).startswith("logged out")
+        assert headwater("graphs", env=bob).returncode == 3
+    finally:
+        stop(master, signal.SIGTERM)
+
+    # the master is gone: its data directory answers the same listings
+    offline = json.loads(ok("graphs", "--data-dir", str(data), "--json", env=env))
+    assert [(g["fqn"], g["status"]) for g in offline] == [("demo.stream_graph.totals", "running")]
+    tables = ok("tables", "--data-dir", str(data), env=env)
+    assert "demo.stream_table.ticks" in tables and "demo.stream_table.out" in tables
+    needs_master = headwater("graph", "wait", "demo.stream_graph.totals", "--data-dir", str(data), env=env)
+    assert needs_master.returncode == 2 and "needs a running master" in needs_master.stderr

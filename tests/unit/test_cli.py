@@ -1,0 +1,47 @@
+"""The ``headwater`` command's shape, without a master: every operation is a command, every argument has help,
+``--version`` and ``--help`` answer, a wrong command exits 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from headwater.cli import EXIT_CODES, build_parser
+from headwater.cli.operations import ARGUMENT_HELP, COMMANDS, NOT_COMMANDS, command_of
+from headwater.errors import HTTP_STATUS
+from headwater.runtime.operations import OPERATIONS
+from tests.support.service import ENV, ROOT
+
+
+def headwater(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "headwater", *args], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_every_operation_is_a_command_with_help_for_each_argument():
+    parser = build_parser()
+    for name, op in OPERATIONS.items():
+        if name in NOT_COMMANDS:
+            continue
+        words = command_of(name)
+        hints = op.hints
+        args = [*words, *("x" for p in list(op.signature.parameters.values())[1:]
+                          if p.default is p.empty and p.name != "password" and hints[p.name] is not bool)]
+        assert parser.parse_args(args).operation == name
+        for param in list(op.signature.parameters.values())[1:]:
+            assert ARGUMENT_HELP.get(param.name), f"{name}.{param.name} has no help"
+    assert set(COMMANDS.values()) <= set(OPERATIONS)  # no command names an operation that is gone
+
+
+def test_exit_codes_cover_the_statuses_a_script_meets():
+    assert set(EXIT_CODES) <= set(HTTP_STATUS.values()) | {401}
+    assert len(set(EXIT_CODES.values())) == len(EXIT_CODES) and 0 not in EXIT_CODES.values()
+
+
+def test_version_and_help_answer_and_a_wrong_command_exits_2():
+    version = headwater("--version")
+    assert version.returncode == 0 and version.stdout.startswith("headwater ")
+    help_ = headwater("graph", "stop", "--help")
+    assert help_.returncode == 0 and "--json" in help_.stdout and "GRAPH" in help_.stdout
+    wrong = headwater("graph", "explode")
+    assert wrong.returncode == 2 and "invalid choice" in wrong.stderr
