@@ -425,11 +425,19 @@ class Session:
     def stream_engine_stat(self, name: str) -> pd.DataFrame:
         """One row per engine of graph ``name`` and stream task (Orca's ``getStreamEngineStat``): task_id, name,
         type, keys (groups in its state), late_rows (rows dropped as late or out of order, counted once even
-        when a micro-batch is replayed); NULL where the engine keeps no such counter. From each task's newest
-        state snapshot."""
-        frame = pd.DataFrame(self._master.engine_meta(self._graph_fqn(name)),
-                             columns=["task_id", "name", "type", "keys", "late_rows"])
-        return frame.astype({"keys": "Int64", "late_rows": "Int64"})
+        when a micro-batch is replayed), state_bytes (its newest state snapshot), the newest micro-batch's
+        rows in (this task's) and out (its subgraph's) and duration (last_batch_s), and last_error (the
+        graph's reason while it is in error or failed). NULL where the engine keeps no such counter or no
+        micro-batch ran yet. From each task's newest state snapshot and job record."""
+        fqn = self._graph_fqn(name)
+        frame = pd.DataFrame(self._master.engine_meta(fqn), columns=[
+            "task_id", "name", "type", "keys", "late_rows", "state_bytes", "last_batch_rows_in", "last_batch_rows_out",
+            "last_batch_s"])
+        info = self._master.graph_info(fqn)
+        frame["last_error"] = info.get("reason") if info.get("status") in ("error", "failed") else None
+        return frame.astype({"keys": "Int64", "late_rows": "Int64", "state_bytes": "Int64",
+                             "last_batch_rows_in": "Int64", "last_batch_rows_out": "Int64",
+                             "last_batch_s": "Float64"})
 
     def checkpoint_config(self, name: str) -> dict[str, Any]:
         """Graph ``name``'s checkpoint configuration (Orca's ``getOrcaCheckpointConfig``), with ``checkpoint_mod``."""

@@ -31,6 +31,13 @@ class SnapshotStore:
             return []
         return sorted(int(n[:-4]) for n in names if re.fullmatch(r"\d+\.pkl", n))
 
+    def newest_bytes(self, task: int) -> int | None:
+        """The size of the task's newest snapshot file (None before the first)."""
+        for version in reversed(self._versions(task)):
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: the one before
+                return os.path.getsize(os.path.join(self._dir(task), f"{version}.pkl"))
+        return None
+
     def load(self, task: int, before: int) -> Any | None:
         """The newest snapshot strictly older than ``before``, or None."""
         older = [v for v in self._versions(task) if v < before]

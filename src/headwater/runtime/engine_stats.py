@@ -12,16 +12,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headwater.dataplane.jobs import newest_job
 from headwater.dataplane.snapshots import SnapshotStore
 from headwater.plan.logical import EngineNode
 from headwater.plan.physical import PhysicalGraph
 
 
 def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, Any]]:
-    """One row per engine and stream task: task_id, name, type, schema, fqn, and its counters."""
+    """One row per engine and stream task: task_id, name, type, schema, fqn, its counters, the size of its newest
+    state snapshot (state_bytes), and its subgraph's newest micro-batch: the task's rows in, the subgraph's
+    rows out, its duration."""
     rows: list[dict[str, Any]] = []
     for sg in physical.subgraphs:
         state_root = checkpoints / sg.key(physical) / "state"
+        last = newest_job(checkpoints / sg.key(physical))
+        rows_in = {t["task"]: t["rows_in"] for t in last["tasks"]} if last else {}
         for node in (physical.nodes[n] for n in sg.chain):
             if not isinstance(node, EngineNode):
                 continue
@@ -32,5 +37,9 @@ def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, An
                 stats = processor.stats(state) if processor is not None and state is not None else {}
                 rows.append({"task_id": task_id, "name": node.name, "type": str(node.type), "fqn": node.fqn,
                              "schema": [list(c) for c in node.schema.columns],
-                             "keys": stats.get("keys"), "late_rows": stats.get("late_rows")})
+                             "keys": stats.get("keys"), "late_rows": stats.get("late_rows"),
+                             "state_bytes": store.newest_bytes(index),
+                             "last_batch_rows_in": rows_in.get(index) if last else None,
+                             "last_batch_rows_out": last["rows_out"] if last else None,
+                             "last_batch_s": round(last["finished"] - last["created"], 3) if last else None})
     return rows
