@@ -78,6 +78,10 @@ class SqlError(HeadwaterError, ValueError):
     """``session.sql`` refused a statement or could not run it."""
 
 
+class SqlCancelled(SqlError):
+    """A query hit one of its limits (rows, result bytes, time) and was cancelled."""
+
+
 class RequestError(HeadwaterError, ValueError):
     """A request to the master's HTTP API is malformed (a field missing or of the wrong type)."""
 

@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.postgres import free_port
@@ -26,6 +28,17 @@ def ok(*args: str, env: dict[str, str]) -> str:
     done = headwater(*args, env=env)
     assert done.returncode == 0, f"headwater {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+def scrape(url: str, tokens: Path) -> dict[tuple[str, tuple], float]:
+    """The master's /metrics, parsed by prometheus_client: (name, sorted labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    token = json.loads(tokens.read_text())[url]
+    r = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(r.text) for s in family.samples}
 
 
 def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
@@ -61,6 +74,15 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
         assert count == [{"n": 600, "s": int(frame["x"].sum() + frame["x"].iloc[:100].sum())}]
 
         ok("graph", "stop", "demo.stream_graph.totals", env=env)
+        assert ok("append", "demo.stream_table.ticks", str(tmp_path / "more.csv"), env=env).strip() == "3"
+        stopped_lag = json.loads(ok("graph", "lag", "demo.stream_graph.totals", "--json", env=env))
+        assert {(r["pending_versions"], r["pending_rows"]) for r in stopped_lag} == {(1, 100)}  # rises while stopped
+        metrics = scrape(url, tmp_path / "tokens.json")
+        for r in stopped_lag:  # /metrics says what the API says
+            labels = (("graph", "demo.stream_graph.totals"), ("table", r["table_name"]), ("task", r["task_id"]))
+            assert metrics[("headwater_task_pending_versions", labels)] == r["pending_versions"]
+            assert metrics[("headwater_task_pending_rows", labels)] == r["pending_rows"]
+        assert metrics[("headwater_graph_status", (("graph", "demo.stream_graph.totals"), ("status", "stopped")))] == 1
         again = headwater("graph", "stop", "demo.stream_graph.totals", env=env)
         assert again.returncode == 6 and "stopped" in again.stderr  # a state conflict
         missing = headwater("graph", "show", "demo.stream_graph.nope", env=env)
@@ -78,6 +100,11 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
         assert refused.returncode == 4 and "graph_control" in refused.stderr
         ok("grant", "bob", "graph_control", "demo.stream_graph.totals", env=env)
         ok("graph", "start", "demo.stream_graph.totals", env=bob)
+        ok("graph", "wait", "demo.stream_graph.totals", env=env)
+        metrics = scrape(url, tmp_path / "tokens.json")  # caught up: no lag; every row read once
+        assert {v for (name, _), v in metrics.items() if name == "headwater_task_pending_versions"} == {0}
+        assert metrics[("headwater_rows_in_total", (("graph", "demo.stream_graph.totals"), ("subgraph", "0")))] == 700
+        assert metrics[("headwater_sql_queries_total", (("outcome", "ok"),))] == 1
         assert ok("logout", env=bob).startswith("logged out")
         assert headwater("graphs", env=bob).returncode == 3
     finally:

@@ -226,3 +226,48 @@ def test_http_statuses_say_what_went_wrong(served):
     assert answer("/v1/create_public_table", {**table, "schema": [["x", "nonsense"]]}, alice)[0] == 422
     assert answer("/v1/table_info", {"fqn": "not a name"}, alice)[0] == 422
     assert answer("/v1/table_info", {}, alice) == (422, "RequestError")
+
+
+def test_metrics_parse_and_need_an_admin_or_the_metrics_token(served, monkeypatch):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _, _, client = served
+    s = remote_session(client, "admin", "admin-pw")
+    s.create_stream_table("quotes", {"sym": "string", "px": "double"})
+    with pytest.raises(hw.SqlError):
+        s.sql("drop table quotes")  # refused before it runs: counted
+    admin = {"Authorization": f"Bearer {client.post('/v1/login', json={'user': 'admin', 'password': 'admin-pw'}).json()['token']}"}
+    alice = {"Authorization": f"Bearer {client.post('/v1/login', json={'user': 'alice', 'password': 'alice-pw'}).json()['token']}"}
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=alice).status_code == 403
+    r = client.get("/metrics", headers=admin)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(r.text) for s in family.samples}
+    assert samples[("headwater_workers_alive", ())] == 1
+    assert samples[("headwater_sql_queries_total", (("outcome", "refused"),))] == 1
+    monkeypatch.setenv("HEADWATER_METRICS_TOKEN", "scrape-token-0123456789")
+    assert client.get("/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"}).status_code == 200
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_a_worker_serves_metrics_to_the_metrics_token_only(monkeypatch):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from headwater.runtime.metrics import observe_batch
+    from headwater.service.worker_http import create_worker_app
+
+    class Idle:
+        name, spark_state = "worker@test", "ready"
+
+    observe_batch("demo.stream_graph.m", 0, rows_in=10, rows_out=4, seconds=0.2)
+    with TestClient(create_worker_app(Idle(), "worker-secret-0123456789"), base_url="http://testserver") as client:
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers={"Authorization": "Bearer x"}).status_code == 401  # no token set
+        monkeypatch.setenv("HEADWATER_METRICS_TOKEN", "scrape-token-0123456789")
+        r = client.get("/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"})
+    assert r.status_code == 200
+    samples = {(s.name, s.labels.get("graph")): s.value
+               for family in text_string_to_metric_families(r.text) for s in family.samples}
+    assert samples[("headwater_rows_in_total", "demo.stream_graph.m")] >= 10
+    assert samples[("headwater_batch_duration_seconds_count", "demo.stream_graph.m")] >= 1

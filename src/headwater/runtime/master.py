@@ -31,6 +31,7 @@ from headwater.errors import (
     GraphDefinitionError,
     NameTakenError,
     SchemaError,
+    SqlCancelled,
     StreamGraphStateError,
     WorkerUnavailableError,
     clip,
@@ -112,6 +113,7 @@ class Master:
         # (a frozen master would hold the directory's lock, and keep its standby from ever taking over)
         self.data_dir = Path(data_dir)
         self.sql_limits = sql_limits or SqlLimits.from_env()  # what one query may take (headwater.sql.limits)
+        self.sql_outcomes: dict[str, int] = {}  # queries by outcome since this master started (/metrics)
         # held for the session's life: no other writer from here on
         self._lock = lock_data_dir(self.data_dir) if directory_lock else FileLock(self.data_dir / LOCK_NAME, None)
         try:
@@ -610,7 +612,7 @@ class Master:
             yield pause
             pause = min(pause * 2, LOOK_EVERY_S)
 
-    def task_subscription_meta(self, fqn: FQN) -> list[dict[str, Any]]:
+    def task_subscription_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
         """Orca's getOrcaStreamTaskSubscriptionMeta, with each task's lag (:mod:`headwater.runtime.lag`)."""
         rows: list[dict[str, Any]] = []
         for rec, physical, checkpoints in self._checkpointed_graphs(fqn):
@@ -744,13 +746,22 @@ class Master:
         """Run a read-only query; returns the directory of its Parquet result files and their schema.
 
         ``check_read``: called with each table the query reads, before any row is; it raises to refuse."""
-        public = {t.fqn: t.path for t in self.store.list_tables() if not t.private}
-        q = prepare(query, public, current_catalog)
-        if check_read is not None:
-            for table in sorted({f for f, _ in q.views.values()}):
-                check_read(table)
-        reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
-                                           sorted(q.cte_names), self.sql_limits.to_dict()))
+        outcome = "refused"
+        try:
+            public = {t.fqn: t.path for t in self.store.list_tables() if not t.private}
+            q = prepare(query, public, current_catalog)
+            if check_read is not None:
+                for table in sorted({f for f, _ in q.views.values()}):
+                    check_read(table)
+            outcome = "failed"
+            reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
+                                               sorted(q.cte_names), self.sql_limits.to_dict()))
+            outcome = "ok"
+        except SqlCancelled:
+            outcome = "cancelled"
+            raise
+        finally:
+            self.sql_outcomes[outcome] = self.sql_outcomes.get(outcome, 0) + 1  # /metrics
         # the master deletes this directory once streamed: only one of the data directory's SQL results
         directory = sql_result(self.data_dir, str(reply["path"]))
         return directory, pa.ipc.read_schema(pa.py_buffer(reply["schema"]))

@@ -43,6 +43,7 @@ class Supervisor:
         self._master = weakref.ref(master)
         self.every = every
         self.streaks: dict[str, int] = {}  # graph -> failures in a row (no micro-batch committed in between)
+        self.restarts: dict[str, int] = {}  # graph -> restarts from its checkpoints since this master started
         self._retried: dict[str, float] = {}  # graph in error -> when its last restart was tried
         self.disk_waits = DiskWaits()  # graphs that failed for want of disk space: restarted once there is room
         self._lock = threading.Lock()
@@ -84,6 +85,7 @@ class Supervisor:
                         and rec.fqn not in self.disk_waits \
                         and now - self._retried.get(rec.fqn, 0.0) >= RETRY_ERROR_S:
                     self._retried[rec.fqn] = now
+                    self.restarts[rec.fqn] = self.restarts.get(rec.fqn, 0) + 1
                     try:
                         with master.events.record(EventType.RECOVER, f"{rec.fqn}: {shorten(rec.reason, 500)}"):
                             master.restart(rec)
@@ -120,6 +122,7 @@ class Supervisor:
                 return
             master.set_status(rec, GraphStatus.ERROR, shorten(reason, 600), action="run")
             log.warning("stream graph %s failed, restarting it from its checkpoints: %s", fqn, reason)
+            self.restarts[fqn] = self.restarts.get(fqn, 0) + 1
             try:
                 with master.events.record(EventType.RECOVER, f"{fqn}: {shorten(reason, 500)}", retries=streak - 1):
                     master.restart(rec)

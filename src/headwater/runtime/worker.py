@@ -23,6 +23,7 @@ from headwater.dataplane.task import SubgraphTask, subgraph_task
 from headwater.errors import ExecutionError, GraphDefinitionError, shorten
 from headwater.plan.document import from_json
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime.metrics import observe_batch
 from headwater.runtime.paths import sql_spool, table_path
 from headwater.runtime.protocol import (
     ControlEngine,
@@ -128,13 +129,15 @@ class Worker:
         run = run_id or "0"
         starters: dict[int, Callable[[], Any]] = {}
         for sg in physical.subgraphs:
-            def record(batch_id: int, rows: int, stats: dict[str, float] | None = None, sg_id: int = sg.id) -> None:
+            def record(batch_id: int, rows: int, stats: dict[str, float] | None = None, seconds: float = 0.0,
+                       sg_id: int = sg.id) -> None:
                 running.batches[sg_id] = batch_id
                 running.committed += 1
                 running.rows[sg_id] = running.rows.get(sg_id, 0) + rows
                 total = running.stats.setdefault(sg_id, {})
                 for k, v in (stats or {}).items():
                     total[k] = total.get(k, 0.0) + v
+                observe_batch(fqn, sg_id, int((stats or {}).get("rows_in", 0)), rows, seconds)
 
             starters[sg.id] = functools.partial(
                 start_fused_subgraph,

@@ -44,6 +44,7 @@ from headwater.errors import BusyError, ConfigurationError, RequestError, Schema
 MiB = 2**20
 OPEN_PATHS = frozenset({"/v1/health", "/v1/login", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 JOIN_PATH = "/v1/workers/join"
+METRICS_PATH = "/metrics"
 WORKER_REQUEST_PATH = "/v1/worker/request"
 # a bearer token's shape: what is checked before anything else is done with it
 _BEARER = re.compile(r"Bearer ([\x21-\x7e]{1,4096})")
@@ -289,14 +290,29 @@ def guard_master(app: Any, user_of: Callable[[str], object], *, body_bytes: int,
         Guard, check=in_thread(user_of), default=Limit(limits.json_bytes, "--max-json-mb"),
         limits={**dict.fromkeys(arrow_paths, arrow),
                 **dict.fromkeys(document_paths, Limit(limits.document_bytes, "--max-document-mb"))},
-        signed_paths=frozenset({JOIN_PATH}))
+        signed_paths=frozenset({JOIN_PATH}), path_checks={METRICS_PATH: metrics_or(in_thread(user_of))})
+
+
+def metrics_or(check: Check | None) -> Check:
+    """A scrape's check: the metrics token (``HEADWATER_METRICS_TOKEN``), else ``check`` (none: refused)."""
+    from headwater.runtime.metrics import TOKEN_ENV, is_metrics_token
+    from headwater.service.auth import AuthError
+
+    async def scrape(token: str) -> object:
+        if is_metrics_token(token):
+            return None
+        if check is None:
+            raise AuthError(f"/metrics needs the metrics token (set {TOKEN_ENV} and scrape with it as bearer token)")
+        return await check(token)
+
+    return scrape
 
 
 def guard_worker(app: Any, *, limits: HttpLimits) -> None:
     """Put a worker's :class:`Guard` in front of ``app``: only requests signed by the master get a body read."""
     app.add_middleware(Guard, check=secret_check(None, "a worker answers only requests signed by its master"),
                        default=Limit(limits.message_bytes, "--max-message-mb"),
-                       signed_paths=frozenset({WORKER_REQUEST_PATH}))
+                       signed_paths=frozenset({WORKER_REQUEST_PATH}), path_checks={METRICS_PATH: metrics_or(None)})
 
 
 # -- Arrow bodies ------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
@@ -146,6 +146,15 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     @app.get("/v1/health")
     async def health() -> dict[str, str]:  # on the event loop: answers whatever the thread pool is doing
         return {"status": "ok", "role": "active"}
+
+    @app.get("/metrics")
+    def metrics(http: Request) -> Response:  # the guard checked the token: the metrics token (user None) or a user's
+        user = http.scope.get("state", {}).get("user")
+        if user is not None and not access.is_admin(str(user)):
+            raise access.refuse(str(user), "metrics", "*", "is not an admin (or scrape with the metrics token)")
+        from headwater.runtime.metrics import CONTENT_TYPE, master_metrics
+
+        return Response(master_metrics(master), media_type=CONTENT_TYPE)
 
     joins = Verifier(worker_secret) if worker_secret else None  # workers sign their join (service.signing)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from headwater.errors import (
@@ -88,6 +88,12 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
     guard_worker(app, limits=limits)  # unsigned requests are refused there, before the body is read
     verifier = Verifier(check_secret(secret))
     psutil.cpu_percent()  # the first reading is meaningless; later ones cover the time since the previous
+
+    @app.get("/metrics")
+    def metrics() -> Response:  # the guard checked the metrics token
+        from headwater.runtime.metrics import CONTENT_TYPE, worker_metrics
+
+        return Response(worker_metrics(), media_type=CONTENT_TYPE)
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:  # on the event loop, whatever the threads do (psutil only reads /proc)

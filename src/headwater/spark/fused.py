@@ -222,7 +222,7 @@ def start_fused_subgraph(
                                "tasks": [{"task": t.task, "rows_in": t.rows_in, "seconds": t.seconds}
                                          for t in report.tasks]})
         if on_batch is not None:
-            on_batch(batch_id, rows_out, stats)
+            on_batch(batch_id, rows_out, stats, time.time() - created)
 
     interval = f"{max(int(trigger_interval.total_seconds() * 1000), 1)} milliseconds"
     name = f"{plan.run}/subgraph_{plan.subgraph}"

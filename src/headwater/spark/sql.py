@@ -20,7 +20,7 @@ from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from headwater.errors import SqlError, clip, shorten
+from headwater.errors import SqlCancelled, SqlError, clip, shorten
 from headwater.sql.limits import SqlLimits, check_bounds
 from headwater.sql.policy import PreparedQuery, check_analysed_plan, check_parsed_plan
 from headwater.sql.policy import _function_name as function_name
@@ -108,11 +108,11 @@ def spooled_bytes(directory: Path) -> int:
     return total
 
 
-def _limit_hit(query: PreparedQuery, limits: SqlLimits, name: str, what: str) -> SqlError:
+def _limit_hit(query: PreparedQuery, limits: SqlLimits, name: str, what: str) -> SqlCancelled:
     fixes = {"max_rows": "add a LIMIT, a WHERE or an aggregation",
              "max_result_bytes": "select fewer columns or rows (add a LIMIT or a WHERE)",
              "timeout_s": "narrow the query (a WHERE on the tables' columns, fewer joins)"}
-    return SqlError(f"sql: {clip(query.source)} was cancelled: {what}, over the limit {limits.setting(name)}; "
+    return SqlCancelled(f"sql: {clip(query.source)} was cancelled: {what}, over the limit {limits.setting(name)}; "
                     f"{fixes[name]}, or ask the operator to raise the limit")
 
 
