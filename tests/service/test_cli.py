@@ -66,6 +66,9 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
         assert ok("append", "demo.stream_table.ticks", str(tmp_path / "ticks.parquet"), env=env).strip() == "1"
         assert ok("append", "ticks", str(tmp_path / "more.csv"), "--catalog", "demo", env=env).strip() == "2"
         ok("graph", "wait", "totals", "--catalog", "demo", "--timeout", "300", env=env)
+        tailed = [json.loads(line) for line in ok("table", "tail", "demo.stream_table.ticks", "--from-version", "2",
+                                                  "--max-versions", "1", "--json", env=env).splitlines()]
+        assert [(r["x"], r["_version"]) for r in tailed] == [(x, 2) for x in frame["x"].iloc[:100]]
         lag = json.loads(ok("graph", "lag", "demo.stream_graph.totals", "--json", env=env))
         assert {(r["table_name"], r["latest_version"], r["pending_versions"]) for r in lag} == {
             ("demo.stream_table.ticks", 2, 0)}

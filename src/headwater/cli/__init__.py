@@ -78,7 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("logout", parents=[reach], help="revoke the kept token of a master and forget it",
                        formatter_class=Help)
     p.set_defaults(func=logout)
-    add_operation_commands(sub, common)
+    groups = add_operation_commands(sub, common)
+    p = groups["table"].add_parser("tail", parents=[common], formatter_class=Help,
+                                   help="print a table's rows as they are committed, until interrupted")
+    p.add_argument("table", metavar="TABLE", help="the table: catalog.stream_table.name, or a bare name in --catalog")
+    p.add_argument("--from-version", type=int, default=None,
+                   help="the first version to print (default: only versions committed from now on)")
+    p.add_argument("--max-versions", type=int, default=None, help="stop after this many versions (default: never)")
+    p.set_defaults(func=tail)
     return parser
 
 
@@ -210,6 +217,30 @@ def run_operation(args: argparse.Namespace) -> int:
         print(f"{' '.join(command_of(op.name))}: done", file=sys.stderr)
     else:
         print(as_text(shown))
+    return 0
+
+
+def tail(args: argparse.Namespace) -> int:
+    """``headwater table tail``: ``session.subscribe`` printed, a line per row (JSON lines with ``--json``)."""
+    import itertools
+
+    from headwater.api.session import Session
+    from headwater.cli.render import as_json, as_text
+
+    with _master(args, "table_changes") as api:
+        session = Session(api)
+        if args.catalog:
+            session.use_catalog(args.catalog)
+        header = True
+        for changes in itertools.islice(session.subscribe(args.table, args.from_version), args.max_versions):
+            rows = changes.to_pylist()
+            if args.json:
+                for row in rows:
+                    print(as_json(row), flush=True)
+            elif rows:
+                text = as_text(rows).splitlines()
+                print("\n".join(text if header else text[1:]), flush=True)
+                header = False
     return 0
 
 

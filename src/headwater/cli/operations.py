@@ -50,6 +50,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("table", "drop"): "drop_public_table",
     ("table", "retention"): "set_retention",
     ("table", "sequence"): "committed_sequence",
+    ("table", "changes"): "table_changes",
     ("append",): "append",
     ("append-once",): "append_once",
     ("sql",): "sql",
@@ -98,6 +99,7 @@ ARGUMENT_HELP = {
     "sequence": "the append's sequence number for this writer",
     "include_tables": "also drop the public tables only this graph uses",
     "timeout": "seconds to wait at most",
+    "after_version": "the rows of the versions after this one (-1: from the start)",
     "limit": "the newest rows to show at most",
     "config": 'the checkpoint configuration as JSON: {"consecutiveFailures": 3}',
     "op": 'the change as JSON: {"op": "update_rule", "key": 1, "rules": ["px > 10"]}',
@@ -122,8 +124,10 @@ def command_of(op: str) -> tuple[str, ...]:
     return next((words for words, name in COMMANDS.items() if name == op), (op.replace("_", "-"),))
 
 
-def add_operation_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """One command per operation (but ``submit``), nested by their words, each with ``common``'s options."""
+def add_operation_commands(sub: argparse._SubParsersAction,
+                           common: argparse.ArgumentParser) -> dict[str, argparse._SubParsersAction]:
+    """One command per operation (but ``submit``), nested by their words, each with ``common``'s options; returns
+    the groups (``graph``, ``table``, ...) for commands of their own."""
     groups: dict[str, argparse._SubParsersAction] = {}
     for name, op in OPERATIONS.items():
         if name in NOT_COMMANDS:
@@ -139,6 +143,7 @@ def add_operation_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         p = parent.add_parser(words[-1], help=op.summary, description=doc, parents=[common], formatter_class=Help)
         _add_arguments(p, op)
         p.set_defaults(operation=name)
+    return groups
 
 
 def _add_arguments(p: argparse.ArgumentParser, op: Operation) -> None:

@@ -14,7 +14,7 @@ process owns the data directory) and bypasses the checks as an admin does.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from headwater.catalog import FQN, resolve
@@ -169,11 +169,12 @@ class Gateway(MasterApi):
         return self.master.sql(query, current_catalog=current_catalog, check_read=readable)
 
     # -- not operations -------------------------------------------------------------------------------
-    def steps(self, op: Operation, values: dict[str, Any]) -> Iterator[float]:
-        """A wait (``op.steps``) one look at a time, its privilege checked first: the pauses between looks."""
+    def steps(self, op: Operation, values: dict[str, Any]) -> Generator[float, None, Any]:
+        """A wait (``op.steps``) one look at a time, its privilege checked first: a generator of the pauses between
+        looks, which returns the operation's result."""
         values = _bound(op, self, (), values)
         self._check(op, values)
-        looks: Iterator[float] = getattr(self.master, str(op.steps))(**values)
+        looks: Generator[float, None, Any] = getattr(self.master, str(op.steps))(**values)
         return looks
 
     def close(self) -> None:

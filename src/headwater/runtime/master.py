@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,8 @@ from headwater.errors import (
     ExecutionError,
     GraphDefinitionError,
     NameTakenError,
+    RequestError,
+    RetentionError,
     SchemaError,
     SqlCancelled,
     StreamGraphStateError,
@@ -70,7 +72,7 @@ from headwater.storage.disk_space import DiskSpace, is_disk_full
 from headwater.storage.locks import LOCK_NAME, FileLock, lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.retention import Retention
-from headwater.storage.stream_table import StreamTable, earliest_version, remove_orphan_files
+from headwater.storage.stream_table import StreamTable, earliest_version, latest_version, remove_orphan_files
 from headwater.types import Schema
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,8 @@ log = logging.getLogger(__name__)
 ORPHAN_MIN_AGE_S = 10.0
 
 MAX_WAIT_SECONDS = 3600.0  # the longest wait_until_caught_up; a longer timeout is cut to it
+CHANGES_MAX_ROWS = 100_000  # table_changes answers whole versions up to about this many rows
+UNTIL_VERSION = "headwater.until_version"  # table_changes: the newest version its answer covers (schema metadata)
 FIRST_LOOK_S, LOOK_EVERY_S = 0.01, 0.1  # a wait looks at the graph's files again after these pauses (doubling)
 
 SEMANTICS = "exactly-once"  # every table write is an idempotent per-batch commit, keyed or not
@@ -236,6 +240,45 @@ class Master:
         version = table.append(data)
         self._expire_in_background(table)
         return table.version() if version is None else version
+
+    def table_changes(self, fqn: FQN, after_version: int, timeout: float = 30.0) -> pa.Table:
+        """The rows that the versions after ``after_version`` added (see :meth:`table_changes_steps`)."""
+        steps = self.table_changes_steps(fqn, after_version, timeout)
+        while True:
+            try:
+                time.sleep(next(steps))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def table_changes_steps(self, fqn: FQN, after_version: int, timeout: float = 30.0) -> Generator[float, None, pa.Table]:
+        """Wait up to ``timeout`` seconds for a version after ``after_version``, one look at a time (each item is
+        the pause before the next), then return the rows of the versions after it, oldest first, with their
+        version in a ``_version`` column: whole versions, up to :data:`CHANGES_MAX_ROWS` rows unless the first
+        version alone has more. The schema's metadata :data:`UNTIL_VERSION` names the newest version covered (a
+        version may add no rows: a compaction). No new version within ``timeout``: no rows, ``after_version``."""
+        table = self._table(self.table_info(fqn))
+        after = int(after_version)
+        if after < -1:
+            raise RequestError(f"table_changes({fqn}): after_version {after} must be -1 (from the start) or more")
+        first = earliest_version(table.path)
+        if after + 1 < first:
+            raise RetentionError(f"stream table {fqn}: version {after + 1} is no longer kept (the table keeps "
+                                 f"versions {first} onwards): resume from version {first}")
+        deadline = time.monotonic() + min(max(float(timeout), 0.0), MAX_WAIT_SECONDS)
+        pause = FIRST_LOOK_S
+        while (latest := latest_version(table.path, max(after, 0))) <= after and time.monotonic() < deadline:
+            yield pause
+            pause = min(pause * 2, LOOK_EVERY_S)
+        parts, rows, until = [], 0, max(after, latest) if latest > after else after
+        for version in range(after + 1, latest + 1):
+            part = table.read_version(version)
+            parts.append(part.append_column("_version", pa.array([version] * part.num_rows, pa.int64())))
+            rows, until = rows + part.num_rows, version
+            if rows >= CHANGES_MAX_ROWS:
+                break
+        changes = pa.concat_tables(parts) if parts else \
+            table.arrow_schema.append(pa.field("_version", pa.int64())).empty_table()
+        return changes.replace_schema_metadata({UNTIL_VERSION: str(until)})
 
     def append_once(self, fqn: FQN, data: pa.Table, *, client_id: str, sequence: int) -> int:
         """Append rows at most once per (client, table, sequence); return the version holding them."""

@@ -107,7 +107,8 @@ class Operation:
     serial: bool  # changes the catalog or starts/stops queries: one at a time per master
     timeout: float | None  # seconds a remote call may take (None: the client's own timeout)
     on: str  # which object implements it: "master" or "access"
-    steps: str | None  # a wait: the master's method that takes it one look at a time (an iterator of pauses)
+    steps: str | None  # a wait: the master's method that takes it one look at a time (a generator of pauses that
+    #                    returns the result)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -187,6 +188,11 @@ class MasterApi:
     @operation(P, Privilege.TABLE_WRITE, scope=T, target="fqn", idempotent=True)
     def committed_sequence(self, fqn: TableName, client_id: str) -> int | None:
         """The highest sequence a client committed to a table, or None."""
+        raise NotImplementedError
+
+    @operation(P, Privilege.TABLE_READ, scope=T, target="fqn", idempotent=True, steps="table_changes_steps")
+    def table_changes(self, fqn: TableName, after_version: int, timeout: float = 30.0) -> pa.Table:
+        """The rows the versions after after_version added, with a _version column (waits up to timeout for one)."""
         raise NotImplementedError
 
     @operation(A, scope=T, target="fqn", idempotent=True)

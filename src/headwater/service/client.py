@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip, error_class
 from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
-from headwater.runtime.protocol import arrow_bytes
+from headwater.runtime.protocol import arrow_bytes, arrow_table
 from headwater.service.tls import client_context
 from headwater.service.wire import from_wire, to_wire
 
@@ -133,7 +133,8 @@ class RemoteMaster(MasterApi):
 
     # -- transport ------------------------------------------------------------------------------------
     def _call(self, path: str, body: Any = None, *, content: bytes | None = None, params: dict[str, Any] | None = None,
-              timeout: float | None = None, idempotent: bool = False) -> Any:
+              timeout: float | None = None, idempotent: bool = False, raw: bool = False) -> Any:
+        # raw: the answer's bytes (an Arrow stream), not its JSON
         deadline = time.monotonic() + self._failover_timeout
         tried = 0
         while True:
@@ -155,7 +156,7 @@ class RemoteMaster(MasterApi):
                 tried = self._next_master(tried, deadline, None)
                 continue
             if response.is_success:
-                return response.json()
+                return response.content if raw else response.json()
             raise self._error(response)
 
     def _next_master(self, tried: int, deadline: float, exc: Exception | None) -> int:
@@ -239,11 +240,14 @@ def _remote(op: Operation) -> Any:
         values = {k: to_wire(v, hints[k]) for k, v in bound.arguments.items() if k not in ("self", rows)}
         # a call that waits up to `timeout` on the master gets 30 s more here; others the declared or own timeout
         timeout = op.timeout if "timeout" not in values else float(values["timeout"]) + 30.0
+        raw = hints["return"] is pa.Table  # an Arrow answer
         if rows is not None:
             doc = self._call(f"/v1/{op.name}", content=arrow_bytes(bound.arguments[rows]),
-                             params={"args": json.dumps(values)}, timeout=timeout, idempotent=op.idempotent)
+                             params={"args": json.dumps(values)}, timeout=timeout, idempotent=op.idempotent, raw=raw)
         else:
-            doc = self._call(f"/v1/{op.name}", values, timeout=timeout, idempotent=op.idempotent)
+            doc = self._call(f"/v1/{op.name}", values, timeout=timeout, idempotent=op.idempotent, raw=raw)
+        if raw:
+            return arrow_table(doc)
         result = doc["result"]
         return None if hints["return"] is type(None) else from_wire(result, hints["return"], f"{op.name} result")
 

@@ -22,7 +22,7 @@ import json
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from headwater.runtime.access import AccessControl
 from headwater.runtime.gateway import Gateway
 from headwater.runtime.master import Master
 from headwater.runtime.operations import OPERATIONS, Operation
+from headwater.runtime.protocol import arrow_bytes
 from headwater.service.auth import Authenticator, AuthError
 from headwater.service.client import STANDBY_ERROR
 from headwater.service.doors import (
@@ -229,19 +230,30 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
         if op.steps:  # a wait of up to an hour holds no thread: one look at a time, pauses on the event loop
             with waits.slot():
                 looks = await _in_thread(lambda: gateway.steps(op, values))
-                while (pause := await _in_thread(lambda: next(looks, None))) is not None:
+                while not (step := await _in_thread(lambda: _step(looks)))[0]:
                     if await request.is_disconnected():
                         return JSONResponse({"result": None})  # nobody is waiting any more
-                    await asyncio.sleep(pause)
-            return JSONResponse({"result": None})
-        result = await _in_thread(call)
+                    await asyncio.sleep(step[1])
+                result = step[1]
+        else:
+            result = await _in_thread(call)
         if op.name == "sql":
             directory, schema = result
             return StreamingResponse(_arrow_stream(directory, schema), media_type=ARROW_STREAM)
+        if result_type is pa.Table:
+            return Response(arrow_bytes(result), media_type=ARROW_STREAM)
         return JSONResponse({"result": to_wire(result, result_type)})
 
     route.__name__ = op.name
     app.post(f"/v1/{op.name}", name=op.name, summary=op.summary, description=inspect.getdoc(op.function) or "")(route)
+
+
+def _step(looks: Generator[float, None, Any]) -> tuple[bool, Any]:
+    """One look of a wait: (False, the pause before the next) or (True, its result)."""
+    try:
+        return False, next(looks)
+    except StopIteration as done:
+        return True, done.value
 
 
 class _Chunks(io.RawIOBase):

@@ -723,6 +723,11 @@ class StreamTable:
         """Return the data files that commit ``version`` added, in append order."""
         return read_commit(self.path, version)
 
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The rows' Arrow schema."""
+        return self._arrow_schema
+
     def read_version(self, version: int, columns: Sequence[str] | None = None) -> pa.Table:
         """Return the rows added by exactly commit ``version``, in the order they were appended."""
         schema = (
