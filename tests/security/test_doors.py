@@ -318,7 +318,7 @@ def test_master_waits_hold_no_thread_and_past_their_limit_are_refused(tmp_path, 
                 seen = looks[0]
                 until(lambda: looks[0] >= seen + 64, "the waits keep looking, on 2 threads")
                 started = time.monotonic()
-                assert http.get(f"{url}/v1/health", timeout=2).json() == {"status": "ok", "role": "active"}
+                assert http.get(f"{url}/v1/health", timeout=2).json()["role"] == "active"
                 r = http.post(f"{url}/v1/table_meta", json={}, headers=headers, timeout=5)
                 assert r.status_code == 200, r.text
                 assert time.monotonic() - started < 5

@@ -138,7 +138,7 @@ def test_an_oversized_body_is_refused_unread_and_the_server_keeps_serving(tmp_pa
 
 def test_every_call_but_login_and_health_needs_a_valid_token(served):
     _, _, client = served
-    assert client.get("/v1/health").json() == {"status": "ok", "role": "active"}
+    assert client.get("/v1/health").json()["role"] == "active"
     routes = [r.path for r in client.app.routes if getattr(r, "methods", None) == {"POST"}]
     assert len(routes) >= 15
     for path in routes:
@@ -313,3 +313,30 @@ def test_subscribe_yields_each_committed_row_once_across_a_master_restart(tmp_pa
     assert empty.num_rows == 0 and empty.schema.metadata[b"headwater.until_version"] == b"6"
     client.close()
     master.close()
+
+
+def test_health_reports_the_metadata_store_the_lease_and_every_worker(served):
+    master, _, client = served
+    deadline = time.monotonic() + 30
+    while (health := client.get("/v1/health").json())["metadata"]["ok"] is None:  # the first probe runs meanwhile
+        assert time.monotonic() < deadline, health
+        time.sleep(0.02)  # polling a condition with a deadline
+    assert health["status"] == "ok" and health["role"] == "active" and health["lease"] is None  # SQLite: no lease
+    assert health["metadata"]["ok"] is True and health["metadata"]["latency_ms"] >= 0
+    assert health["workers"] == [{"url": "embedded-worker-0", "alive": True, "heartbeat_age_s": 0.0}]
+    working = master.store.ping
+
+    def refuse() -> None:
+        raise OSError("the metadata store is gone")
+
+    master.store.ping = refuse
+    from headwater.service.server import HealthReport
+
+    report = HealthReport(master)
+    report.now()  # starts the probe
+    deadline = time.monotonic() + 30
+    while (answer := report.now())["metadata"]["ok"] is None:
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.02)  # polling a condition with a deadline
+    assert answer["status"] == "degraded" and "gone" in answer["metadata"]["error"]
+    master.store.ping = working

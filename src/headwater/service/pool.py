@@ -108,6 +108,12 @@ class WorkerPool:
         log.warning("worker %s (group %s) joined", url, group)
         return True
 
+    def heartbeats(self) -> list[dict[str, Any]]:
+        """Each worker's last heartbeat, from memory (for the master's health: no database, no request)."""
+        now = time.monotonic()
+        return [{"url": url, "alive": self.alive[url], "heartbeat_age_s": round(now - self._last_ok[url], 3)}
+                for url in sorted(self.ports)]
+
     def describe(self) -> list[dict[str, Any]]:
         """One row per worker, from the last heartbeats: url, group, alive, spark, cpu, memory, heartbeat_age_s, graphs."""
         placed = self.placements() if self._store is not None else {}

@@ -214,7 +214,7 @@ class ActiveMaster:
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"), rotate=args.rotate_admin_password)
         secret = os.environ.get("HEADWATER_WORKER_SECRET") if self.pool is not None else None
         app: Any = create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20, worker_secret=secret,
-                              limits=HttpLimits.from_args(args))
+                              limits=HttpLimits.from_args(args), leadership=self.leadership)
         if self.leadership is not None:
             from headwater.service.leader import LeaseGuard
 

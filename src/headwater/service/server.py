@@ -22,6 +22,7 @@ import json
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,7 @@ def arguments(op: Operation, doc: Any, rows: pa.Table | None) -> dict[str, Any]:
 
 
 def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20,
-               worker_secret: str | None = None, limits: HttpLimits = MASTER_LIMITS) -> FastAPI:
+               worker_secret: str | None = None, limits: HttpLimits = MASTER_LIMITS, leadership: Any = None) -> FastAPI:
     """The HTTP API over ``master``: one route per declared operation (``POST /v1/<name>``), logins checked by
     ``auth``, privileges by the :class:`~headwater.runtime.gateway.Gateway` of the caller. Arrow bodies up to
     ``max_body_bytes``, the rest within ``limits`` (checked by the doors' guard before a byte of the body is
@@ -144,9 +145,11 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     def auth_error(_: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"error": "AuthError", "message": str(exc)}, status_code=401)
 
+    report = HealthReport(master, leadership)
+
     @app.get("/v1/health")
-    async def health() -> dict[str, str]:  # on the event loop: answers whatever the thread pool is doing
-        return {"status": "ok", "role": "active"}
+    async def health() -> dict[str, Any]:  # on the event loop: answers whatever the thread pool is doing
+        return report.now()
 
     @app.get("/metrics")
     def metrics(http: Request) -> Response:  # the guard checked the token: the metrics token (user None) or a user's
@@ -246,6 +249,49 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
 
     route.__name__ = op.name
     app.post(f"/v1/{op.name}", name=op.name, summary=op.summary, description=inspect.getdoc(op.function) or "")(route)
+
+
+class HealthReport:
+    """The master's health as ``/v1/health`` answers it: its role and lease, the metadata store, every worker.
+
+    Answered from memory on the event loop, so that heartbeats are answered whatever else runs: the metadata
+    store is probed (``select 1``) in a thread of its own at most every :attr:`every` seconds, and the answer
+    says how old that probe is. ``status`` is ``ok``, or ``degraded`` when the store did not answer, no worker
+    does, or the lease is not surely held.
+    """
+
+    every = 2.0
+
+    def __init__(self, master: Master, leadership: Any = None) -> None:
+        self.master, self.leadership = master, leadership
+        self._store: dict[str, Any] = {"ok": None, "latency_ms": None, "error": ""}
+        self._checked = -1e9
+        self._probing = threading.Lock()
+
+    def _probe(self) -> None:
+        try:
+            began = time.monotonic()
+            self.master.store.ping()
+            self._store = {"ok": True, "latency_ms": round((time.monotonic() - began) * 1000, 1), "error": ""}
+        except Exception as exc:  # reported, never raised: a health check that fails says why
+            self._store = {"ok": False, "latency_ms": None, "error": clip(str(exc), 300)}
+        finally:
+            self._checked = time.monotonic()
+            self._probing.release()
+
+    def now(self) -> dict[str, Any]:
+        if time.monotonic() - self._checked > self.every and self._probing.acquire(blocking=False):
+            threading.Thread(target=self._probe, name="headwater-health-probe", daemon=True).start()
+        heartbeats = getattr(self.master.worker, "heartbeats", None)
+        workers = heartbeats() if heartbeats is not None else [
+            {"url": self.master.worker.name, "alive": True, "heartbeat_age_s": 0.0}]
+        lease = None if self.leadership is None else {"held": self.leadership.holds(), "token": self.leadership.token}
+        store = {**self._store, "checked_s_ago": round(time.monotonic() - self._checked, 1)
+                 if self._checked > 0 else None}
+        healthy = store["ok"] is not False and (not workers or any(w["alive"] for w in workers)) \
+            and (lease is None or lease["held"])
+        return {"status": "ok" if healthy else "degraded", "role": "active", "lease": lease, "metadata": store,
+                "workers": workers}
 
 
 def _step(looks: Generator[float, None, Any]) -> tuple[bool, Any]:

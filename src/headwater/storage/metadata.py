@@ -430,6 +430,11 @@ class MetadataStore:
         with self.engine.connect() as c:
             return {r.graph_fqn: (r.worker, int(r.epoch)) for r in c.execute(sa.select(placements))}
 
+    def ping(self) -> None:
+        """One round trip to the database (raises if it does not answer)."""
+        with self.engine.connect() as c:
+            c.execute(sa.text("select 1"))
+
     def dispose(self) -> None:
         self.engine.dispose()
 
