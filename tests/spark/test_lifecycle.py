@@ -63,6 +63,10 @@ def test_stop_then_start_loses_and_duplicates_nothing(spark, tmp_path):
         assert stat["keys"].sum() == frame["key"].nunique() and stat["late_rows"].isna().all()
         assert (stat["state_bytes"] > 0).all() and (stat["last_batch_s"] >= 0).all() and stat["last_error"].isna().all()
         assert stat["last_batch_rows_in"].sum() <= len(frame) and (stat["last_batch_rows_out"] >= 0).all()
+        lineage = {t: session.data_lineage(t)[["graph", "is_deleted", "reads", "writes"]].values.tolist()
+                   for t in ("ticks", "out")}
+        assert lineage == {"ticks": [["demo.stream_graph.g", False, True, False]],
+                           "out": [["demo.stream_graph.g", False, False, True]]}
         info = session.stream_graph_info("g")
         assert info["status"] == "running" and info["document"]["fqn"] == "demo.stream_graph.g"
         # every micro-batch is a checkpoint job; its stream tasks are the sub-jobs

@@ -497,6 +497,13 @@ class Session:
         return pd.DataFrame(rows, columns=["checkpoint_id", "job_id", "partition_id", "subjob_id", "status", "rows_in",
                                            "read_s", "partition_s", "kernel_s", "state_s", "write_s"])
 
+    def data_lineage(self, table: str) -> pd.DataFrame:
+        """Which graphs read and write stream table ``table`` (Orca's ``getOrcaDataLineage``): graph, run,
+        is_deleted (a dropped run), reads, writes, and upstream (the tables its writers compute it from)."""
+        fqn = resolve(table, "stream_table", current_catalog=self._catalog)
+        return pd.DataFrame(self._master.data_lineage(fqn),
+                            columns=["graph", "run", "is_deleted", "reads", "writes", "upstream"])
+
     def workers(self) -> pd.DataFrame:
         """The workers (Orca's ``getClusterPerf``; admins only): url, group, alive, spark (ready or starting), cpu
         and memory in [0, 1] from the last heartbeat, heartbeat_age_s, and the graphs placed there."""

@@ -51,6 +51,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("table", "retention"): "set_retention",
     ("table", "sequence"): "committed_sequence",
     ("table", "changes"): "table_changes",
+    ("table", "lineage"): "data_lineage",
     ("append",): "append",
     ("append-once",): "append_once",
     ("sql",): "sql",

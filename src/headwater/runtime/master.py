@@ -655,6 +655,24 @@ class Master:
             yield pause
             pause = min(pause * 2, LOOK_EVERY_S)
 
+    def data_lineage(self, fqn: FQN) -> list[dict[str, Any]]:
+        """Orca's getOrcaDataLineage for a table: each graph run that reads or writes it (``is_deleted`` for
+        dropped runs), and from which tables the writers compute it (``upstream``)."""
+        table = self.table_info(fqn).fqn
+        rows = []
+        for rec in self.store.list_graphs():
+            physical = from_json(rec.graph_json, load_callables=False)[1]
+            if physical is None:
+                continue
+            reads = any(getattr(physical.nodes[sg.input], "fqn", None) == table for sg in physical.subgraphs)
+            writers = [sg for sg in physical.subgraphs
+                       if any(getattr(physical.nodes[o], "fqn", None) == table for o in sg.outputs)]
+            if reads or writers:
+                upstream = sorted({str(getattr(physical.nodes[sg.input], "fqn", "")) for sg in writers})
+                rows.append({"graph": rec.fqn, "run": rec.id, "is_deleted": rec.status == GraphStatus.DESTROYED,
+                             "reads": reads, "writes": bool(writers), "upstream": ",".join(upstream)})
+        return rows
+
     def task_subscription_meta(self, fqn: FQN | None) -> list[dict[str, Any]]:
         """Orca's getOrcaStreamTaskSubscriptionMeta, with each task's lag (:mod:`headwater.runtime.lag`)."""
         rows: list[dict[str, Any]] = []

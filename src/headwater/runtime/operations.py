@@ -196,6 +196,11 @@ class MasterApi:
         raise NotImplementedError
 
     @operation(A, scope=T, target="fqn", idempotent=True)
+    def data_lineage(self, fqn: TableName) -> Rows:
+        """Which graphs read and write a table, and from which tables they compute it."""
+        raise NotImplementedError
+
+    @operation(A, scope=T, target="fqn", idempotent=True)
     def table_meta(self, fqn: TableName | None = None) -> Rows:
         """One row per stream table (all visible ones when no name is given)."""
         raise NotImplementedError
