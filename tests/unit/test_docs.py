@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from headwater.docs_gen import render, render_sql
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -28,10 +30,11 @@ def test_orca_mapping_names_every_public_dstream_method():
     assert not missing, f"docs/orca-mapping.md does not mention {missing}"
 
 
-def test_the_engine_docs_examples_run_as_written():
+@pytest.mark.parametrize("doc", ["engines.md", "testing.md"])
+def test_the_docs_examples_run_as_written(doc):
     import doctest
 
-    failures, tried = doctest.testfile(str(DOCS / "engines.md"), module_relative=False)
+    failures, tried = doctest.testfile(str(DOCS / doc), module_relative=False)
     assert tried > 0 and failures == 0
 
 

@@ -181,8 +181,8 @@ def test_bad_arguments_fail_at_definition_naming_the_node_and_value(session, kw,
 
 
 def test_out_of_order_rows_are_counted_in_the_engine_stats(session, tmp_path):
+    from headwater.dataplane.engine_stats import engine_rows
     from headwater.dataplane.local import LocalRunner
-    from headwater.runtime.engine_stats import engine_rows
 
     rows = make_rows(5)
     runner = LocalRunner(graph(session, "counted").plan(), tmp_path)

@@ -346,7 +346,7 @@ def test_the_engine_round_trips_through_the_plan_document(session):
 
 
 def test_rows_of_an_emitted_window_are_counted_as_late(session, tmp_path):
-    from headwater.runtime.engine_stats import engine_rows
+    from headwater.dataplane.engine_stats import engine_rows
 
     day = pd.Timestamp("2026-11-25")
     at = [day + pd.Timedelta(hours=9, minutes=m) for m in (30.5, 36.0, 31.0, 32.0)]  # 09:31 and 09:32: too late

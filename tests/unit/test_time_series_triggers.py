@@ -170,7 +170,7 @@ def late_count(rows: pd.DataFrame) -> int:
 @given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 149), max_size=5, unique=True),
        crash=st.one_of(st.none(), st.integers(0, 5)))
 def test_late_rows_are_counted_once_in_the_engine_stats(session, tmp_path_factory, seed, cuts, crash):
-    from headwater.runtime.engine_stats import engine_rows
+    from headwater.dataplane.engine_stats import engine_rows
 
     rows = make_rows(seed)
     assume(late_count(rows) > 0)  # a few draws shift no row out of its window

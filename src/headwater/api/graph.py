@@ -261,22 +261,29 @@ class StreamGraph:
         self._session._submit(self._graph, self._physical, compute_group, config)
         return self
 
-    def run_local(self, inputs: Mapping[str, Any], *, workdir: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    def run_local(self, inputs: Mapping[str, Any], *, workdir: str | Path | None = None,
+                  clock: Any = None) -> dict[str, pd.DataFrame]:
         """Run the graph in this process, without Spark, over ``inputs``; return what it writes.
 
         ``inputs`` maps a source table's name to a pandas DataFrame or Arrow table, or to a list of them
         (each one append: one micro-batch). The same data plane and evaluator as on Spark run the
         graph; nothing is stored in the session's catalog. Returns every public table the graph writes,
-        by name, rows in commit order. Tables live in a temporary directory, or under ``workdir``.
-        See ``headwater.dataplane.local`` for an example.
+        by name, rows in commit order, and the engines' statistics as ``.engine_stats`` (keys, late rows,
+        state bytes per engine and task, as ``session.stream_engine_stat``). Tables live in a temporary
+        directory, or under ``workdir``.
+
+        ``clock``: the processing time of each round of micro-batches (the i-th frame of every input), which
+        system-time engines (``use_system_time=True``) see instead of the wall clock: a list of times, one
+        per round, or a function called once per round. This makes it the harness to unit-test a graph in
+        your own pytest (``docs/testing.md``). See ``headwater.dataplane.local`` for an example.
         """
         from headwater.dataplane.local import run_local
 
         physical = self.plan()
         if workdir is not None:
-            return run_local(physical, inputs, Path(workdir))
+            return run_local(physical, inputs, Path(workdir), clock=clock)
         with tempfile.TemporaryDirectory(prefix="headwater-local-") as tmp:
-            return run_local(physical, inputs, Path(tmp))
+            return run_local(physical, inputs, Path(tmp), clock=clock)
 
     def __repr__(self) -> str:
         return f"<StreamGraph {self.fqn} nodes={len(self._graph.nodes)}>"

@@ -339,11 +339,11 @@ class SubgraphTask:
         fence = self.fence
         return None if fence is None else functools.partial(check_fence, fence[0], fence[1])
 
-    def commit(self, files: Sequence[OutputFile], txn: tuple[str, int]) -> int:
+    def commit(self, files: Sequence[OutputFile], txn: tuple[str, int], at: float | None = None) -> int:
         """Commit one micro-batch's files: one Delta transaction per output table, tagged ``txn``.
 
         A replayed batch finds ``txn`` already recorded and commits nothing. Returns the rows written
-        (to one output: every output receives the same rows).
+        (to one output: every output receives the same rows). ``at``: the commits' time (``run_local``'s clock).
         """
         from headwater.storage.stream_table import StreamTable
 
@@ -352,7 +352,7 @@ class SubgraphTask:
         for index, path in enumerate(paths):
             mine = sorted((f for f in files if f.table == index), key=lambda f: (f.task, f.name))
             if mine:
-                StreamTable.open(path).commit_files([(f.name, f.size, f.rows) for f in mine], txn=txn)
+                StreamTable.open(path).commit_files([(f.name, f.size, f.rows) for f in mine], txn=txn, at=at)
                 if index < len(self.outputs):
                     rows_out = sum(f.rows for f in mine)
         return rows_out

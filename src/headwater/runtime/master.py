@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from headwater.catalog import FQN
+from headwater.dataplane.engine_stats import engine_rows
 from headwater.dataplane.task import reader_bucketing
 from headwater.errors import (
     CatalogError,
@@ -46,7 +47,6 @@ from headwater.plan.physical import PhysicalGraph, plan
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.checkpoint_jobs import job_rows, subjob_rows
 from headwater.runtime.compactor import Compactor
-from headwater.runtime.engine_stats import engine_rows
 from headwater.runtime.events import EventLog, EventType, recorded
 from headwater.runtime.lag import CatchUp, graph_lag, subscription_rows
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition

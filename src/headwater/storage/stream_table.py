@@ -221,6 +221,13 @@ def _data_file_path(table_path: str, add_path: str) -> str:
     return os.path.join(table_path, unquote(add_path))
 
 
+STAMP_KEY = "headwater.time"  # commitInfo: the time a writer gave its commit, which commit_time reports
+
+
+def _stamp(at: float | None) -> dict[str, str] | None:
+    return None if at is None else {STAMP_KEY: repr(float(at))}
+
+
 def commit_time(path: str | Path, version: int) -> float:
     """When commit ``version`` was made (seconds since the epoch), from its ``commitInfo``; a fixed fact
     of the log, so every replay of a micro-batch sees the same time."""
@@ -228,7 +235,10 @@ def commit_time(path: str | Path, version: int) -> float:
     with open(file, encoding="utf-8") as f:
         for line in f:
             if '"commitInfo"' in line:
-                stamp = json.loads(line)["commitInfo"].get("timestamp")
+                info = json.loads(line)["commitInfo"]
+                if info.get(STAMP_KEY) is not None:  # a time the writer gave (run_local's clock)
+                    return float(info[STAMP_KEY])
+                stamp = info.get("timestamp")
                 if stamp is not None:
                     return float(stamp) / 1000.0
     return os.stat(file).st_mtime  # a writer that recorded no timestamp: the commit file's own time
@@ -750,12 +760,13 @@ class StreamTable:
 
     # -- writing -------------------------------------------------------------
 
-    def commit_files(self, files: Sequence[tuple[str, int, int]], *, txn: tuple[str, int]) -> int | None:
+    def commit_files(self, files: Sequence[tuple[str, int, int]], *, txn: tuple[str, int],
+                     at: float | None = None) -> int | None:
         """Commit Parquet files already written into the table directory as one append.
 
         ``files`` are (file name, size in bytes, row count), in the order their rows should
         stream. Idempotent by ``txn`` like :meth:`append`. Keyed tables re-read the rows to
-        de-duplicate them, then commit through :meth:`append`.
+        de-duplicate them, then commit through :meth:`append`. ``at``: as :meth:`append`'s.
         """
         from deltalake import CommitProperties, Transaction
         from deltalake.transaction import AddAction
@@ -763,7 +774,7 @@ class StreamTable:
         if self.kind != "plain":
             rows = read_files([DataFile(os.path.join(self.path, n), size, r) for n, size, r in files],
                               self._arrow_schema)
-            version = self.append(rows, txn=txn)
+            version = self.append(rows, txn=txn, at=at)
             for name, _, _ in files:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self.path, name))
@@ -779,7 +790,8 @@ class StreamTable:
                 now = int(time.time() * 1000)
                 actions = [AddAction(name, size, {}, now, True, json.dumps({"numRecords": rows}))
                            for name, size, rows in files]
-                props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(txn[0], txn[1])])
+                props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(txn[0], txn[1])],
+                                         custom_metadata=_stamp(at))
                 try:
                     dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)  # type: ignore[arg-type]
                 except Exception as exc:  # a concurrent commit: re-check the transaction and retry
@@ -796,6 +808,7 @@ class StreamTable:
         data: pa.Table | pa.RecordBatch | pd.DataFrame,
         *,
         txn: tuple[str, int] | None = None,
+        at: float | None = None,
     ) -> int | None:
         """Append ``data`` as one commit and return the new version.
 
@@ -805,6 +818,9 @@ class StreamTable:
             txn: ``(app_id, batch_id)`` making the append idempotent: nothing is
                 written when the table already recorded ``batch_id`` or a later one
                 for ``app_id``.
+            at: The commit's time (seconds since the epoch) as :func:`commit_time` reports it, and so the
+                processing time of system-time engines over it; by default the clock's (``run_local``'s
+                ``clock=`` sets it, for tests).
 
         Returns:
             The new version, or None when nothing was committed (``txn`` already
@@ -828,7 +844,7 @@ class StreamTable:
         st = _state(self.path)
         with st.lock:
             for _ in range(_MAX_COMMIT_ATTEMPTS):
-                version = self._try_append(st, rows, txn)
+                version = self._try_append(st, rows, txn, at)
                 if version != -1:
                     return version
             raise ExecutionError(
@@ -1012,7 +1028,8 @@ class StreamTable:
     def _delta(self, st: _TableState) -> DeltaTable:
         return st.loaded(self.path, self.name)
 
-    def _try_append(self, st: _TableState, rows: pa.Table, txn: tuple[str, int] | None) -> int | None:
+    def _try_append(self, st: _TableState, rows: pa.Table, txn: tuple[str, int] | None,
+                    at: float | None = None) -> int | None:
         """One optimistic attempt; return -1 if another writer committed first."""
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
@@ -1035,6 +1052,7 @@ class StreamTable:
         props = CommitProperties(
             max_commit_retries=0,
             app_transactions=[Transaction(txn[0], txn[1])] if txn is not None else None,
+            custom_metadata=_stamp(at),
         )
         try:
             if rows.num_rows:
