@@ -95,6 +95,9 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
         events = json.loads(ok("events", "--json", env=env))
         assert [e["type"] for e in events][-1] == "STOP"
 
+        [worker] = json.loads(ok("workers", "--json", env=env))  # the master's in-process worker, its Spark UI on
+        assert worker["alive"] and worker["graphs"] == "demo.stream_graph.totals"
+        assert worker["spark_ui"].startswith("http://127.0.0.1:") and httpx.get(worker["spark_ui"]).status_code < 400
         ok("user", "create", "bob", "--password", "bob-password", env=env)
         assert [u["name"] for u in json.loads(ok("users", "--json", env=env))] == ["admin", "bob"]
         bob = {**env, "HEADWATER_TOKEN_FILE": str(tmp_path / "bob.json")}

@@ -45,3 +45,18 @@ def test_version_and_help_answer_and_a_wrong_command_exits_2():
     assert help_.returncode == 0 and "--json" in help_.stdout and "GRAPH" in help_.stdout
     wrong = headwater("graph", "explode")
     assert wrong.returncode == 2 and "invalid choice" in wrong.stderr
+
+
+def test_every_option_of_every_command_has_help():
+    import argparse
+
+    def walk(parser: argparse.ArgumentParser, words: tuple[str, ...]):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    yield from walk(child, (*words, name))
+            elif not isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                yield words, action
+
+    missing = [f"{' '.join(w)} {a.option_strings or a.dest}" for w, a in walk(build_parser(), ()) if not a.help]
+    assert not missing, f"options without help: {missing}"

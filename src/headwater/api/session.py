@@ -506,9 +506,10 @@ class Session:
 
     def workers(self) -> pd.DataFrame:
         """The workers (Orca's ``getClusterPerf``; admins only): url, group, alive, spark (ready or starting), cpu
-        and memory in [0, 1] from the last heartbeat, heartbeat_age_s, and the graphs placed there."""
+        and memory in [0, 1] from the last heartbeat, heartbeat_age_s, the graphs placed there, and the URL of
+        its driver's Spark UI (spark_ui; ``headwater worker`` serves one unless ``--spark-ui off``)."""
         return pd.DataFrame(self._master.workers(), columns=["url", "group", "alive", "spark", "cpu", "memory",
-                                                             "heartbeat_age_s", "graphs"])
+                                                             "heartbeat_age_s", "graphs", "spark_ui"])
 
     def task_subscription_meta(self, name: str | None = None) -> pd.DataFrame:
         """Which table each stream task reads, and how far behind it is (Orca's ``getOrcaStreamTaskSubscriptionMeta``,

@@ -49,8 +49,8 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from headwater.cli.demo import add_demo_command
-    from headwater.cli.operations import Help, add_operation_commands
-    from headwater.service.run import add_cluster_command, add_master_command, add_worker_command
+    from headwater.cli.operations import add_operation_commands
+    from headwater.service.run import Help, add_cluster_command, add_master_command, add_worker_command
 
     parser = argparse.ArgumentParser(prog="headwater", description="Headwater: stream graphs on Spark.",
                                      epilog="Exit codes: 0 done, 1 failed, 2 bad usage or input, 3 not logged in, "

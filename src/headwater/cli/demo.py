@@ -96,8 +96,10 @@ def _progress_text(progress: dict) -> str:
 
 
 def add_demo_command(sub: argparse._SubParsersAction) -> None:
+    from headwater.service.run import Help
+
     p = sub.add_parser("demo", help="run the 1-minute bars + indicators graph over a generated trading day",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=Help)
     p.add_argument("--symbols", type=int, default=20, help="symbols in the generated market")
     p.add_argument("--ticks-per-minute", type=int, default=50, help="ticks per symbol and minute")
     p.add_argument("--chunk", type=int, default=50_000, help="ticks per append call")

@@ -26,6 +26,7 @@ import pyarrow as pa
 from headwater.catalog import FQN, resolve
 from headwater.errors import ConfigurationError, RequestError, clip
 from headwater.runtime.operations import OPERATIONS, Operation
+from headwater.service.run import Help
 from headwater.service.wire import from_wire
 from headwater.types import Schema
 
@@ -169,15 +170,6 @@ def _add_arguments(p: argparse.ArgumentParser, op: Operation) -> None:
                            default=None if required else param.default)
         else:
             p.add_argument(f"--{_flag(param.name)}", dest=param.name, default=param.default, help=helptext)
-
-
-class Help(argparse.ArgumentDefaultsHelpFormatter):
-    """Each option's default after its help, where it has one worth saying."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False, (), argparse.SUPPRESS) or "default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
 
 
 def _flag(name: str) -> str:

@@ -174,4 +174,5 @@ class InProcessWorkerPort:
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"url": self.name, "group": "default", "alive": True, "spark": self.worker.spark_state, "cpu": None,
-                 "memory": None, "heartbeat_age_s": 0.0, "graphs": ",".join(sorted(self.worker.running_graphs()))}]
+                 "memory": None, "heartbeat_age_s": 0.0, "graphs": ",".join(sorted(self.worker.running_graphs())),
+                 "spark_ui": self.worker.spark_ui}]

@@ -75,6 +75,7 @@ class Worker:
         self.driver_batch_rows = driver_batch_rows
         self.spark_cores = spark_cores  # on a standalone cluster: the executor cores this worker's driver takes
         self._spark: Any = None
+        self.spark_ui: str | None = None  # the driver's Spark UI, once it runs with one (HEADWATER_SPARK_UI=on)
         self.spark_failure = ""  # why the last attempt to start Spark failed
         self._spark_lock = threading.Lock()  # the recovery thread and the user's thread may both start it
         self._start_lock = threading.RLock()
@@ -93,7 +94,9 @@ class Worker:
                 except Exception as exc:
                     self.spark_failure = _short(exc)
                     raise
-                self._spark, self.spark_failure = spark, ""
+                from headwater.spark.session import spark_ui_url
+
+                self._spark, self.spark_failure, self.spark_ui = spark, "", spark_ui_url(spark)
                 log.info("Spark (%s) ready in %.1f s", self.spark_master, time.monotonic() - began)
         return self._spark
 

@@ -39,6 +39,7 @@ class WorkerLoad:
     memory: float = 0.0
     alive: bool = True
     ready: bool = True  # its Spark driver has started
+    spark_ui: str | None = None  # its driver's Spark UI, if it serves one
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,8 @@ class WorkerPool:
         return [{"url": url, "group": self.loads[url].group, "alive": self.alive[url],
                  "spark": "ready" if self.loads[url].ready else "starting", "cpu": self.loads[url].cpu,
                  "memory": self.loads[url].memory, "heartbeat_age_s": round(now - self._last_ok[url], 3),
-                 "graphs": ",".join(sorted(g for g, (w, _) in placed.items() if w == url))}
+                 "graphs": ",".join(sorted(g for g, (w, _) in placed.items() if w == url)),
+                 "spark_ui": self.loads[url].spark_ui}
                 for url in sorted(self.ports)]
 
     # -- placement ------------------------------------------------------------------------------------
@@ -190,8 +191,10 @@ class WorkerPool:
             if answer.status_code != 200:
                 return Probe.SILENT
             doc = answer.json()
+            ui = doc.get("spark_ui")
             self.loads[url] = WorkerLoad(url, str(doc.get("group", DEFAULT_GROUP)), float(doc.get("cpu", 0.0)),
-                                         float(doc.get("memory", 0.0)), ready=doc.get("spark", "ready") == "ready")
+                                         float(doc.get("memory", 0.0)), ready=doc.get("spark", "ready") == "ready",
+                                         spark_ui=ui if isinstance(ui, str) and ui.startswith("http") else None)
             return Probe.OK
         except httpx.ConnectError as exc:
             return Probe.REFUSED if _refused(exc) else Probe.SILENT

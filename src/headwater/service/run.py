@@ -82,17 +82,31 @@ def cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+class Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, where it has one worth saying."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, (), [], argparse.SUPPRESS) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_cluster_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cluster", help="start, check or stop the whole service on this machine (Spark standalone, "
                                        "workers, master, optionally PostgreSQL)")
-    p.add_argument("action", choices=["up", "status", "down"])
-    p.add_argument("--data-dir", required=True, help="where tables, checkpoints, metadata and the cluster's logs live")
-    p.add_argument("--workers", type=positive, default=2, help="Headwater workers to start (up)")
-    p.add_argument("--port", type=positive, default=8765, help="the master's port (up)")
-    p.add_argument("--postgres", action="store_true", help="keep the metadata in a PostgreSQL server started here (up)")
-    p.add_argument("--cores-per-worker", type=positive, default=1, help="Spark executor cores per worker (up)")
-    p.add_argument("--driver-batch-rows", type=non_negative, default=None,
-                   help="passed to each worker (up); 0 makes every micro-batch run on Spark's executors")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start the cluster's processes in the background", formatter_class=Help)
+    up.add_argument("--data-dir", required=True, help="where tables, checkpoints, metadata and the cluster's logs live")
+    up.add_argument("--workers", type=positive, default=2, help="Headwater workers to start")
+    up.add_argument("--port", type=positive, default=8765, help="the master's port")
+    up.add_argument("--postgres", action="store_true", help="keep the metadata in a PostgreSQL server started here")
+    up.add_argument("--cores-per-worker", type=positive, default=1, help="Spark executor cores per worker")
+    up.add_argument("--driver-batch-rows", type=non_negative, default=None,
+                    help="passed to each worker; 0 makes every micro-batch run on Spark's executors")
+    for name, text in (("status", "each process of the cluster: running, answering (exit code 1 if one is not)"),
+                       ("down", "stop every process of the cluster")):
+        a = actions.add_parser(name, help=text, formatter_class=Help)
+        a.add_argument("--data-dir", required=True, help="the data directory the cluster was started on")
     p.set_defaults(func=cluster)
 
 
@@ -113,6 +127,7 @@ def serve_master(args: argparse.Namespace) -> int:
     from headwater.errors import ConfigurationError
 
     configure_logging(args.log_level)
+    os.environ["HEADWATER_SPARK_UI"] = args.spark_ui  # before the in-process worker's driver starts
     served = tls.server_options(args.tls_cert, args.tls_key)  # checked before anything starts
     from headwater.service.server import Switchboard, create_standby_app
 
@@ -283,6 +298,7 @@ def serve_worker(args: argparse.Namespace) -> int:
     from headwater.service.worker_http import check_secret, create_worker_app
 
     configure_logging(args.log_level)
+    os.environ["HEADWATER_SPARK_UI"] = args.spark_ui  # before its driver starts
     secret = check_secret(os.environ.get("HEADWATER_WORKER_SECRET"))
     served = tls.server_options(args.tls_cert, args.tls_key)
     tls.client_context(args.tls_ca)  # a bad CA bundle stops the worker now, not in its joining thread
@@ -305,8 +321,15 @@ def serve_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_spark_ui_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--spark-ui", choices=["on", "off"], default="on",
+                   help="Spark's web UI for this process's driver, on a free port of 127.0.0.1 (its URL: "
+                        "`headwater workers`)")
+
+
 def add_worker_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("worker", help="run a stream worker: a Spark driver that runs the queries its master assigns")
+    p = sub.add_parser("worker", help="run a stream worker: a Spark driver that runs the queries its master assigns",
+                       formatter_class=Help)
     p.add_argument("--data-dir", required=True, help="the master's data directory (shared storage)")
     p.add_argument("--group", default="default", help="the compute group this worker belongs to")
     p.add_argument("--master", action="append", default=[],
@@ -315,12 +338,14 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
                    help="on a standalone cluster: the executor cores this worker's Spark driver takes (default: all)")
     p.add_argument("--driver-batch-rows", type=non_negative, default=DRIVER_BATCH_ROWS,
                    help="micro-batches up to this many input rows run in the driver; 0: always as Spark tasks")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8766)
+    p.add_argument("--host", default="127.0.0.1", help="the address the worker's API listens on")
+    p.add_argument("--port", type=int, default=8766, help="the port the worker's API listens on")
     p.add_argument("--spark", default="local[*]", type=spark_master,
                    help="the Spark master of this worker's driver: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level")
+    add_spark_ui_flag(p)
     from headwater.service.doors import add_limit_flags
 
     add_limit_flags(p, role="worker")
@@ -329,7 +354,8 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
 
 
 def add_master_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("master", help="run the stream master: graphs, tables and SQL behind an HTTP API")
+    p = sub.add_parser("master", help="run the stream master: graphs, tables and SQL behind an HTTP API",
+                       formatter_class=Help)
     p.add_argument("--data-dir", required=True, help="where tables, checkpoints and the metadata live")
     p.add_argument("--metadata", default=None,
                    help="the metadata store: postgresql://user@host:port/db (default: SQLite in the data directory)")
@@ -339,8 +365,8 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between a worker's health checks")
     p.add_argument("--heartbeat-deadline", type=float, default=5.0,
                    help="seconds without an answer after which a worker is down and its graphs move")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--host", default="127.0.0.1", help="the address the master's API listens on")
+    p.add_argument("--port", type=int, default=8765, help="the port the master's API listens on")
     p.add_argument("--spark", default="local[*]", type=spark_master,
                    help="the Spark master of the worker's driver: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
@@ -361,7 +387,9 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
                         "and a standby takes over")
     p.add_argument("--standby", action="store_true",
                    help="wait as a standby and take over when the active master on the same --metadata stops")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level")
+    add_spark_ui_flag(p)
     from headwater.service.doors import add_limit_flags
 
     add_limit_flags(p, role="master")

@@ -98,6 +98,7 @@ def create_worker_app(worker: Worker, secret: str, *, group: str = DEFAULT_GROUP
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:  # on the event loop, whatever the threads do (psutil only reads /proc)
         return {"status": "ok", "name": worker.name, "group": group, "spark": worker.spark_state,
+                "spark_ui": getattr(worker, "spark_ui", None),
                 "cpu": psutil.cpu_percent() / 100.0, "memory": psutil.virtual_memory().percent / 100.0}
 
     @app.post("/v1/worker/request")

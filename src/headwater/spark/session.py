@@ -60,6 +60,20 @@ def scratch_dir(root: Path) -> Path:
 
 
 PROPERTIES_ENV = "HEADWATER_SPARK_PROPERTIES"
+UI_ENV = "HEADWATER_SPARK_UI"  # "on": Spark's web UI for the driver (headwater master and worker turn it on)
+
+
+def spark_ui() -> bool:
+    """Whether drivers started in this process serve Spark's web UI (``HEADWATER_SPARK_UI=on``)."""
+    value = os.environ.get(UI_ENV, "off").lower()
+    if value not in ("on", "off"):
+        raise ExecutionError(f"{UI_ENV}={value!r}: expected on or off")
+    return value == "on"
+
+
+def spark_ui_url(spark: SparkSession) -> str | None:
+    """The URL of the driver's Spark UI, when it serves one."""
+    return spark.sparkContext.uiWebUrl if spark_ui() else None
 
 
 def _use_properties_file(file: str | None) -> None:
@@ -113,7 +127,8 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
-        .config("spark.ui.enabled", "false")
+        .config("spark.ui.enabled", "true" if spark_ui() else "false")
+        .config("spark.ui.port", "0")  # when on: a free port (of 127.0.0.1, the driver's bind address)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
