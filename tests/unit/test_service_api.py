@@ -340,3 +340,26 @@ def test_health_reports_the_metadata_store_the_lease_and_every_worker(served):
         time.sleep(0.02)  # polling a condition with a deadline
     assert answer["status"] == "degraded" and "gone" in answer["metadata"]["error"]
     master.store.ping = working
+
+
+def test_the_access_log_names_the_user_and_json_logs_carry_its_fields(tmp_path, caplog):
+    import logging
+
+    from headwater.service.run import JsonFormatter
+
+    master = embedded_master(tmp_path, start_spark=False)
+    auth = Authenticator(master.store)
+    auth.ensure_admin("admin-pw")
+    try:
+        with TestClient(create_app(master, auth, access_log=True), base_url="http://testserver") as client, \
+                caplog.at_level(logging.INFO, logger="headwater.access"):
+            token = client.post("/v1/login", json={"user": "admin", "password": "admin-pw"}).json()["token"]
+            client.post("/v1/table_meta", json={}, headers={"Authorization": f"Bearer {token}"})
+            client.post("/v1/table_meta", json={})  # refused by the guard: logged too
+        lines = [(r.path, r.status, r.user) for r in caplog.records if r.name == "headwater.access"]
+        assert lines == [("/v1/login", 200, None), ("/v1/table_meta", 200, "admin"), ("/v1/table_meta", 401, None)]
+        doc = json.loads(JsonFormatter().format(caplog.records[-2]))
+        assert (doc["logger"], doc["path"], doc["status"], doc["user"]) == ("headwater.access", "/v1/table_meta", 200,
+                                                                            "admin")
+    finally:
+        master.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import re
@@ -110,13 +111,38 @@ def add_cluster_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cluster)
 
 
-def configure_logging(level: str) -> None:
-    """Headwater's own log lines on stderr, each with its time: an operator lines up a failover with them."""
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the fields a line carries (an access log's)."""
+
+    FIELDS = ("method", "path", "status", "user", "client", "seconds")
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+               "message": record.getMessage(), **{k: getattr(record, k) for k in self.FIELDS if hasattr(record, k)}}
+        if record.exc_info:
+            doc["error"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Headwater's own log lines on stderr, each with its time: an operator lines up a failover with them.
+    ``log_format="json"``: one JSON object per line, for a log collector."""
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("headwater")
     root.addHandler(handler)
     root.setLevel(level.upper())
+
+
+def add_log_flags(p: argparse.ArgumentParser, *, access: bool) -> None:
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+                   help="the least severe log line written (stderr)")
+    p.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="log lines as text, or one JSON object per line")
+    if access:
+        p.add_argument("--access-log", action="store_true",
+                       help="log each request: method, path, status, user, client address, seconds")
 
 
 def serve_master(args: argparse.Namespace) -> int:
@@ -126,7 +152,7 @@ def serve_master(args: argparse.Namespace) -> int:
 
     from headwater.errors import ConfigurationError
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     os.environ["HEADWATER_SPARK_UI"] = args.spark_ui  # before the in-process worker's driver starts
     served = tls.server_options(args.tls_cert, args.tls_key)  # checked before anything starts
     from headwater.service.server import Switchboard, create_standby_app
@@ -229,7 +255,8 @@ class ActiveMaster:
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"), rotate=args.rotate_admin_password)
         secret = os.environ.get("HEADWATER_WORKER_SECRET") if self.pool is not None else None
         app: Any = create_app(self.master, auth, max_body_bytes=args.max_body_mb * 2**20, worker_secret=secret,
-                              limits=HttpLimits.from_args(args), leadership=self.leadership)
+                              limits=HttpLimits.from_args(args), leadership=self.leadership,
+                              access_log=args.access_log)
         if self.leadership is not None:
             from headwater.service.leader import LeaseGuard
 
@@ -297,7 +324,7 @@ def serve_worker(args: argparse.Namespace) -> int:
     from headwater.service.doors import HttpLimits
     from headwater.service.worker_http import check_secret, create_worker_app
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     os.environ["HEADWATER_SPARK_UI"] = args.spark_ui  # before its driver starts
     secret = check_secret(os.environ.get("HEADWATER_WORKER_SECRET"))
     served = tls.server_options(args.tls_cert, args.tls_key)
@@ -343,8 +370,7 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spark", default="local[*]", type=spark_master,
                    help="the Spark master of this worker's driver: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level")
+    add_log_flags(p, access=False)
     add_spark_ui_flag(p)
     from headwater.service.doors import add_limit_flags
 
@@ -387,8 +413,7 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
                         "and a standby takes over")
     p.add_argument("--standby", action="store_true",
                    help="wait as a standby and take over when the active master on the same --metadata stops")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level")
+    add_log_flags(p, access=True)
     add_spark_ui_flag(p)
     from headwater.service.doors import add_limit_flags
 

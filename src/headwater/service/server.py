@@ -19,6 +19,7 @@ import asyncio
 import inspect
 import io
 import json
+import logging
 import re
 import shutil
 import threading
@@ -104,15 +105,19 @@ def arguments(op: Operation, doc: Any, rows: pa.Table | None) -> dict[str, Any]:
 
 
 def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20,
-               worker_secret: str | None = None, limits: HttpLimits = MASTER_LIMITS, leadership: Any = None) -> FastAPI:
+               worker_secret: str | None = None, limits: HttpLimits = MASTER_LIMITS, leadership: Any = None,
+               access_log: bool = False) -> FastAPI:
     """The HTTP API over ``master``: one route per declared operation (``POST /v1/<name>``), logins checked by
     ``auth``, privileges by the :class:`~headwater.runtime.gateway.Gateway` of the caller. Arrow bodies up to
     ``max_body_bytes``, the rest within ``limits`` (checked by the doors' guard before a byte of the body is
-    read). ``worker_secret``: workers that present it may join (``headwater worker --master``)."""
+    read). ``worker_secret``: workers that present it may join (``headwater worker --master``). ``access_log``: a
+    log line per request (logger ``headwater.access``, with the user)."""
     app = FastAPI(title="Headwater master", version="1")
     guard_master(app, auth.user_of, body_bytes=max_body_bytes, limits=limits,
                  arrow_paths=frozenset(f"/v1/{op.name}" for op in OPERATIONS.values() if op.rows_argument),
                  document_paths=frozenset({"/v1/submit"}))
+    if access_log:
+        app.add_middleware(AccessLog)  # added last: the outermost layer, it sees the guard's refusals too
     waits = WaitSlots(limits.waits, what="wait for a stream graph")
     bearer = HTTPBearer(auto_error=False)
     access = AccessControl(master.store)
@@ -251,6 +256,35 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
     app.post(f"/v1/{op.name}", name=op.name, summary=op.summary, description=inspect.getdoc(op.function) or "")(route)
 
 
+class AccessLog:
+    """An ASGI layer that logs each request once answered: method, path, status, user (set by the guard), client
+    address and seconds, as fields of the line (``--log-format json`` writes them as JSON)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began, status = time.monotonic(), [0]
+
+        async def watched(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        finally:
+            client = scope.get("client") or ("", 0)
+            user = scope.get("state", {}).get("user")
+            fields = {"method": scope["method"], "path": scope["path"], "status": status[0], "user": user,
+                      "client": client[0], "seconds": round(time.monotonic() - began, 4)}
+            ACCESS.info("%s %s %s %s %.4fs", fields["method"], fields["path"], fields["status"], user or "-",
+                        fields["seconds"], extra=fields)
+
+
 class HealthReport:
     """The master's health as ``/v1/health`` answers it: its role and lease, the metadata store, every worker.
 
@@ -292,6 +326,9 @@ class HealthReport:
             and (lease is None or lease["held"])
         return {"status": "ok" if healthy else "degraded", "role": "active", "lease": lease, "metadata": store,
                 "workers": workers}
+
+
+ACCESS = logging.getLogger("headwater.access")
 
 
 def _step(looks: Generator[float, None, Any]) -> tuple[bool, Any]:
