@@ -37,7 +37,7 @@ def test_a_worker_fenced_while_it_computes_saves_no_snapshot_and_prunes_none(tmp
         runner.append("ticks", pd.DataFrame({"k": list("abcd"), "x": [i, i, i, i]}))
         assert runner.step()
     before = snapshots(state)
-    assert before and all(name.endswith(".pkl") for name in before)
+    assert before and all(name.endswith((".pkl", ".stats.json")) for name in before)
 
     runner.append("ticks", pd.DataFrame({"k": list("abcd"), "x": [9, 9, 9, 9]}))
     moved = []

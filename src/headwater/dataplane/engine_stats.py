@@ -1,5 +1,6 @@
 """``stream_engine_meta`` and ``stream_engine_stat`` (Orca's ``getStreamEngineStat``): each engine of a graph
-per stream task, with the counters its newest state snapshot holds (keys, late rows dropped...).
+per stream task, with the counters of its newest state snapshot (keys, late rows dropped...), read from the JSON
+the worker saves beside it: the master never loads a state itself (no unpickling there, whatever its size).
 
 The counters live in the engines' state, so they are exactly-once like the rest of it: a replayed micro-batch
 counts its late rows once. They read the newest snapshot a task saved, which may belong to a micro-batch
@@ -8,7 +9,6 @@ still being committed.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,9 @@ def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, An
         for node in (physical.nodes[n] for n in sg.chain):
             if not isinstance(node, EngineNode):
                 continue
-            processor = node.spec.processor() if node.spec is not None else None
             store = SnapshotStore(str(state_root / node.name))
             for index, task_id in enumerate(sg.task_ids()):
-                state = store.load(index, sys.maxsize) if processor is not None else None
-                stats = processor.stats(state) if processor is not None and state is not None else {}
+                stats = store.newest_stats(index) or {}  # JSON beside the snapshot: no state is unpickled here
                 rows.append({"task_id": task_id, "name": node.name, "type": str(node.type), "fqn": node.fqn,
                              "schema": [list(c) for c in node.schema.columns],
                              "keys": stats.get("keys"), "late_rows": stats.get("late_rows"),

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from headwater.faults import fault_point
@@ -46,8 +47,24 @@ class SnapshotStore:
         with open(os.path.join(self._dir(task), f"{older[-1]}.pkl"), "rb") as f:
             return pickle.load(f)
 
-    def save(self, task: int, version: int, state: Any, *, fence: Callable[[], None] | None = None) -> None:
-        """Write the snapshot at ``version`` and remove those beyond ``keep``.
+    def newest_stats(self, task: int) -> dict[str, Any] | None:
+        """The counters saved beside the task's newest snapshot (``save(stats=...)``), read as JSON: the master
+        reports them without loading the state itself (it never unpickles)."""
+        for version in reversed(self._versions(task)):
+            try:
+                with open(os.path.join(self._dir(task), f"{version}.stats.json"), encoding="utf-8") as f:
+                    doc: dict[str, Any] = json.load(f)
+                    return doc
+            except FileNotFoundError:  # a snapshot saved without counters, or removed meanwhile
+                return None
+            except ValueError:
+                return None
+        return None
+
+    def save(self, task: int, version: int, state: Any, *, fence: Callable[[], None] | None = None,
+             stats: Mapping[str, Any] | None = None) -> None:
+        """Write the snapshot at ``version`` (and ``stats``, its counters, beside it as JSON) and remove those
+        beyond ``keep``.
 
         ``fence`` (the placement's check, :func:`headwater.dataplane.fence.check_fence`) runs once the new
         file is written and before it replaces anything or any old snapshot is removed: a worker whose graph
@@ -68,8 +85,14 @@ class SnapshotStore:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(tmp)
                 raise
+        if stats is not None:  # first: the snapshot it describes then never lacks it
+            side = os.path.join(d, f".{version}.stats.{os.getpid()}.tmp")
+            with open(side, "w", encoding="utf-8") as f:
+                json.dump(dict(stats), f)
+            os.replace(side, os.path.join(d, f"{version}.stats.json"))
         os.replace(tmp, os.path.join(d, f"{version}.pkl"))
         for old in self._versions(task)[:-self.keep]:
             if old < version:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(d, f"{old}.pkl"))
+                for name in (f"{old}.pkl", f"{old}.stats.json"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(d, name))

@@ -245,7 +245,7 @@ class SubgraphTask:
         if rows_in == 0:
             return None, 0
         batch_time = commit_time(self.input_path, end)  # the batch's processing time, identical on replay
-        new_states: list[tuple[SnapshotStore, Any]] = []
+        new_states: list[tuple[SnapshotStore, Any, dict[str, int]]] = []
         for node, processor in list(zip(self.chain, self.processors(), strict=True))[first:]:
             if processor is not None:
                 t = clock()
@@ -261,15 +261,15 @@ class SubgraphTask:
                         rows.filter(pa.array(dropped)).select(list(schema.names)).cast(schema.to_arrow()))
                 rows = out
                 seconds["kernel"] += clock() - t
-                new_states.append((store, state))
+                new_states.append((store, state, processor.stats(state)))
             else:
                 assert isinstance(node, MapNode)
                 t = clock()
                 rows = apply_map(node, rows)
                 seconds["kernel"] += clock() - t
         t = clock()
-        for store, state in new_states:
-            store.save(task, end, state, fence=self._fence())
+        for store, state, counters in new_states:
+            store.save(task, end, state, fence=self._fence(), stats=counters)
         seconds["state"] += clock() - t
         return rows, rows_in
 
@@ -313,7 +313,7 @@ class SubgraphTask:
             loaded = store.load(task, version + 1)
             state, _ = processor.process(processor.new_state() if loaded is None else loaded, rows,
                                          batch_time=commit_time(self.input_path, version) if version else 0.0)
-            store.save(task, version, state, fence=self._fence())
+            store.save(task, version, state, fence=self._fence(), stats=processor.stats(state))
         return data.num_rows
 
     def control(self, engine: str, op: Mapping[str, Any], version: int) -> int:
@@ -330,8 +330,8 @@ class SubgraphTask:
         store = SnapshotStore(os.path.join(self.state_root, engine), keep=self.keep_snapshots)
         for task in range(self.n_tasks):
             loaded = store.load(task, version + 1)
-            store.save(task, version, processor.control(processor.new_state() if loaded is None else loaded, op),
-                       fence=self._fence())
+            state = processor.control(processor.new_state() if loaded is None else loaded, op)
+            store.save(task, version, state, fence=self._fence(), stats=processor.stats(state))
         return self.n_tasks
 
     def _fence(self) -> Callable[[], None] | None:
