@@ -116,6 +116,9 @@ def test_a_failing_graph_goes_to_error_then_failed_and_can_be_resubmitted(spark,
         assert "negative value" in recover["detail"].iloc[0]
         jobs = session.checkpoint_job_info("fragile")
         assert jobs["status"].iloc[-1] == "FAILED" and "negative value" in jobs["extra"].iloc[-1]
+        lag = session.task_subscription_meta("fragile")  # failed: the version it could not process stays pending
+        assert lag[["table_name", "pending_versions", "pending_rows"]].values.tolist() == [
+            ["demo.stream_table.ticks", 1, 1]]
         with pytest.raises(hw.StreamGraphStateError, match="failed"):
             session.start_stream_graph("fragile")
         with pytest.raises(hw.ExecutionError):  # the bad row is still there: it fails again
