@@ -112,7 +112,8 @@ def add_limit_flags(parser: argparse.ArgumentParser, *, role: str) -> None:
         parser.add_argument("--max-arrow-ratio", type=float, default=d.arrow_ratio,
                             help="the most an append or warm-up body may grow when decompressed (times its size)")
         parser.add_argument("--max-waits", type=int, default=d.waits,
-                            help="calls waiting for a graph to catch up at one time; more are refused")
+                            help="calls waiting at one time (for a graph to catch up, for a table's next version); "
+                                 "more are refused (429)")
     else:
         parser.add_argument("--max-message-mb", type=int, default=d.message_bytes // MiB,
                             help="the largest request the master may send (warm-up rows travel in it)")

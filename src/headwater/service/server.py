@@ -118,7 +118,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
                  document_paths=frozenset({"/v1/submit"}))
     if access_log:
         app.add_middleware(AccessLog)  # added last: the outermost layer, it sees the guard's refusals too
-    waits = WaitSlots(limits.waits, what="wait for a stream graph")
+    waits = WaitSlots(limits.waits, what="a waiting call (wait_until_caught_up, table_changes)")
     bearer = HTTPBearer(auto_error=False)
     access = AccessControl(master.store)
     # Graph and table lifecycle calls change the catalog and start or stop queries: one at a time. Appends,
