@@ -1,5 +1,7 @@
-"""The real ``headwater`` command in subprocesses, against a master process and then against its data directory:
-output as text and as JSON, and the exit codes scripts rely on."""
+"""``headwater master`` as a real process, driven by the real ``headwater`` command in subprocesses: a graph
+submitted by one client keeps running after that client's process exits and after the master process is
+restarted, its sink equal to a pandas reference (nothing lost, nothing duplicated); the command's output as text
+and JSON, its exit codes, ``/metrics`` against the API; then the same listings from the data directory alone."""
 
 from __future__ import annotations
 
@@ -11,10 +13,23 @@ import sys
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 
+import headwater as hw
 from tests.support.postgres import free_port
-from tests.support.service import ENV, PASSWORD, ROOT, rows, start, stop, submit_from_another_process
+from tests.support.service import (
+    ENV,
+    PASSWORD,
+    ROOT,
+    connect,
+    reference,
+    results,
+    rows,
+    start,
+    stop,
+    submit_from_another_process,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -60,24 +75,35 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
         text = ok("graphs", env=env).splitlines()
         assert text[0].split()[:2] == ["id", "fqn"] and "demo.stream_graph.totals" in text[1] and "running" in text[1]
 
-        frame = rows(500, seed=1, start=0)
+        frame, more, later = rows(500, seed=1, start=0), rows(100, seed=2, start=500), rows(100, seed=3, start=600)
         frame.to_parquet(tmp_path / "ticks.parquet", index=False)
-        frame.iloc[:100].to_csv(tmp_path / "more.csv", index=False)
+        more.to_csv(tmp_path / "more.csv", index=False)
+        later.to_csv(tmp_path / "later.csv", index=False)
         assert ok("append", "demo.stream_table.ticks", str(tmp_path / "ticks.parquet"), env=env).strip() == "1"
+        ok("graph", "wait", "totals", "--catalog", "demo", "--timeout", "300", env=env)
+
+        stop(master)  # the master process ends; the graph is still 'running' in its catalog, and resumes
+        master = start("master", data, port)
         assert ok("append", "ticks", str(tmp_path / "more.csv"), "--catalog", "demo", env=env).strip() == "2"
         ok("graph", "wait", "totals", "--catalog", "demo", "--timeout", "300", env=env)
+        session = connect(url)
+        pd.testing.assert_frame_equal(results(session), reference(pd.concat([frame, more], ignore_index=True)),
+                                      check_dtype=False)
         tailed = [json.loads(line) for line in ok("table", "tail", "demo.stream_table.ticks", "--from-version", "2",
                                                   "--max-versions", "1", "--json", env=env).splitlines()]
-        assert [(r["x"], r["_version"]) for r in tailed] == [(x, 2) for x in frame["x"].iloc[:100]]
+        assert [(r["x"], r["_version"]) for r in tailed] == [(x, 2) for x in more["x"]]
         lag = json.loads(ok("graph", "lag", "demo.stream_graph.totals", "--json", env=env))
         assert {(r["table_name"], r["latest_version"], r["pending_versions"]) for r in lag} == {
             ("demo.stream_table.ticks", 2, 0)}
         count = json.loads(ok("sql", "select count(*) as n, sum(x) as s from out", "--catalog", "demo", "--json",
                               env=env))
-        assert count == [{"n": 600, "s": int(frame["x"].sum() + frame["x"].iloc[:100].sum())}]
+        assert count == [{"n": 600, "s": int(frame["x"].sum() + more["x"].sum())}]
 
+        [worker] = json.loads(ok("workers", "--json", env=env))  # the master's in-process worker, its Spark UI on
+        assert worker["alive"] and worker["graphs"] == "demo.stream_graph.totals"
+        assert worker["spark_ui"].startswith("http://127.0.0.1:") and httpx.get(worker["spark_ui"]).status_code < 400
         ok("graph", "stop", "demo.stream_graph.totals", env=env)
-        assert ok("append", "demo.stream_table.ticks", str(tmp_path / "more.csv"), env=env).strip() == "3"
+        assert ok("append", "demo.stream_table.ticks", str(tmp_path / "later.csv"), env=env).strip() == "3"
         stopped_lag = json.loads(ok("graph", "lag", "demo.stream_graph.totals", "--json", env=env))
         assert {(r["pending_versions"], r["pending_rows"]) for r in stopped_lag} == {(1, 100)}  # rises while stopped
         metrics = scrape(url, tmp_path / "tokens.json")
@@ -95,9 +121,6 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
         events = json.loads(ok("events", "--json", env=env))
         assert [e["type"] for e in events][-1] == "STOP"
 
-        [worker] = json.loads(ok("workers", "--json", env=env))  # the master's in-process worker, its Spark UI on
-        assert worker["alive"] and worker["graphs"] == "demo.stream_graph.totals"
-        assert worker["spark_ui"].startswith("http://127.0.0.1:") and httpx.get(worker["spark_ui"]).status_code < 400
         ok("user", "create", "bob", "--password", "bob-password", env=env)
         assert [u["name"] for u in json.loads(ok("users", "--json", env=env))] == ["admin", "bob"]
         bob = {**env, "HEADWATER_TOKEN_FILE": str(tmp_path / "bob.json")}
@@ -107,10 +130,16 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
         ok("grant", "bob", "graph_control", "demo.stream_graph.totals", env=env)
         ok("graph", "start", "demo.stream_graph.totals", env=bob)
         ok("graph", "wait", "demo.stream_graph.totals", env=env)
-        metrics = scrape(url, tmp_path / "tokens.json")  # caught up: no lag; every row read once
+        everything = pd.concat([frame, more, later], ignore_index=True)
+        pd.testing.assert_frame_equal(results(session), reference(everything), check_dtype=False)
+        with pytest.raises(hw.SqlError):
+            session.sql("drop table out")
+        session.close()
+        metrics = scrape(url, tmp_path / "tokens.json")  # caught up: no lag; every row read once since the restart
         assert {v for (name, _), v in metrics.items() if name == "headwater_task_pending_versions"} == {0}
-        assert metrics[("headwater_rows_in_total", (("graph", "demo.stream_graph.totals"), ("subgraph", "0")))] == 700
-        assert metrics[("headwater_sql_queries_total", (("outcome", "ok"),))] == 1
+        assert metrics[("headwater_rows_in_total", (("graph", "demo.stream_graph.totals"), ("subgraph", "0")))] == 200
+        sql = {labels[0][1]: v for (name, labels), v in metrics.items() if name == "headwater_sql_queries_total"}
+        assert sql == {"ok": 3, "refused": 1}  # since the restart: two reads of the sink, one count; one drop
         assert ok("logout", env=bob).startswith("logged out")
         assert headwater("graphs", env=bob).returncode == 3
     finally:
