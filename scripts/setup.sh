@@ -70,7 +70,8 @@ fi
 
 case "$what" in
   demo) exec .venv/bin/headwater demo "$@" ;;
-  test) exec .venv/bin/python -m pytest "$@" ;;
+  # two lanes on two cores: the Spark, process and timing tests one at a time in one, the unit tests in the other
+  test) exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@" ;;
   bench) exec .venv/bin/python benchmarks/bench_indicators.py "$@" ;;
   *) echo "usage: bash scripts/setup.sh demo|test|bench" >&2; exit 2 ;;
 esac
