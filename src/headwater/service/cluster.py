@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from headwater.errors import ConfigurationError
-from headwater.service.postgres import free_port, passfile, start_postgres
+from headwater.service.postgres import free_port, passfile, postmaster_pid, start_postgres
 
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -228,8 +228,9 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
 
         metadata = None
         if postgres:
-            server, metadata = start_postgres(cluster / "postgres")
-            record(Process("postgres", server.pid, _start_ticks(server.pid) or 0, "postgres"))
+            _, metadata = start_postgres(cluster / "postgres")
+            pid = postmaster_pid(cluster / "postgres")  # the server itself: as root, start_postgres's is runuser's
+            record(Process("postgres", pid, _start_ticks(pid) or 0, "postgres"))
         state["metadata"] = metadata
 
         secret = _secret(cluster / "worker-secret", "HEADWATER_WORKER_SECRET")

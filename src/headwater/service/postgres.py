@@ -75,6 +75,12 @@ def _refuse_trust(data: Path) -> None:
                                  f"write 127.0.0.1:*:*:{USER}:<its password> there (mode 600)")
 
 
+def postmaster_pid(root: Path) -> int:
+    """The PID of the server started under ``root`` (from ``postmaster.pid``): as root the process
+    :func:`start_postgres` returns is the ``runuser`` wrapper, which a signal to stop the server must not target."""
+    return int((root / "pgdata" / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
 def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
     """Create (if new) and start a PostgreSQL cluster under ``root``; return the server process and its URL.
 
