@@ -24,7 +24,7 @@ from typing import Any
 from headwater.dataplane.jobs import newest_job
 from headwater.plan.logical import TableNode
 from headwater.plan.physical import PhysicalGraph, Subgraph
-from headwater.storage.stream_table import latest_version
+from headwater.storage.stream_table import latest_version, rows_added
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,7 @@ class SubgraphLag:
 
     def pending_rows(self) -> int:
         """Rows in the versions not yet processed (one log entry read per version)."""
-        from headwater.spark.fused import input_rows
-
-        return input_rows(self.input_path, self.processed_version, self.latest_version) if self.pending_versions else 0
+        return rows_added(self.input_path, self.processed_version, self.latest_version)
 
 
 def subgraph_lag(physical: PhysicalGraph, sg: Subgraph, table_paths: dict[int, str], checkpoints: Path) -> SubgraphLag:

@@ -160,13 +160,6 @@ def committed_input_version(spark_checkpoint: Path) -> int:
     return logged_input_version(spark_checkpoint, done[0]) if done else 0
 
 
-def input_rows(path: str, start: int, end: int) -> int:
-    """How many rows the input table's versions ``(start, end]`` added (from their log entries)."""
-    from headwater.storage.stream_table import read_commit
-
-    return sum(read_commit(path, v).num_rows() for v in range(start + 1, end + 1))
-
-
 def start_fused_subgraph(
     spark: SparkSession,
     plan: Any,
@@ -187,6 +180,7 @@ def start_fused_subgraph(
     from headwater.dataplane.jobs import write_job
     from headwater.dataplane.task import OutputFile, TaskReport, TaskStats
     from headwater.faults import fault_point
+    from headwater.storage.stream_table import rows_added
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"
@@ -199,7 +193,7 @@ def start_fused_subgraph(
 
     def run_batch(batch_df: DataFrame, start: int, end: int) -> tuple[TaskReport, bool]:
         """The batch's report, and whether the driver ran it (a small batch) rather than Spark's tasks."""
-        if input_rows(plan.input_path, start, end) <= driver_batch_rows:
+        if rows_added(plan.input_path, start, end) <= driver_batch_rows:
             return plan.run_tasks(tuple(range(plan.n_tasks)), start, end), True
         rows = batch_df.collect()
         files = [OutputFile(r["tbl"], r["name"], r["size"], r["num_rows"], r["task"]) for r in rows if r["tbl"] >= 0]

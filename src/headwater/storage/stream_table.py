@@ -285,6 +285,11 @@ def read_commit(path: str | Path, version: int) -> Commit:
     return Commit(version, tuple(files), rewrites)
 
 
+def rows_added(path: str | Path, start: int, end: int) -> int:
+    """How many rows the versions ``(start, end]`` added (from their log entries, no data file read)."""
+    return sum(read_commit(path, v).num_rows() for v in range(start + 1, end + 1))
+
+
 def find_transaction(path: str | Path, app_id: str, txn_version: int, *, latest: int | None = None) -> int | None:
     """Return the table version whose commit recorded transaction ``(app_id, txn_version)``, or None.
 
