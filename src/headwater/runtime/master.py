@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,12 +243,8 @@ class Master:
 
     def table_changes(self, fqn: FQN, after_version: int, timeout: float = 30.0) -> pa.Table:
         """The rows that the versions after ``after_version`` added (see :meth:`table_changes_steps`)."""
-        steps = self.table_changes_steps(fqn, after_version, timeout)
-        while True:
-            try:
-                time.sleep(next(steps))
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+        changes: pa.Table = run_steps(self.table_changes_steps(fqn, after_version, timeout))
+        return changes
 
     def table_changes_steps(self, fqn: FQN, after_version: int, timeout: float = 30.0) -> Generator[float, None, pa.Table]:
         """Wait up to ``timeout`` seconds for a version after ``after_version``, one look at a time (each item is
@@ -269,7 +265,7 @@ class Master:
         while (latest := latest_version(table.path, max(after, 0))) <= after and time.monotonic() < deadline:
             yield pause
             pause = min(pause * 2, LOOK_EVERY_S)
-        parts, rows, until = [], 0, max(after, latest) if latest > after else after
+        parts, rows, until = [], 0, after
         for version in range(after + 1, latest + 1):
             part = table.read_version(version)
             parts.append(part.append_column("_version", pa.array([version] * part.num_rows, pa.int64())))
@@ -609,10 +605,9 @@ class Master:
 
     def wait_until_caught_up(self, fqn: FQN, timeout: float) -> None:
         """Return once the graph has processed everything appended so far (see :meth:`catch_up`)."""
-        for pause in self.catch_up(fqn, timeout):
-            time.sleep(pause)
+        run_steps(self.catch_up(fqn, timeout))
 
-    def catch_up(self, fqn: FQN, timeout: float) -> Iterator[float]:
+    def catch_up(self, fqn: FQN, timeout: float) -> Generator[float, None, None]:
         """Wait for the graph to process everything appended so far, one non-blocking look at a time: each item
         is the pause before the next look, and the iterator ends once the graph has caught up. The HTTP server
         drives it from its event loop, so that a wait holds no thread between looks.
@@ -847,6 +842,18 @@ class Master:
             self.store.dispose()
         finally:
             self._lock.release()
+
+
+def run_steps(steps: Generator[float, None, Any]) -> Any:
+    """Carry out a wait written one look at a time (``catch_up``, ``table_changes_steps``) in this thread: sleep
+    each pause it yields; return what it returns. (The HTTP server drives the same generators from its event
+    loop instead.)"""
+    while True:
+        try:
+            pause = next(steps)
+        except StopIteration as done:
+            return done.value
+        time.sleep(pause)
 
 
 def _definition(rec: GraphRecord) -> LogicalGraph:
