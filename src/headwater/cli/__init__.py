@@ -1,6 +1,6 @@
 """The ``headwater`` command (also ``python -m headwater``).
 
-- ``demo``, ``master``, ``worker``, ``cluster up|status|down``: run Headwater;
+- ``demo``, ``master``, ``worker``, ``cluster up|status|down``: run Headwater; ``ui``: the web console;
 - ``login`` / ``logout``: keep a token for a master;
 - one command per master operation (``graphs``, ``graph stop NAME``, ``tables``, ``sql "..."``, ``append``,
   ``events``, ``grant``, ...; :mod:`headwater.cli.operations`), against a master (``--url`` or
@@ -50,6 +50,7 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from headwater.cli.demo import add_demo_command
     from headwater.cli.operations import add_operation_commands
+    from headwater.cli.ui import add_ui_command
     from headwater.service.run import Help, add_cluster_command, add_master_command, add_worker_command
 
     parser = argparse.ArgumentParser(prog="headwater", description="Headwater: stream graphs on Spark.",
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_master_command(sub)
     add_worker_command(sub)
     add_cluster_command(sub)
+    add_ui_command(sub)
 
     reach = argparse.ArgumentParser(add_help=False)
     reach.add_argument("--url", default=None,

@@ -72,18 +72,31 @@ class Gateway(MasterApi):
                                                                      else _SEES_GRAPH))
 
     def _check(self, op: Operation, args: dict[str, Any]) -> None:
+        refusal = self._refusal(op, args)
+        if refusal is not None:
+            raise self.access.refuse(self.user, op.name, *refusal)
+
+    def allows(self, operation: str, **args: Any) -> bool:
+        """Whether this user may call ``operation`` with ``args``: the check the call makes, without recording a
+        refusal (the web console shows a graph's buttons by it)."""
+        op = OPERATIONS[operation]
+        return self._refusal(op, _bound(op, self, (), args)) is None
+
+    def _refusal(self, op: Operation, args: dict[str, Any]) -> tuple[str, str] | None:
+        """Why this user may not call ``op`` with ``args`` (the object and the reason), or None."""
         if op.access == Access.ADMIN and not self.is_admin:
-            raise self.access.refuse(self.user, op.name, "*", "is not an admin")
+            return "*", "is not an admin"
         if op.access == Access.SELF and not self.is_admin and args.get(op.target or "") != self.user:
-            raise self.access.refuse(self.user, op.name, str(args.get(op.target or "")),
-                                     "may do this for itself only (or be an admin)")
+            return str(args.get(op.target or "")), "may do this for itself only (or be an admin)"
         target = args.get(op.target) if op.target else None
         if op.access == Access.VISIBLE and target is not None and not self.sees(str(target)):
-            raise self.access.refuse(self.user, op.name, str(target), f"may not see {target}")
+            return str(target), f"may not see {target}"
         if op.access == Access.PRIVILEGE and op.privilege is not None:
             obj = "*" if target is None else str(target)
             owned_as = self._engine_graph(obj) if op.scope == Scope.ENGINE else obj
-            self.require(op.name, op.privilege, obj, owned_as=owned_as if op.owner_may else None)
+            if not self.may(op.privilege, obj, owned_as=owned_as if op.owner_may else None):
+                return obj, f"lacks {op.privilege.value} on {obj}"
+        return None
 
     def _engine_graph(self, engine: str) -> str | None:
         return self.master.engine_graph(engine)

@@ -7,6 +7,10 @@ reads or parses anything:
 - a request to any path but the open ones (health, login, the API docs) must carry ``Authorization: Bearer
   <token>``, and the token must pass the service's check (the master's user tokens, the worker secret), before
   one byte of its body is read: 401 otherwise;
+- the web console's requests (``/ui/...``, and its calls of the API) carry the token in the session cookie
+  instead: a page without a valid one is sent to the login page, and every request but a page's ``GET`` must
+  also carry the session's CSRF token in ``X-CSRF-Token`` (:func:`csrf_of`), which another site cannot read
+  or send (403 otherwise);
 - a body is counted while it arrives: a declared ``Content-Length`` over the route's limit is refused at once, a
   chunked body as soon as it passes the limit (413), so no route ever holds more than its limit;
 - an Arrow IPC body is decoded only after :func:`decoded_size` (which reads the stream's metadata, not its
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import hmac
 import json
 import re
 import struct
@@ -46,10 +52,32 @@ OPEN_PATHS = frozenset({"/v1/health", "/v1/login", "/docs", "/docs/oauth2-redire
 JOIN_PATH = "/v1/workers/join"
 METRICS_PATH = "/metrics"
 WORKER_REQUEST_PATH = "/v1/worker/request"
+CONSOLE = "/ui"  # the web console's pages, assets and answers (headwater.ui)
+CONSOLE_OPEN_PATHS = frozenset({"/ui/login"})
+SESSION_COOKIE = "headwater_session"
+CSRF_HEADER = "x-csrf-token"
+_COOKIE = re.compile(rf"(?:^|;)\s*{SESSION_COOKIE}=([\x21-\x2b\x2d-\x3a\x3c-\x7e]{{1,4096}})\s*(?:;|$)")
 # a bearer token's shape: what is checked before anything else is done with it
 _BEARER = re.compile(r"Bearer ([\x21-\x7e]{1,4096})")
 
 Check = Callable[[str], Awaitable[object]]  # a token -> the user it belongs to (or anything); AuthError if refused
+
+
+def csrf_of(token: str) -> str:
+    """The CSRF token of a console session: derived from its secret token, so it needs no storage and holds on
+    every master that accepts the token (a standby that takes over included).
+
+    >>> csrf_of("abc") == csrf_of("abc") != csrf_of("abd")
+    True
+    """
+    return hmac.new(token.encode(), b"headwater-console-csrf", hashlib.sha256).hexdigest()
+
+
+def session_token(scope: Any) -> str | None:
+    """The console session's token from the request's cookie, or None."""
+    header = _header(scope, b"cookie")
+    found = _COOKIE.search(header) if header is not None else None
+    return found.group(1) if found else None
 
 
 class BodyTooLarge(RequestError):
@@ -175,18 +203,34 @@ class Guard:
             if refusal is not None:
                 await _answer(send, 401, "AuthError", refusal)
                 return
-        elif path not in self.open_paths:
+        elif path not in self.open_paths and path not in CONSOLE_OPEN_PATHS:
             header = _header(scope, b"authorization")
             bearer = _BEARER.fullmatch(header) if header is not None else None
-            if bearer is None:
-                await _answer(send, 401, "AuthError", "this call needs 'Authorization: Bearer <token>': POST "
-                                                      "/v1/login first (a worker: the worker secret)")
+            console = path == CONSOLE or path.startswith(CONSOLE + "/")
+            token = bearer.group(1) if bearer is not None and not console else session_token(scope)
+            if token is None:
+                if console and scope["method"] == "GET":
+                    await _redirect(send, f"{CONSOLE}/login")
+                else:
+                    await _answer(send, 401, "AuthError", "this call needs 'Authorization: Bearer <token>': POST "
+                                                          "/v1/login first (a worker: the worker secret)")
                 return
             try:
-                user = await self.path_checks.get(path, self.check)(bearer.group(1))
+                user = await self.path_checks.get(path, self.check)(token)
             except self._refused as exc:
-                await _answer(send, 401, "AuthError", str(exc))
+                if console and scope["method"] == "GET":
+                    await _redirect(send, f"{CONSOLE}/login")
+                else:
+                    await _answer(send, 401, "AuthError", str(exc))
                 return
+            # a cookie is sent by the browser whoever made the page: a call that rides on it must also show the
+            # CSRF token that only the console's own pages know (a page's GET changes nothing and needs none)
+            if bearer is None or console:
+                sent = _header(scope, CSRF_HEADER.encode()) or ""
+                if not (console and scope["method"] == "GET") and not hmac.compare_digest(sent, csrf_of(token)):
+                    await _answer(send, 403, "PermissionDenied", f"{scope['method']} {path}: the console's CSRF "
+                                                                 "token is missing or wrong (reload the page)")
+                    return
             scope.setdefault("state", {})["user"] = user
         limit = self.limits.get(path, self.default)
         declared = _header(scope, b"content-length")
@@ -254,6 +298,13 @@ async def _answer(send: Any, status: int, error: str, message: str) -> None:
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _redirect(send: Any, location: str) -> None:
+    """A page asked for without a valid session: to the login page (303)."""
+    await send({"type": "http.response.start", "status": 303,
+                "headers": [(b"location", location.encode()), (b"content-length", b"0"), (b"cache-control", b"no-store")]})
+    await send({"type": "http.response.body", "body": b""})
 
 
 def in_thread(fn: Callable[[str], object]) -> Check:

@@ -106,12 +106,13 @@ def arguments(op: Operation, doc: Any, rows: pa.Table | None) -> dict[str, Any]:
 
 def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512 * 2**20,
                worker_secret: str | None = None, limits: HttpLimits = MASTER_LIMITS, leadership: Any = None,
-               access_log: bool = False) -> FastAPI:
+               access_log: bool = False, console: bool = True) -> FastAPI:
     """The HTTP API over ``master``: one route per declared operation (``POST /v1/<name>``), logins checked by
     ``auth``, privileges by the :class:`~headwater.runtime.gateway.Gateway` of the caller. Arrow bodies up to
     ``max_body_bytes``, the rest within ``limits`` (checked by the doors' guard before a byte of the body is
     read). ``worker_secret``: workers that present it may join (``headwater worker --master``). ``access_log``: a
-    log line per request (logger ``headwater.access``, with the user)."""
+    log line per request (logger ``headwater.access``, with the user). ``console``: the web console under ``/ui``
+    (:mod:`headwater.ui`)."""
     app = FastAPI(title="Headwater master", version="1")
     guard_master(app, auth.user_of, body_bytes=max_body_bytes, limits=limits,
                  arrow_paths=frozenset(f"/v1/{op.name}" for op in OPERATIONS.values() if op.rows_argument),
@@ -125,7 +126,10 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     # reads, SQL and waits run concurrently.
     lifecycle = threading.Lock()
 
-    def user(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:
+    def user(http: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:
+        checked = http.scope.get("state", {}).get("user")  # the guard's: a bearer token, or the console's cookie
+        if checked is not None:
+            return str(checked)
         if credentials is None:
             raise AuthError("this call needs a bearer token: POST /v1/login first")
         return auth.user_of(credentials.credentials)
@@ -206,6 +210,10 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     for op in OPERATIONS.values():
         json_bytes = limits.document_bytes if op.name == "submit" else limits.json_bytes
         _route(app, op, master, access, user, lifecycle, waits, max_body_bytes, json_bytes, limits)
+    if console:
+        from headwater.ui import mount_console
+
+        mount_console(app, master, auth)
     return app
 
 
