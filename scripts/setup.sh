@@ -68,6 +68,16 @@ if [ "$what" = "test" ] && ! command -v openssl >/dev/null 2>&1; then
   fi
 fi
 
+# Chromium and ChromeDriver for the web console's browser tests (Debian's chromium and chromium-driver).
+if [ "$what" = "test" ] && ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian's chromium and chromium-driver"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "setup: chromedriver is missing and this is not root: install Debian's chromium and chromium-driver for the console's browser tests" >&2
+  fi
+fi
+
 case "$what" in
   demo) exec .venv/bin/headwater demo "$@" ;;
   # two lanes on two cores: the Spark, process and timing tests one at a time in one, the unit tests in the other

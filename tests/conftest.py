@@ -2,10 +2,10 @@
 
 Tests that start Spark, processes or servers, or that measure time, memory or a deadline, run one at a time, on
 one worker (``xdist_group("serial")``), in an order that puts the heaviest last: Spark tests, then security,
-then service processes, then the cluster and chaos tests. Every other test (the fast unit tests and the
-doctests) runs on the other worker meanwhile, so that by the time the timing-sensitive process tests start
-the unit tests are done and the two cores are theirs. Without xdist the order is the same and nothing else
-changes.
+then service processes, then the web console in a browser, then the cluster and chaos tests. Every other test
+(the fast unit tests and the doctests) runs on the other worker meanwhile, so that by the time the
+timing-sensitive process tests start the unit tests are done and the two cores are theirs. Without xdist the
+order is the same and nothing else changes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 _ROOT = Path(__file__).resolve().parent
 # the serial tests' order: the lighter first, the processes and deadlines last (the unit tests are done by then)
-_SERIAL_ORDER = ("spark", "security", "service", "cluster")
+_SERIAL_ORDER = ("spark", "security", "service", "ui", "cluster")
 
 
 def _serial_rank(item: pytest.Item) -> int | None:

@@ -113,6 +113,8 @@ class Gateway(MasterApi):
             return [r for r in result if self.sees(str(r["graph"]))]
         if op.name == "state_machine_events":
             return [r for r in result if any(self.sees(g) for g in _GRAPH_IN_TEXT.findall(str(r.get("detail", ""))))]
+        if op.name in _EXPANDED:  # made graph by visible graph already (its rows name no graph to filter by)
+            return result
         if op.target and args.get(op.target) is None and isinstance(result, list):
             return [r for r in result if self.sees(str(r["fqn"]))]
         return result

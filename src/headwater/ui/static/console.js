@@ -157,8 +157,10 @@ function graphPage(picture) {
     const g = layout();
     const size = g.graph();
     svg.replaceChildren();
-    svg.setAttribute("width", Math.ceil(size.width + 20));
-    svg.setAttribute("height", Math.ceil(size.height + 30));
+    const width = Math.ceil(size.width + 20), height = Math.ceil(size.height + 30);
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);  // scaled down to the page's width, never up
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
     for (const id of g.nodes()) {
       const box = g.node(id);
       if (box.node) continue;  // a cluster: drawn first, beneath
@@ -171,7 +173,11 @@ function graphPage(picture) {
       const d = edge.points.map((p, i) => (i ? "L" : "M") + p.x.toFixed(1) + "," + p.y.toFixed(1)).join(" ");
       const group = el("svg:g", {class: "edge", "data-src": e.v, "data-dst": e.w},
                        el("svg:path", {d, "marker-end": "url(#arrow)"}));
-      if (edge.label) group.append(el("svg:text", {x: edge.x, y: edge.y + 4, "text-anchor": "middle", text: edge.label}));
+      if (edge.label) {
+        const w = edge.label.length * 7 + 8;
+        group.append(el("svg:rect", {x: edge.x - w / 2, y: edge.y - 8, width: w, height: 16, rx: 3, class: "label"}),
+                     el("svg:text", {x: edge.x, y: edge.y + 4, "text-anchor": "middle", text: edge.label}));
+      }
       svg.append(group);
     }
     svg.prepend(el("svg:defs", {}, el("svg:marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
