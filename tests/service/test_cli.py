@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -140,6 +141,7 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
         assert metrics[("headwater_rows_in_total", (("graph", "demo.stream_graph.totals"), ("subgraph", "0")))] == 200
         sql = {labels[0][1]: v for (name, labels), v in metrics.items() if name == "headwater_sql_queries_total"}
         assert sql == {"ok": 3, "refused": 1}  # since the restart: two reads of the sink, one count; one drop
+        assert ok("ui", env=env).strip() == f"{url}/ui/"  # where the master's console is
         assert ok("logout", env=bob).startswith("logged out")
         assert headwater("graphs", env=bob).returncode == 3
     finally:
@@ -152,3 +154,35 @@ def test_the_command_line_against_a_master_and_its_data_directory(tmp_path):
     assert "demo.stream_table.ticks" in tables and "demo.stream_table.out" in tables
     needs_master = headwater("graph", "wait", "demo.stream_graph.totals", "--data-dir", str(data), env=env)
     assert needs_master.returncode == 2 and "needs a running master" in needs_master.stderr
+    served_console_of(data, env)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def served_console_of(data: Path, env: dict[str, str]) -> None:
+    """``headwater ui --data-dir``: the console of a data directory no master holds, with its users."""
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "headwater", "ui", "--data-dir", str(data), "--port", str(port)],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        console = f"http://127.0.0.1:{port}"
+        assert ui.stdout is not None and ui.stdout.readline().strip() == f"headwater ui: {data} on {console}/ui/"
+        deadline = time.monotonic() + 60
+        while not _answers(f"{console}/v1/health"):
+            assert time.monotonic() < deadline and ui.poll() is None, "headwater ui did not answer within 60 s"
+            time.sleep(0.1)  # polling a condition with a deadline
+        with httpx.Client(base_url=console, timeout=60) as http:
+            assert http.get("/ui/graphs", follow_redirects=False).headers["location"] == "/ui/login"
+            assert http.post("/ui/login", json={"user": "bob", "password": "bob-password"}).status_code == 200
+            page = http.get("/ui/graphs")
+            assert page.status_code == 200 and "demo.stream_graph.totals" in page.text  # bob may control it
+        held = headwater("graphs", "--data-dir", str(data), env=env)  # the console holds the directory meanwhile
+        assert held.returncode == 6 and "in use" in held.stderr
+    finally:
+        stop(ui, signal.SIGINT)
+    assert ui.returncode == 0

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -4,7 +4,7 @@ A query runs once (``session.sql``'s limits apply: rows, bytes, time); its resul
 while the console pages through them, under a random id only the user who ran it can use. At most
 :attr:`ResultPages.keep` results are kept, each for :attr:`ResultPages.ttl_s` seconds; the oldest go first.
 
->>> ResultPages.page_bounds(250, page=2, size=100)
+>>> ResultPages.page_bounds(250, page=3, size=100)
 (200, 250, 3)
 """
 
