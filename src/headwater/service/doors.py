@@ -518,11 +518,18 @@ class WaitSlots:
         self.size, self.what, self.setting = size, what, setting
         self.taken = 0
 
+    @property
+    def full(self) -> bool:
+        return self.taken >= self.size
+
+    def refuse(self) -> None:
+        raise BusyError(f"{self.what}: {self.size} waits are in progress already, the limit ({self.setting}); retry "
+                        "once one ends")
+
     @contextlib.contextmanager
     def slot(self) -> Iterator[None]:
-        if self.taken >= self.size:
-            raise BusyError(f"{self.what}: {self.size} waits are in progress already, the limit "
-                               f"({self.setting}); retry once one ends")
+        if self.full:
+            self.refuse()
         self.taken += 1
         try:
             yield

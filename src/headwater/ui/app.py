@@ -160,23 +160,25 @@ def mount_console(app: FastAPI, master: Master, auth: Authenticator, *, title: s
     @app.get(f"{CONSOLE}/api/graph/{{fqn}}/live", include_in_schema=False)
     async def graph_live(request: Request, fqn: str) -> StreamingResponse:
         gw, name = gateway(request), views.graph_name(fqn)
+        token = session_token(request.scope) or ""
         picture = await _in_thread(lambda: views.graph_picture(gw, name))  # unknown or hidden: refused here
-        slot = streams.slot()
-        slot.__enter__()  # taken now, so that a refusal (429) is the answer rather than a broken stream
+        if streams.full:
+            streams.refuse()  # 429 as the answer, rather than a stream that breaks at once
+
+        def look() -> dict[str, Any]:
+            auth.user_of(token)  # a session logged out meanwhile ends its streams too
+            return views.graph_live(gw, name, picture)
 
         async def events() -> AsyncIterator[str]:
-            try:
+            with streams.slot():  # taken once the stream runs, so a stream that never starts holds none
                 began = time.monotonic()
                 while time.monotonic() - began < LIVE_FOR_S and not await request.is_disconnected():
                     try:
-                        now = await _in_thread(lambda: views.graph_live(gw, name, picture))
-                        yield f"data: {json.dumps(now, default=str)}\n\n"
-                    except HeadwaterError as exc:  # dropped meanwhile, privileges revoked: said, then the end
+                        yield f"data: {json.dumps(await _in_thread(look), default=str)}\n\n"
+                    except (HeadwaterError, AuthError) as exc:  # dropped, privileges revoked, logged out: said
                         yield f"event: failure\ndata: {json.dumps({'message': clip(str(exc), 500)})}\n\n"
                         return
                     await asyncio.sleep(LIVE_EVERY_S)
-            finally:
-                slot.__exit__(None, None, None)
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=_NO_STORE)
 

@@ -13,6 +13,7 @@ shows what the API would answer, and nothing the user may not see); this module 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import defaultdict
 from typing import Any
@@ -147,7 +148,8 @@ def graph_live(gw: Gateway, fqn: FQN, picture: dict[str, Any]) -> dict[str, Any]
         e = engines.setdefault(r["name"], {"state_bytes": 0, "keys": 0, "late_rows": 0})
         for k in e:
             e[k] += r[k] or 0
-    events = [e for e in gw.state_machine_events(200) if info["fqn"] in str(e.get("detail", ""))][-20:]
+    named = re.compile(rf"(?<![\w.]){re.escape(info['fqn'])}(?![\w])")  # this graph, not one whose name extends it
+    events = [e for e in gw.state_machine_events(200) if named.search(str(e.get("detail", "")))][-20:]
     return {"status": info["status"], "reason": info["reason"], "subgraphs": subgraphs, "engines": engines,
             "events": events, "actions": actions(gw, info["fqn"], info["status"]), "at": now}
 
