@@ -49,7 +49,8 @@ GRAPHS = textwrap.dedent("""
     p.source("ticks", schema=ticks).reactive_state_engine(key_column="k", metrics=["x", "cumsum(x) as c"]).sink("sums")
     p.submit()
     f = s.stream_graph("fragile")
-    f.source("checked", schema=ticks).map(refuse_negative).sink("kept")
+    (f.source("checked", schema=ticks).map(refuse_negative)
+       .reactive_state_engine(key_column="k", metrics=["x", "cumsum(x) as c"]).sink("kept"))
     f.submit(checkpoint_config={"consecutiveFailures": 1})
     s.close()
     print("submitted")
@@ -287,3 +288,43 @@ def test_every_page_shows_what_the_api_says_and_the_buttons_work(browser, master
     assert session.stream_graph_meta("totals").iloc[-1]["status"] == "running"
     driver.get(f"{url}/ui/workers")
     assert driver.find_element(By.ID, "error").text == "PermissionDenied"
+
+
+MONITORING = ("stream_graph_meta", "stream_engine_meta", "stream_engine_stat", "task_subscription_meta",
+              "checkpoint_job_info", "checkpoint_subjob_info")
+
+
+def documented_columns(function: str) -> set[str]:
+    """The words of ``function``'s row in docs/orca-mapping.md (its notes name every column it returns)."""
+    import re
+
+    [row] = [line for line in (ROOT / "docs" / "orca-mapping.md").read_text().splitlines()
+             if line.startswith("|") and f"`session.{function}(" in line.split("|")[2]]
+    return set(re.findall(r"[a-z_]+", row.split("|")[3]))
+
+
+def test_the_monitoring_functions_give_their_documented_columns_for_a_running_a_stopped_and_a_failed_graph(master):
+    _, session = master
+    session.stop_stream_graph("totals")
+    try:
+        for graph, status in (("totals", "stopped"), ("paused", "stopped"), ("fragile", "failed")):
+            for function in MONITORING:
+                frame = getattr(session, function)(graph)
+                assert len(frame) > 0, (function, graph)
+                assert set(frame.columns) <= documented_columns(function), (function, set(frame.columns))
+            assert session.stream_graph_meta(graph).iloc[-1]["status"] == status
+        session.start_stream_graph("totals")
+        session.wait_until_caught_up("totals", timeout=300)
+        for function in MONITORING:  # running
+            assert set(getattr(session, function)("totals").columns) <= documented_columns(function)
+        for function, frame in (("state_machine_events", session.state_machine_events()),
+                                ("stream_table_meta", session.stream_table_meta()),
+                                ("data_lineage", session.data_lineage("ticks"))):
+            assert len(frame) > 0 and set(frame.columns) <= documented_columns(function), function
+        stat = session.stream_engine_stat("fragile")  # the failed graph's engine carries its error
+        assert len(stat) == 1 and "negative x" in stat["last_error"].iloc[0]
+        lag = session.task_subscription_meta("paused")
+        assert lag.drop_duplicates("action_name")["pending_rows"].sum() == 150  # stopped: its lag stays
+    finally:
+        if session.stream_graph_meta("totals").iloc[-1]["status"] == "stopped":
+            session.start_stream_graph("totals")
