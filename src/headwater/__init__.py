@@ -5,12 +5,14 @@
 <expr price * 2>
 """
 
-from __future__ import annotations
+import importlib as _importlib
+import importlib.metadata as _metadata
+import typing as _typing
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("headwater")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 # Public names are loaded on first use (PEP 562): Spark starts many short-lived Python processes
 # that import one Headwater module, and they should not pay for pandas, Numba and SQLAlchemy.
@@ -21,6 +23,7 @@ _EXPORTS = {
     "SqlResult": "headwater.api.session",
     "SqlLimits": "headwater.sql.limits",
     "connect": "headwater.api.session",
+    "AuthenticationError": "headwater.errors",
     "CatalogError": "headwater.errors",
     "NameTakenError": "headwater.errors",
     "BusyError": "headwater.errors",
@@ -48,23 +51,24 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'headwater' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted([*_EXPORTS, "__version__"])
 
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from headwater.api.graph import DStream, StreamGraph
     from headwater.api.session import Session, SqlResult, connect
     from headwater.errors import (
+        AuthenticationError,
         BusyError,
         CatalogError,
         CaughtUpTimeout,

@@ -7,7 +7,9 @@ Messages follow one template: what, where, got, expected, how to fix.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+from collections.abc import Iterator
 
 MAX_MESSAGE_CHARS = 2_000
 
@@ -86,6 +88,10 @@ class RequestError(HeadwaterError, ValueError):
     """A request to the master's HTTP API is malformed (a field missing or of the wrong type)."""
 
 
+class AuthenticationError(HeadwaterError, PermissionError):
+    """The master refused the user, password or token (HTTP 401)."""
+
+
 class PermissionDenied(HeadwaterError, PermissionError):
     """The caller lacks the privilege an operation needs (HTTP 403); the refusal is in the audit log."""
 
@@ -116,7 +122,7 @@ class BusyError(HeadwaterError, RuntimeError):
 
 # What each error means over HTTP: the first class in an error's MRO found here (HeadwaterError: 500).
 HTTP_STATUS: dict[type[HeadwaterError], int] = {
-    PermissionDenied: 403,
+    AuthenticationError: 401, PermissionDenied: 403,
     NameTakenError: 409, CatalogError: 404,
     StreamGraphStateError: 409, SequenceError: 409, DataDirectoryInUseError: 409,
     RequestError: 422, SchemaError: 422, GraphDefinitionError: 422, ConfigurationError: 422, SqlError: 422,
@@ -127,6 +133,29 @@ HTTP_STATUS: dict[type[HeadwaterError], int] = {
     WorkerUnavailableError: 503, LeadershipLost: 503,
     ExecutionError: 500,
 }
+
+
+# the modules each optional part of Headwater needs (pyproject.toml's extras)
+EXTRAS = {"service": frozenset({"fastapi", "starlette", "uvicorn", "httpx", "psycopg", "psutil", "jinja2"}),
+          "demo": frozenset({"tqdm"})}
+
+
+@contextlib.contextmanager
+def extra_needed(extra: str, what: str) -> Iterator[None]:
+    """Turn the missing import of an extra's module into an error that says what to install.
+
+    >>> with extra_needed("demo", "the demo"):
+    ...     raise ModuleNotFoundError("No module named 'tqdm'", name="tqdm")
+    Traceback (most recent call last):
+    headwater.errors.ConfigurationError: the demo needs Headwater's demo extra (tqdm is missing): pip install 'headwater[demo]'
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in EXTRAS[extra]:
+            raise
+        raise ConfigurationError(f"{what} needs Headwater's {extra} extra ({exc.name} is missing): pip install "
+                                 f"'headwater[{extra}]'") from None
 
 
 def http_status(error: HeadwaterError) -> int:

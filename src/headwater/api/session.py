@@ -19,7 +19,14 @@ import pyarrow.parquet as pq
 from headwater.api.graph import StreamGraph
 from headwater.catalog import FQN, check_identifier, resolve
 from headwater.durations import parse_duration
-from headwater.errors import ConfigurationError, GraphDefinitionError, SchemaError, clip, shorten
+from headwater.errors import (
+    ConfigurationError,
+    GraphDefinitionError,
+    SchemaError,
+    clip,
+    extra_needed,
+    shorten,
+)
 from headwater.plan.document import dumps, to_json
 from headwater.plan.logical import LogicalGraph
 from headwater.plan.physical import PhysicalGraph
@@ -162,7 +169,8 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
     urls = [u.strip() for u in data_dir.split(",")] if isinstance(data_dir, str) else \
         list(data_dir) if isinstance(data_dir, list | tuple) else None
     if urls and all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
-        from headwater.service.client import RemoteMaster
+        with extra_needed("service", "connecting to a master"):
+            from headwater.service.client import RemoteMaster
 
         if user is None or password is None:
             raise ConfigurationError(f"connect({clip(data_dir)}): a master needs user=... and password=...")

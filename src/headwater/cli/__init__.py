@@ -19,32 +19,21 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from headwater.errors import ConfigurationError, HeadwaterError, http_status
+from headwater import __version__
+from headwater.errors import ConfigurationError, HeadwaterError, extra_needed, http_status
 
 EXIT_CODES = {422: 2, 401: 3, 403: 4, 404: 5, 409: 6, 429: 7, 504: 8}  # by HTTP status; anything else: 1
 
 
 def exit_code(error: HeadwaterError) -> int:
-    from headwater.service.client import AuthenticationError
-
-    if isinstance(error, AuthenticationError):
-        return 3
     from headwater.cli.credentials import NotLoggedIn
 
     if isinstance(error, NotLoggedIn):
         return 3
     return EXIT_CODES.get(http_status(error), 1)
-
-
-def _version() -> str:
-    try:
-        return version("headwater")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headwater", description="Headwater: stream graphs on Spark.",
                                      epilog="Exit codes: 0 done, 1 failed, 2 bad usage or input, 3 not logged in, "
                                             "4 permission denied, 5 not found, 6 conflict, 7 busy, 8 timed out.")
-    parser.add_argument("--version", action="version", version=f"headwater {_version()}")
+    parser.add_argument("--version", action="version", version=f"headwater {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_demo_command(sub)
     add_master_command(sub)
@@ -96,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "operation", None):
         args.func = run_operation
     try:
-        return int(args.func(args))
+        with extra_needed("service", f"headwater {args.command}"), extra_needed("demo", f"headwater {args.command}"):
+            return int(args.func(args))
     except HeadwaterError as exc:  # a bad setting or input, a refusal: one line, not a stack trace
         from headwater.cli.operations import command_of
 

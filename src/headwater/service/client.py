@@ -19,7 +19,13 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headwater.errors import ConfigurationError, ExecutionError, HeadwaterError, clip, error_class
+from headwater.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    ExecutionError,
+    clip,
+    error_class,
+)
 from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
 from headwater.runtime.protocol import arrow_bytes, arrow_table
 from headwater.service.tls import client_context
@@ -34,10 +40,6 @@ def _is_standby(response: httpx.Response) -> bool:
         return bool(response.json().get("error") == STANDBY_ERROR)
     except (ValueError, AttributeError):
         return False
-
-
-class AuthenticationError(HeadwaterError, PermissionError):
-    """The master refused the user, password or token."""
 
 
 class _ByteStream(io.RawIOBase):
