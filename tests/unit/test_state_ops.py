@@ -451,8 +451,12 @@ def test_window_out_of_range_is_rejected(name: str, window: Any) -> None:
         make_state_op(name, {"window": window})
 
 
-def test_max_window_is_accepted() -> None:
-    make_state_op("mmax", {"window": 102_400})
+def test_max_window_is_accepted_and_runs() -> None:
+    values = [np.array([3.0, 1.0, 2.0])]
+    op = make_state_op("mmax", {"window": 102_400, "min_periods": 1})
+    assert op.run(op.init_state(), np.array([0, 0, 0]), 1, values)[1][0].tolist() == [3.0, 3.0, 3.0]
+    full_window = make_state_op("mmax", {"window": 102_400})  # min_periods defaults to the window: not reached
+    assert np.isnan(full_window.run(full_window.init_state(), np.array([0, 0, 0]), 1, values)[1][0]).all()
 
 
 @pytest.mark.parametrize(("name", "params"), [("move", {"k": 0}), ("move", {"k": -1}), ("deltas", {"n": -2})])

@@ -52,7 +52,12 @@ def close(got: np.ndarray, expected: Sequence[float], decimals: int | None = Non
 
 
 # ---------------------------------------------------------------- documented examples
-# Part D of the reference and DolphinDB's function pages; rounded doc values carry `decimals`.
+# Every expected value below is DolphinDB's printed output on its function page,
+# docs.dolphindb.cn/en/Functions/<initial>/<function>.html (older copies under en/help/...).
+# DolphinDB prints doubles with up to 17 significant digits, so long values such as
+# 12.091666666666668 are copied from the docs, not produced by this code; rounded doc
+# values carry the `decimals` they are printed to. The long-digit entries are also
+# checked against the independent NumPy references in INDEPENDENT_EXAMPLES below.
 
 _PRICE = [2.1, 2.2, 2.3, 2.5, 2.6, 2.8, 2.7, 2.5]
 _VOLUME = [10, 20, 10, 40, 10, 40, 10, 20]
@@ -64,48 +69,66 @@ _LTT_X = [3, 3, 5, 7, 8, 9, 10, 11, 15, 13, 12, 11, 10]
 _STREAK = [5, NAN, 3, 2, 1, 5, 10, 9, NAN, 9, 10, -1, NAN]
 _RANK_X = [3, 2, 4, 4, 4, NAN, 1]
 _MAD_X = [7, 4, 6, 0, -5, 32]
+_MAD_Y = [NAN, NAN, 2, 5, 1, 7, -3, 0]
 _PCT_X = [2, 1, 3, 7, 6, 5, 4]
 _PCT_Y = [2, 1, 3, NAN, 6, 5, 4]
+_SKEW_A = [1, 6, 2, 9, 4, 5, 100]
+_SKEW_B = [100, 11, 12, 18, 23, 21, 10]
+_KURT_A = [1, 9, 3, 100, 3, 2, 1, -100, 9, 10000]
+_KURT_B = [*range(1, 10), 100]
+# The mwsum page lists only six weights (1 0.5 1 1 2 2.1) for seven values; its printed
+# last output 24.5 = 6·2 + 5·2.1 + 4·w fixes the seventh weight at w = 0.5.
+_MWSUM_W = [1, 0.5, 1, 1, 2, 2.1, 0.5]
 
 DOC_EXAMPLES: list[tuple[str, tuple[list[float], ...], dict[str, Any], tuple[list[float], ...], int | None]] = [
-    ("mwsum", ([2, 1, 3, 7, 6, 5, 4], [1, 0.5, 1, 1, 2, 2.1, 2]), {"window": 3},
-     ([NAN, NAN, 5.5, 10.5, 22, 29.5, 30.5],), 10),
-    ("mwsum", ([2, 1, 3, NAN, 6, 5, 4], [1, 0.5, 1, 1, 2, 2.1, 2]), {"window": 3},
-     ([NAN, NAN, 5.5, 3.5, 15, 22.5, 30.5],), 10),
-    ("mwsum", ([2, 1, 3, NAN, 6, 5, 4], [1, 0.5, 1, 1, 2, 2.1, 2]), {"window": 3, "min_periods": 1},
-     ([2, 2.5, 5.5, 3.5, 15, 22.5, 30.5],), 10),
+    # DolphinDB docs, mwsum example (seventh weight: see _MWSUM_W)
+    ("mwsum", ([2, 1, 3, 7, 6, 5, 4], _MWSUM_W), {"window": 3}, ([NAN, NAN, 5.5, 10.5, 22, 29.5, 24.5],), 10),
+    ("mwsum", ([2, 1, 3, NAN, 6, 5, 4], _MWSUM_W), {"window": 3}, ([NAN, NAN, 5.5, 3.5, 15, 22.5, 24.5],), 10),
+    ("mwsum", ([2, 1, 3, NAN, 6, 5, 4], _MWSUM_W), {"window": 3, "min_periods": 1},
+     ([2, 2.5, 5.5, 3.5, 15, 22.5, 24.5],), 10),
+    # DolphinDB docs, mwavg example (VWAP)
     ("mwavg", (_PRICE, _VOLUME), {"window": 4}, ([NAN, NAN, NAN, 2.35, 2.4125, 2.61, 2.65, 2.6875],), 10),
     ("mwavg", (_PRICE, _VOLUME), {"window": 4, "min_periods": 2},
      ([NAN, 2.166667, 2.2, 2.35, 2.4125, 2.61, 2.65, 2.6875],), 6),
+    # DolphinDB docs, mcovar example
     ("mcovar", (_X10, _Y10), {"window": 5}, ([NAN, NAN, NAN, NAN, -2.25, 0, 2, -1, -1.75, -1],), 10),
     ("mcovar", (_X10, _Y10), {"window": 5, "min_periods": 3},
      ([NAN, NAN, -3, -2.833333, -2.25, 0, 2, -1, -1.75, -1],), 6),
+    # DolphinDB docs, mcovarp example; the docs print -2.13 for row 3 here and -2.125 in their 5d example
     ("mcovarp", (_X10, _Y10), {"window": 5}, ([NAN, NAN, NAN, NAN, -1.8, 0, 1.6, -0.8, -1.4, -0.8],), 10),
     ("mcovarp", (_X10, _Y10), {"window": 5, "min_periods": 3},
      ([NAN, NAN, -2, -2.125, -1.8, 0, 1.6, -0.8, -1.4, -0.8],), 10),
+    # DolphinDB docs, mslr(Y, X, 4) example
     ("mslr", ([1, 4, 3, 9, 5, 4], [12, 31, 29, 88, 67, 76]), {"window": 4},
      ([NAN, NAN, NAN, 0.177052, 0.712557, 0.15], [NAN, NAN, NAN, 0.101824, 0.084418, 0.078462]), 6),
+    # DolphinDB docs, dema and tema examples (printed to 16-17 digits)
     ("dema", (_EMA_X,), {"window": 3},
      ([NAN, NAN, NAN, NAN, 12.091666666666668, 11.689583333333335, 11.266666666666665],), 12),
     ("tema", (_EMA_X,), {"window": 3}, ([NAN] * 6 + [11.24444444444444],), 12),
+    # DolphinDB docs, kama example
     ("kama", (_KAMA_X,), {"window": 5},
      ([NAN] * 5 + [81.006144, 81.009907, 80.793626, 80.344572, 80.456788],), 6),
+    # DolphinDB docs, linearTimeTrend example
     ("linear_time_trend", (_LTT_X,), {"window": 3},
      ([NAN, NAN, 2.666666666666666, 3, 5.166666666666667, 7, 8, 9, 9.5, 12, 14.833333333333333, 13, 12],
       [NAN, NAN, 1, 2, 1.5, 1, 1, 1, 2.5, 1, -1.5, -1, -1]), 10),
-    # ma(x, window, 1) is ema: DolphinDB's ema example
+    # the ma page has no example: ma(x, window, 1) is ema and ma(x, window, 3) is dema, so these are
+    # DolphinDB docs' ema and dema examples
     ("ma", (_EMA_X,), {"window": 3, "ma_type": 1}, ([NAN, NAN, 12.3, 12.55, 12.225, 11.9125, 11.55625],), 10),
     ("ma", (_EMA_X,), {"window": 3, "ma_type": 3},
      ([NAN, NAN, NAN, NAN, 12.091666666666668, 11.689583333333335, 11.266666666666665],), 12),
-    # part D
+    # DolphinDB docs, maxPositiveStreak page (its cumPositiveStreak example)
     ("cum_positive_streak", ([1, 0, -1, 1, 2, 2, 2, 1, 0, -1, 0, 2],), {}, ([1, 0, 0, 1, 3, 5, 7, 8, 0, 0, 0, 2],), None),
+    # DolphinDB docs, cummdd example
     ("cummdd", ([36, 96, 42, 100, 59, 86, 25, 64, 72],), {},
      ([0, 0, 0.5625, 0.5625, 0.5625, 0.5625, 0.75, 0.75, 0.75],), None),
     ("cummdd", ([36, 96, 42, 100, 59, 86, 25, 64, 72],), {"ratio": False}, ([0, 0, 54, 54, 54, 54, 75, 75, 75],), None),
+    # DolphinDB docs, mmaxPositiveStreak example
     ("mmax_positive_streak", ([1, -1, 1, -2, 10, 3, 3, 9, 0, 6, 5],), {"window": 5},
      ([NAN] * 4 + [10, 13, 16, 25, 25, 15, 12],), None),
     ("mmax_positive_streak", (_STREAK,), {"window": 5}, ([NAN] * 4 + [6, 11, 21, 27, 25, 24, 19, 19, 19],), None),
     ("mmax_positive_streak", (list(np.sign(_STREAK)),), {"window": 5}, ([NAN] * 4 + [3, 4, 5, 5, 4, 3, 2, 2, 2],), None),
+    # DolphinDB docs, mrank example (the last four are the two columns of its matrix example)
     ("mrank", (_RANK_X,), {"ascending": False, "window": 3}, ([NAN, NAN, 0, 0, 0, NAN, 1],), None),
     ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "min_periods": 2}, ([NAN, 1, 0, 0, 0, NAN, 1],), None),
     ("mrank", (_RANK_X,), {"ascending": False, "window": 3, "ignore_na": False, "ties_method": "max"},
@@ -124,11 +147,15 @@ DOC_EXAMPLES: list[tuple[str, tuple[list[float], ...], dict[str, Any], tuple[lis
     ("mrank", ([5, 4, 1, 2, 3],), {"ascending": True, "window": 3}, ([NAN, NAN, 0, 1, 2],), None),
     ("mrank", ([1, 2, 5, 3, 4],), {"ascending": True, "window": 3, "percent": True}, ([NAN, NAN, 1, 0.6667, 0.6667],), 4),
     ("mrank", ([5, 4, 1, 2, 3],), {"ascending": True, "window": 3, "percent": True}, ([NAN, NAN, 0.3333, 0.6667, 1],), 4),
+    # DolphinDB docs, mmad example: the long values as printed by the en/help and zh pages (the current
+    # en page rounds them to 1.11, 2.22, ...); useMedian as in the current docs (older pages printed
+    # mean(|x - med(x)|) there: [,,1,2,3.67,12.33])
     ("mmad", (_MAD_X,), {"window": 3},
      ([NAN, NAN, 1.111111111111111, 2.222222222222222, 3.777777777777777, 15.333333333333333],), 12),
     ("mmad", (_MAD_X,), {"window": 3, "use_median": True}, ([NAN, NAN, 1, 2, 5, 5],), None),
-    ("mmad", ([NAN, NAN, 2, 5, 1, 7, -3, 0],), {"window": 3, "min_periods": 2},
+    ("mmad", (_MAD_Y,), {"window": 3, "min_periods": 2},
      ([NAN, NAN, NAN, 1.5, 1.555555555555555, 2.222222222222222, 3.555555555555556, 3.777777777777778],), 12),
+    # DolphinDB docs, mpercentile example
     ("mpercentile", (_PCT_X,), {"percent": 50, "window": 3}, ([NAN, NAN, 2, 3, 6, 6, 5],), None),
     ("mpercentile", (_PCT_X,), {"percent": 25, "window": 3, "interpolation": "lower"}, ([NAN, NAN, 1, 1, 3, 5, 4],), None),
     ("mpercentile", (_PCT_X,), {"percent": 75, "window": 3, "interpolation": "higher"}, ([NAN, NAN, 3, 7, 7, 7, 6],), None),
@@ -136,27 +163,33 @@ DOC_EXAMPLES: list[tuple[str, tuple[list[float], ...], dict[str, Any], tuple[lis
     ("mpercentile", (_PCT_X,), {"percent": 15, "window": 3, "interpolation": "midpoint"},
      ([NAN, NAN, 1.5, 2, 4.5, 5.5, 4.5],), None),
     ("mpercentile", (_PCT_X,), {"percent": 50, "window": 3, "min_periods": 1}, ([2, 1.5, 2, 3, 6, 6, 5],), None),
+    # DolphinDB docs, mmed example
     ("mmed", (_PCT_X,), {"window": 3}, ([NAN, NAN, 2, 3, 6, 6, 5],), None),
     ("mmed", (_PCT_Y,), {"window": 3}, ([NAN, NAN, 2, 2, 4.5, 5.5, 5],), None),
     ("mmed", (_PCT_Y,), {"window": 3, "min_periods": 1}, ([2, 1.5, 2, 2, 4.5, 5.5, 5],), None),
+    # DolphinDB docs, mprod example
     ("mprod", (_PCT_X,), {"window": 3}, ([NAN, NAN, 6, 21, 126, 210, 120],), None),
     ("mprod", (_PCT_Y,), {"window": 3}, ([NAN, NAN, 6, 3, 18, 30, 120],), None),
     ("mprod", (_PCT_Y,), {"window": 3, "min_periods": 1}, ([2, 2, 6, 3, 18, 30, 120],), None),
+    # DolphinDB docs, mskew example: the vector (rounded) and the two columns of the matrix (15 digits)
     ("mskew", ([1, 2, 3, 10, 100, 4, 3],), {"window": 3},
      ([NAN, NAN, 0, 0.665469, 0.693810, 0.697217, 0.706851],), 6),
-    ("mskew", ([1, 6, 2, 9, 4, 5, 100],), {"window": 3},
+    ("mskew", (_SKEW_A,), {"window": 3},
      ([NAN, NAN, 0.595170064139498, -0.172800544078651, 0.470330460336986, 0.595170064139498,
        0.706845142811354],), 12),
-    ("mskew", ([100, 11, 12, 18, 23, 21, 10],), {"window": 3},
+    ("mskew", (_SKEW_B,), {"window": 3},
      ([NAN, NAN, 0.706802122668126, 0.65201211704403, -0.110780117654834, -0.239063146929565,
        -0.642723256123865],), 12),
-    ("mkurtosis", ([1, 9, 3, 100, 3, 2, 1, -100, 9, 10000],), {"window": 8},
+    # DolphinDB docs, mkurtosis example: the two columns of m.mkurtosis(8)
+    ("mkurtosis", (_KURT_A,), {"window": 8},
      ([NAN] * 7 + [3.989653641279048, 3.989840910744778, 6.140237905908072],), 12),
-    ("mkurtosis", ([*range(1, 10), 100],), {"window": 8},
+    ("mkurtosis", (_KURT_B,), {"window": 8},
      ([NAN] * 7 + [1.761904761904762, 1.761904761904762, 6.101712240467206],), 12),
-    # DolphinDB: mkurtosis(m, 4, false) - 3 equals pandas' rolling(4).kurt()
+    # DolphinDB docs, mkurtosis page: mkurtosis(m, 4, false) - 3 prints 2.504252 3.675552 | 2.366838 3.941262
+    # (equal to pandas' rolling(4).kurt()); 3 is added back here
     ("mkurtosis", ([1111, 323, 43, 51, 6],), {"window": 4, "biased": False}, ([NAN] * 3 + [5.504252, 6.675552],), 6),
     ("mkurtosis", ([2, 9, 12, 32, 400],), {"window": 4, "biased": False}, ([NAN] * 3 + [5.366838, 6.941262],), 6),
+    # DolphinDB docs, cumnunique example (ignoreNull on the zh page)
     ("cumnunique", ([NAN, 1, 2, -6, 0, 1, 2],), {}, ([1, 2, 3, 4, 5, 5, 5],), None),
     ("cumnunique", ([NAN, 1, 2, -6, 0, 1, 2],), {"ignore_null": True}, ([0, 1, 2, 3, 4, 4, 4],), None),
 ]  # fmt: skip
@@ -171,6 +204,144 @@ def test_documented_example(
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         close(g, e, decimals)
+
+
+# ---------------------------------------------------------------- independent references
+# The documented examples above whose values run to more than ~7 significant digits, recomputed
+# in plain NumPy from DolphinDB's definitions (no headwater code). Each reference must reproduce
+# the documented values and the kernel must match the reference to rtol 1e-9.
+
+Reference = Callable[[np.ndarray], list[np.ndarray]]
+
+
+def _ref_ema(x: np.ndarray, n: int) -> np.ndarray:
+    """DolphinDB/TA-lib ema: NULL before index n-1, mean(x[:n]) there, then α·x + (1-α)·ema, α = 2/(n+1)."""
+    out = np.full(len(x), np.nan)
+    if len(x) < n:
+        return out
+    alpha = 2.0 / (n + 1)
+    out[n - 1] = x[:n].mean()
+    for t in range(n, len(x)):
+        out[t] = alpha * x[t] + (1 - alpha) * out[t - 1]
+    return out
+
+
+def _ref_ema_of_ema(e: np.ndarray, n: int) -> np.ndarray:
+    """ema(e, n) of an EMA series: seeded by the mean of its first n non-NULL values, NULL before them."""
+    out = np.full(len(e), np.nan)
+    ok = ~np.isnan(e)
+    out[ok] = _ref_ema(e[ok], n)
+    return out
+
+
+def _ref_dema(n: int) -> Reference:
+    """DolphinDB dema: 2·ema(x, n) − ema(ema(x, n), n)."""
+
+    def ref(x: np.ndarray) -> list[np.ndarray]:
+        e1 = _ref_ema(x, n)
+        return [2 * e1 - _ref_ema_of_ema(e1, n)]
+
+    return ref
+
+
+def _ref_tema(n: int) -> Reference:
+    """DolphinDB tema: 3·e1 − 3·e2 + e3 with e1 = ema(x, n), e2 = ema(e1, n), e3 = ema(e2, n)."""
+
+    def ref(x: np.ndarray) -> list[np.ndarray]:
+        e1 = _ref_ema(x, n)
+        e2 = _ref_ema_of_ema(e1, n)
+        return [3 * e1 - 3 * e2 + _ref_ema_of_ema(e2, n)]
+
+    return ref
+
+
+def _ref_linear_time_trend(n: int) -> Reference:
+    """DolphinDB linearTimeTrend: least-squares line of each window's values on t = 0..n-1 -> (intercept, slope)."""
+
+    def ref(x: np.ndarray) -> list[np.ndarray]:
+        intercept, slope = np.full(len(x), np.nan), np.full(len(x), np.nan)
+        t = np.arange(n)
+        for i in range(n - 1, len(x)):
+            slope[i], intercept[i] = np.polyfit(t, x[i - n + 1 : i + 1], 1)
+        return [intercept, slope]
+
+    return ref
+
+
+def _ref_moving(stat: Callable[[np.ndarray], float], n: int, min_periods: int | None = None) -> Reference:
+    """DolphinDB m-function rule: ``stat`` of the window's non-NULL values; NULL for the first n-1 rows, or with
+    min_periods while the window holds fewer non-NULL values."""
+
+    def ref(x: np.ndarray) -> list[np.ndarray]:
+        out = np.full(len(x), np.nan)
+        for i in range(len(x)):
+            v = x[max(0, i - n + 1) : i + 1]
+            v = v[~np.isnan(v)]
+            if len(v) >= (min_periods or 1) and (min_periods is not None or i >= n - 1):
+                out[i] = stat(v)
+        return [out]
+
+    return ref
+
+
+def _ref_mean_abs_dev(v: np.ndarray) -> float:
+    """DolphinDB mad(X) (useMedian=false): mean(|X − mean(X)|)."""
+    return float(np.mean(np.abs(v - v.mean())))
+
+
+def _ref_skew(v: np.ndarray) -> float:
+    """DolphinDB biased skew: m3 / m2^1.5, with central moments m_k = mean((X − mean(X))^k)."""
+    d = v - v.mean()
+    return float(np.mean(d**3) / np.mean(d**2) ** 1.5)
+
+
+def _ref_kurtosis(v: np.ndarray) -> float:
+    """DolphinDB biased kurtosis: m4 / m2² (3 for a normal sample, not the excess)."""
+    d = v - v.mean()
+    return float(np.mean(d**4) / np.mean(d**2) ** 2)
+
+
+INDEPENDENT_EXAMPLES: list[tuple[str, list[float], dict[str, Any], Reference]] = [
+    ("dema", _EMA_X, {"window": 3}, _ref_dema(3)),
+    ("tema", _EMA_X, {"window": 3}, _ref_tema(3)),
+    ("ma", _EMA_X, {"window": 3, "ma_type": 3}, _ref_dema(3)),
+    ("linear_time_trend", _LTT_X, {"window": 3}, _ref_linear_time_trend(3)),
+    ("mmad", _MAD_X, {"window": 3}, _ref_moving(_ref_mean_abs_dev, 3)),
+    ("mmad", _MAD_Y, {"window": 3, "min_periods": 2}, _ref_moving(_ref_mean_abs_dev, 3, 2)),
+    ("mskew", _SKEW_A, {"window": 3}, _ref_moving(_ref_skew, 3)),
+    ("mskew", _SKEW_B, {"window": 3}, _ref_moving(_ref_skew, 3)),
+    ("mkurtosis", _KURT_A, {"window": 8}, _ref_moving(_ref_kurtosis, 8)),
+    ("mkurtosis", _KURT_B, {"window": 8}, _ref_moving(_ref_kurtosis, 8)),
+]
+
+
+def _documented(
+    name: str, x: list[float], params: dict[str, Any]
+) -> tuple[tuple[list[float], ...], int | None]:
+    """The DOC_EXAMPLES entry of a one-column example: (expected outputs, decimals)."""
+    for n, cols, p, expected, decimals in DOC_EXAMPLES:
+        if n == name and p == params and len(cols) == 1 and np.array_equal(cols[0], x, equal_nan=True):
+            return expected, decimals
+    raise LookupError(f"no documented example {name}{params} on {x}")
+
+
+@pytest.mark.parametrize(
+    ("name", "x", "params", "ref"),
+    INDEPENDENT_EXAMPLES,
+    ids=[f"{n}-{i}" for i, (n, _, _, _) in enumerate(INDEPENDENT_EXAMPLES)],
+)
+def test_long_digit_examples_match_an_independent_reference(
+    name: str, x: list[float], params: dict[str, Any], ref: Reference
+) -> None:
+    want = ref(np.asarray(x, dtype=np.float64))
+    documented, decimals = _documented(name, x, params)
+    got = call(name, x, **params)
+    assert len(want) == len(documented) == len(got)
+    for w, d in zip(want, documented, strict=True):
+        close(w, d, decimals)  # the reference follows DolphinDB's definition
+    for g, w in zip(got, want, strict=True):
+        assert np.isfinite(w).any()
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=0, equal_nan=True, err_msg=f"{name}{params}")
 
 
 def test_pairs_with_a_null_are_skipped() -> None:

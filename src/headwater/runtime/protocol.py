@@ -92,7 +92,7 @@ class Health:
 
 @dataclass(frozen=True)
 class RunSql:
-    """Run a query that passed the SQL policy; reply: the rows as an Arrow IPC stream."""
+    """Run a query that passed the SQL policy; reply: the result directory in the SQL spool and its Arrow schema."""
 
     source: str
     text: str

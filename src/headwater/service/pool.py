@@ -5,7 +5,7 @@ on the worker it already has if that one is alive, otherwise by :func:`headwater
 over the live workers' reported load and the graphs already on them; the
 placement and its epoch (one more each time) go to the metadata store, and the epoch into the graph's
 checkpoint directory, which every worker sees. A worker checks that file before each commit
-(``headwater.spark.fused.check_fence``), so one that was only frozen or cut off, and comes back after its
+(``headwater.dataplane.fence``), so one that was only frozen or cut off, and comes back after its
 graphs moved, stops instead of committing. The heartbeat thread asks each worker's ``/v1/health`` every
 ``heartbeat`` seconds; a worker silent for ``deadline`` seconds, or whose port refused two heartbeats in a row,
 is down (Orca's NODE_DOWN), and the master's
