@@ -18,7 +18,7 @@ import ast
 import contextlib
 import contextvars
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from headwater.errors import GraphDefinitionError, clip
@@ -181,6 +181,24 @@ def to_metric(value: Any, *, where: str) -> Expr:
         f"{where}: metric {value!r} (a {type(value).__name__}) is not an expression; "
         "pass a string such as 'sum(volume) as volume' or an expression object"
     )
+
+
+def metric_items(value: Any, *, where: str) -> list[Any]:
+    """One metric, or a list of them, as a list (each still to be read by :func:`to_metric`)."""
+    if isinstance(value, str | Expr):
+        return [value]
+    if not isinstance(value, Sequence):
+        raise GraphDefinitionError(f"{where}: metrics must be a list of strings or expressions, got {clip(value)}")
+    return list(value)
+
+
+def to_metrics(value: Any, *, where: str) -> tuple[Expr, ...]:
+    """One metric, or a list of them, as expressions.
+
+    >>> to_metrics(["price", "sum(v) as total"], where="engine")
+    (<expr price>, <expr sum(v) as total>)
+    """
+    return tuple(to_metric(m, where=where) for m in metric_items(value, where=where))
 
 
 _USER_FUNCTIONS = contextvars.ContextVar("headwater_user_state_functions", default=True)

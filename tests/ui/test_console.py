@@ -231,6 +231,7 @@ def test_every_page_shows_what_the_api_says_and_the_buttons_work(browser, master
     until(driver, lambda d: d.find_element(By.ID, "live").get_attribute("data-updates"), "live numbers")
     assert driver.find_element(By.ID, "status").text == "failed"
     assert "negative x" in driver.find_element(By.ID, "reason").text
+    assert "negative x" in driver.find_element(By.ID, "events").text  # the failed restart's event, with why
     driver.get(f"{url}/ui/graph/demo.stream_graph.paused")
     until(driver, lambda d: d.find_element(By.ID, "live").get_attribute("data-updates"), "live numbers")
     assert driver.find_element(By.ID, "status").text == "stopped"

@@ -3,7 +3,7 @@
 import hashlib
 from pathlib import Path
 
-VENDOR = Path(__file__).resolve().parents[2] / "src" / "headwater" / "ui" / "static" / "vendor"
+VENDOR = Path(__file__).resolve().parents[2] / "src" / "headwater" / "service" / "console" / "static" / "vendor"
 # sha256 of package/dist/dagre.min.js in the npm tarball of @dagrejs/dagre 3.1.3
 DAGRE_SHA256 = "54a503e346f93ca0bb10abe7999587e037262935687aca45eb4e4b0f64bbb578"
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
@@ -42,7 +42,7 @@ from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Alias, Expr
 from headwater.functions import default_name, infer_type
-from headwater.parse import parse_expr, to_metric
+from headwater.parse import metric_items, parse_expr, to_metric, to_metrics
 from headwater.plan.document import dumps, from_json, to_json
 from headwater.plan.logical import (
     MAX_TASKS,
@@ -61,7 +61,16 @@ from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.types import Schema, TableKind
 
 if TYPE_CHECKING:
-    from headwater.api.session import Session
+    from headwater.storage.metadata import TableRecord  # (SQLAlchemy: not imported to declare a graph)
+
+
+class GraphSession(Protocol):
+    """What a graph needs of the session it was declared in (:class:`~headwater.api.session.Session`)."""
+
+    def _table_info(self, fqn: FQN) -> TableRecord: ...
+
+    def _submit(self, logical: LogicalGraph, physical: PhysicalGraph, compute_group: str | None = None,
+                checkpoint_config: CheckpointConfig | None = None) -> None: ...
 
 
 def _window_metrics(window: Any, metrics: Any, *, where: str) -> tuple[Any, tuple[Expr, ...], tuple[int, ...]]:
@@ -69,7 +78,7 @@ def _window_metrics(window: Any, metrics: Any, *, where: str) -> tuple[Any, tupl
     flattened with the window index of each metric."""
     if not isinstance(window, list | tuple):
         return (parse_duration(window, where=f"{where} window"),
-                tuple(to_metric(m, where=where) for m in _as_list(metrics, where)), ())
+                to_metrics(metrics, where=where), ())
     windows = tuple(parse_duration(w, where=f"{where} window") for w in window)
     if not windows:
         raise GraphDefinitionError(f"{where}: window is an empty list; give a duration or a list of them")
@@ -79,7 +88,7 @@ def _window_metrics(window: Any, metrics: Any, *, where: str) -> tuple[Any, tupl
             f"{where}: with {len(windows)} windows, metrics must be a list of {len(windows)} lists, one per window; "
             "e.g. window=['1m', '5m'], metrics=[['sum(v) as v1'], ['sum(v) as v5']]"
         )
-    flat = [(to_metric(m, where=where), i) for i, group in enumerate(groups) for m in _as_list(group, where)]
+    flat = [(to_metric(m, where=where), i) for i, group in enumerate(groups) for m in metric_items(group, where=where)]
     return windows, tuple(m for m, _ in flat), tuple(i for _, i in flat)
 
 
@@ -116,7 +125,7 @@ class StreamGraph:
     Schema(columns=(('time', 'timestamp'), ('sym', 'string'), ('close', 'double')))
     """
 
-    def __init__(self, session: Session, fqn: FQN) -> None:
+    def __init__(self, session: GraphSession, fqn: FQN) -> None:
         self._session = session
         self.fqn = fqn
         self._graph = LogicalGraph(str(fqn))
@@ -224,7 +233,7 @@ class StreamGraph:
         return dumps(to_json(self._graph, self.plan()))
 
     @classmethod
-    def from_json(cls, session: Session, document: str) -> StreamGraph:
+    def from_json(cls, session: GraphSession, document: str) -> StreamGraph:
         """The graph a :meth:`to_json` document declares, ready to ``submit()`` in ``session``.
 
         User functions of ``map(fn)`` travel pickled in the document, so loading one runs code: take
@@ -469,7 +478,7 @@ class DStream(JoinMethods):
             return SessionWindowEngine(
                 name=name, input_schema=self.node.schema,
                 session_gap=parse_duration(session_gap, where=f"{where} session_gap"),
-                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                metrics=to_metrics(metrics, where=where),
                 time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
                 use_session_start_time=use_session_start_time,
                 force_trigger_time=None if force_trigger_time is None else parse_duration(
@@ -522,7 +531,7 @@ class DStream(JoinMethods):
             return TimeBucketEngine(
                 name=name, input_schema=self.node.schema,
                 time_cut_points=_times_of_day(time_cut_points, where=f"{where} time_cut_points"),
-                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                metrics=to_metrics(metrics, where=where),
                 time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
                 use_window_start_time=use_window_start_time, closed=closed, fill=fill,
                 key_purge_freq_in_second=key_purge_freq_in_second,
@@ -656,7 +665,7 @@ class DStream(JoinMethods):
             where = f"cross_sectional_engine {clip(name)}"
             return CrossSectionalEngine(
                 name=name, input_schema=self.node.schema,
-                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                metrics=to_metrics(metrics, where=where),
                 key_column=_as_tuple(key_column, f"{where} key_column"), triggering_pattern=triggering_pattern,
                 triggering_interval=triggering_interval_arg(triggering_pattern, triggering_interval, where=where),
                 time_column=time_column,
@@ -689,7 +698,7 @@ class DStream(JoinMethods):
             where = f"anomaly_detection_engine {clip(name)}"
             return AnomalyDetectionEngine(
                 name=name, input_schema=self.node.schema,
-                metrics=tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                metrics=to_metrics(metrics, where=where),
                 time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
                 window=None if window is None else parse_duration(window, where=f"{where} window"),
                 step=None if step is None else parse_duration(step, where=f"{where} step"),
@@ -789,8 +798,8 @@ class DStream(JoinMethods):
             where = f"dual_ownership_reactive_state_engine {clip(name)}"
             return DualOwnershipReactiveStateEngine(
                 name=name, input_schema=self.node.schema,
-                metrics1=tuple(to_metric(m, where=where) for m in _as_list(metrics1, where)),
-                metrics2=tuple(to_metric(m, where=where) for m in _as_list(metrics2, where)),
+                metrics1=to_metrics(metrics1, where=where),
+                metrics2=to_metrics(metrics2, where=where),
                 key_column1=_as_tuple(key_column1, f"{where} key_column1"),
                 key_column2=_as_tuple(key_column2, f"{where} key_column2"))
 
@@ -836,7 +845,7 @@ class DStream(JoinMethods):
         return {
             "name": name,
             "input_schema": self.node.schema,
-            "metrics": tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+            "metrics": to_metrics(metrics, where=where),
             "key_column": _as_tuple(key_column, f"{where} key_column"),
             "filter": expr(filter, "filter"),
             "keep_order": keep_order,
@@ -866,7 +875,7 @@ class DStream(JoinMethods):
                                     fn=func, fn_name=getattr(func, "__qualname__", repr(func)), filter=flt)
             return self._add(node)
         exprs: list[tuple[str, Expr]] = []
-        for m in _as_list(func if func is not None else list(schema.names), label):
+        for m in metric_items(func if func is not None else list(schema.names), where=label):
             metric = to_metric(m, where=label)
             pairs = zip(metric.names, metric.outputs(), strict=True) if isinstance(metric, Alias) else \
                 [(default_name(metric, where=label), metric)]
@@ -923,14 +932,6 @@ class DStream(JoinMethods):
     def latest_keyed_sink(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
         keys = _as_tuple(key_column, f"latest_keyed_sink {clip(name)} key_column")
         return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, keys, time_column)
-
-
-def _as_list(metrics: Any, where: str) -> list[Any]:
-    if isinstance(metrics, str | Expr):
-        return [metrics]
-    if not isinstance(metrics, Sequence):
-        raise GraphDefinitionError(f"{where}: metrics must be a list of strings or expressions, got {clip(metrics)}")
-    return list(metrics)
 
 
 def _fill_arg(value: Any, *, where: str) -> str | float | tuple[Any, ...]:

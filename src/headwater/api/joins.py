@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self
 
 from headwater.catalog import resolve
 from headwater.durations import parse_duration
@@ -26,11 +26,11 @@ from headwater.engines.joins import (
 from headwater.engines.joins.base import LEFT, RIGHT, _pair, time_pair
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
-from headwater.parse import to_metric
+from headwater.parse import to_metrics
 from headwater.plan.logical import EngineNode, MapNode, Parallelism, TableNode, TableRole
 
 if TYPE_CHECKING:
-    from headwater.api.graph import DStream
+    from headwater.plan.logical import Node
 
 Metrics = Sequence[Expr | str]
 
@@ -38,14 +38,22 @@ Metrics = Sequence[Expr | str]
 class JoinMethods:
     """Mixed into ``DStream``: ``self`` is the left input."""
 
-    def _join(self, right: DStream, kind: str, make: Callable[[str, dict[str, Any]], JoinEngine],
-              matching_column: Any, metrics: Metrics, time_column: Any = None) -> DStream:
-        from headwater.api.graph import DStream, _as_list
+    if TYPE_CHECKING:  # what the DStream it is mixed into provides
+        graph: Any
+        node_id: int
+        parallelism: Parallelism | None
 
-        left = cast(DStream, self)
+        def __init__(self, graph: Any, node_id: int, parallelism: Parallelism | None = None) -> None: ...
+
+        @property
+        def node(self) -> Node: ...
+
+    def _join(self, right: Self, kind: str, make: Callable[[str, dict[str, Any]], JoinEngine],
+              matching_column: Any, metrics: Metrics, time_column: Any = None) -> Self:
+        left = self
         name = left.graph._engine_name(kind, left.node_id)
         where = f"{kind.lower()} {clip(name)}"
-        if not isinstance(right, DStream) or right.graph is not left.graph:
+        if not isinstance(right, JoinMethods) or right.graph is not left.graph:
             raise GraphDefinitionError(f"{where}: the right input must be a DStream of the same stream graph "
                                        f"{left.graph.fqn}, got {clip(right)}")
         left_keys, right_keys = _pair(matching_column, "matching_column", where)
@@ -53,7 +61,7 @@ class JoinMethods:
         if time_column is not None:
             times["time_column"], times["right_time_column"] = time_pair(time_column, where)
         spec = make(name, {"name": name, "left_schema": left.node.schema, "right_schema": right.node.schema,
-                           "metrics": tuple(to_metric(m, where=where) for m in _as_list(metrics, where)),
+                           "metrics": to_metrics(metrics, where=where),
                            "matching_column": left_keys, "right_matching_column": right_keys, **times})
         parallelism = None
         if left.parallelism is not None:
@@ -82,12 +90,12 @@ class JoinMethods:
         graph.add(table, inputs=tuple(feeders))
         engine = EngineNode(graph.next_id(), name, spec.output_schema(), parallelism=parallelism, spec=spec, fqn=str(fqn))
         graph.add(engine, inputs=(table.id,))
-        return DStream(left.graph, engine.id, parallelism)
+        return type(self)(left.graph, engine.id, parallelism)
 
-    def asof_join_engine(self, right: DStream, *, metrics: Metrics, matching_column: Any,
+    def asof_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any,
                          time_column: Any = None, use_system_time: bool = False,
                          delayed_time: str | timedelta | None = None, garbage_size: int = 5000,
-                         sort_by_time: bool = False) -> DStream:
+                         sort_by_time: bool = False) -> Self:
         """Join each left row with the latest right row of its key at or before its time (Orca's asofJoinEngine).
 
         ``matching_column``: a name, names, or ``[[left names], [right names]]``; ``time_column``: a name or
@@ -102,8 +110,8 @@ class JoinMethods:
 
         return self._join(right, AsofJoinEngine.kind, make, matching_column, metrics, time_column)
 
-    def equal_join_engine(self, right: DStream, *, metrics: Metrics, matching_column: Any, time_column: Any,
-                          garbage_size: int = 5000, max_delayed_time: str | timedelta = timedelta(seconds=3)) -> DStream:
+    def equal_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any, time_column: Any,
+                          garbage_size: int = 5000, max_delayed_time: str | timedelta = timedelta(seconds=3)) -> Self:
         """Join rows of the two sides with equal key and time, once (Orca's equalJoinEngine); see
         :mod:`headwater.engines.joins.equal`."""
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
@@ -112,9 +120,9 @@ class JoinMethods:
 
         return self._join(right, EqualJoinEngine.kind, make, matching_column, metrics, time_column)
 
-    def lookup_join_engine(self, right: DStream, *, metrics: Metrics, matching_column: Any,
+    def lookup_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any,
                            right_time_column: str | None = None, keep_duplicates: bool = False,
-                           is_inner_join: bool = False) -> DStream:
+                           is_inner_join: bool = False) -> Self:
         """Join each left row at once with the right side's latest row of its key (Orca's lookupJoinEngine); see
         :mod:`headwater.engines.joins.lookup`."""
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
@@ -123,8 +131,8 @@ class JoinMethods:
 
         return self._join(right, LookupJoinEngine.kind, make, matching_column, metrics)
 
-    def left_semi_join_engine(self, right: DStream, *, metrics: Metrics, matching_column: Any,
-                              garbage_size: int = 5000, update_right_table: bool = False) -> DStream:
+    def left_semi_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any,
+                              garbage_size: int = 5000, update_right_table: bool = False) -> Self:
         """Emit each left row once its key has a right row (Orca's leftSemiJoinEngine); see
         :mod:`headwater.engines.joins.semi`."""
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
@@ -132,9 +140,9 @@ class JoinMethods:
 
         return self._join(right, LeftSemiJoinEngine.kind, make, matching_column, metrics)
 
-    def snapshot_join_engine(self, right: DStream, *, metrics: Metrics, matching_column: Any,
+    def snapshot_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any,
                              time_column: Any = None, keep_left_duplicates: bool = False,
-                             keep_right_duplicates: bool = False, is_inner_join: bool = True) -> DStream:
+                             keep_right_duplicates: bool = False, is_inner_join: bool = True) -> Self:
         """Join a row arriving on either side with the other side's cached rows of its key (Orca's
         snapshotJoinEngine); see :mod:`headwater.engines.joins.snapshot`."""
         def make(name: str, common: dict[str, Any]) -> JoinEngine:
@@ -143,10 +151,10 @@ class JoinMethods:
 
         return self._join(right, SnapshotJoinEngine.kind, make, matching_column, metrics, time_column)
 
-    def window_join_engine(self, right: DStream, *, window: Any, metrics: Metrics, matching_column: Any,
+    def window_join_engine(self, right: Self, *, window: Any, metrics: Metrics, matching_column: Any,
                            time_column: Any = None, use_system_time: bool = False, garbage_size: int = 5000,
                            max_delayed_time: str | timedelta | None = timedelta(seconds=3),
-                           closed: str = "left", null_fill: Sequence[Any] = (), sort_by_time: bool = False) -> DStream:
+                           closed: str = "left", null_fill: Sequence[Any] = (), sort_by_time: bool = False) -> Self:
         """Each left row with aggregates of its key's right rows in ``[t + a, t + b]`` for ``window=(a, b)``
         (``"-5s:0s"`` or ``("-5s", "0s")``; ``(0, 0)``: since the key's previous left row) (Orca's
         windowJoinEngine); ``null_fill``: one value per output column replacing its NULLs (None keeps them);

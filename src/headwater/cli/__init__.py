@@ -180,8 +180,9 @@ def _master(args: argparse.Namespace, operation: str) -> Iterator[Any]:
     data_dir = Path(args.data_dir)
     if not data_dir.is_dir():
         raise ConfigurationError(f"no data directory at {data_dir}")
-    from headwater.api.session import LOCAL_USER, embedded_master
+    from headwater.api.session import LOCAL_USER
     from headwater.runtime.access import AccessControl
+    from headwater.runtime.embedded import embedded_master
     from headwater.runtime.gateway import Gateway
 
     master = embedded_master(data_dir, start_spark=False)  # resumes nothing: it lives as long as this command

@@ -42,7 +42,7 @@ def ui(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from headwater.api.session import embedded_master
+    from headwater.runtime.embedded import embedded_master
     from headwater.service.auth import Authenticator
     from headwater.service.run import configure_logging
     from headwater.service.server import create_app

@@ -25,7 +25,7 @@ from headwater.runtime.lifecycle import GraphStatus
 from headwater.storage.disk_space import ENV_RESUME_MB, is_disk_full, mount_point
 
 if TYPE_CHECKING:
-    from headwater.runtime.master import Master
+    from headwater.runtime.supervised import SupervisedMaster
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class DiskWaits:
         return fqn in self._waits
 
     @staticmethod
-    def is_full(master: Master, reason: str) -> bool:
+    def is_full(master: SupervisedMaster, reason: str) -> bool:
         """Whether a failure is for want of space: its text says so, or the data directory lacks room now."""
         if is_disk_full(reason):
             return True
@@ -63,7 +63,7 @@ class DiskWaits:
         except OSError:  # the probe itself failed: judge by the text alone
             return False
 
-    def begin(self, master: Master, rec: Any, reason: str) -> None:
+    def begin(self, master: SupervisedMaster, rec: Any, reason: str) -> None:
         """Put a graph whose micro-batch failed for want of space to wait (not counted as a failure)."""
         fqn = rec.fqn
         now = time.monotonic()
@@ -84,7 +84,7 @@ class DiskWaits:
             wait.reason = reason
         self._set_waiting(master, rec, reason)
 
-    def retry_due(self, master: Master) -> list[tuple[Any, str]]:
+    def retry_due(self, master: SupervisedMaster) -> list[tuple[Any, str]]:
         """Start again the waiting graphs whose time has come and that have room; return the graphs whose restart
         failed for another reason than space, with that reason (the supervisor counts those as failures)."""
         failed: list[tuple[Any, str]] = []
@@ -117,7 +117,7 @@ class DiskWaits:
             self._end(master, fqn, "finished", "")
         return failed
 
-    def forget(self, master: Master, fqn: str) -> None:
+    def forget(self, master: SupervisedMaster, fqn: str) -> None:
         """The user stopped, resubmitted or dropped the graph: it waits no more."""
         if fqn in self._waits:
             self._end(master, fqn, "failed", "left by the user while waiting for disk space")
@@ -130,7 +130,7 @@ class DiskWaits:
         return (f"is still {WAITING} (since {time.monotonic() - wait.since:.0f} s): {shorten(wait.reason, 400)}; "
                 "it resumes by itself once there is room")
 
-    def _set_waiting(self, master: Master, rec: Any, reason: str) -> None:
+    def _set_waiting(self, master: SupervisedMaster, rec: Any, reason: str) -> None:
         fs = mount_point(master.data_dir)
         text = (f"{WAITING} on {fs}: {shorten(reason, 500)}; it starts again by itself from its checkpoints once "
                 f"{master.disk_space.resume} bytes are free ({ENV_RESUME_MB}), not counted against "
@@ -140,7 +140,7 @@ class DiskWaits:
         except Exception:  # the metadata store is on the full disk too: the wait is kept in memory meanwhile
             log.debug("could not store that %s waits for disk space", rec.fqn, exc_info=True)
 
-    def _end(self, master: Master, fqn: str, state: str, error: str) -> None:
+    def _end(self, master: SupervisedMaster, fqn: str, state: str, error: str) -> None:
         wait = self._waits.pop(fqn)
         try:
             event = wait.event

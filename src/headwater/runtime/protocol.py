@@ -1,10 +1,11 @@
 """Master ↔ Worker: what the master asks a worker to do, as serialisable messages behind one interface.
 
 The master talks to workers only through :class:`WorkerPort` and the messages below. The embedded mode
-uses :class:`InProcessWorkerPort` (the worker lives in the same process); the service mode carries the
-same messages over the network. Every request crosses :func:`encode` / :func:`decode` (JSON-safe dicts,
+uses :class:`~headwater.runtime.worker.InProcessWorkerPort` (the worker lives in the same process); the
+service mode carries the same messages over the network. Every request crosses :func:`encode` / :func:`decode` (JSON-safe dicts,
 bytes as base64) even in process, so nothing that could not cross a network slips into a message.
 
+>>> import json
 >>> decode(json.loads(json.dumps(encode(StopGraph("demo.stream_graph.g")))))
 StopGraph(fqn='demo.stream_graph.g')
 """
@@ -13,14 +14,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
-
-if TYPE_CHECKING:
-    from headwater.runtime.worker import Worker
 
 
 @dataclass(frozen=True)
@@ -158,21 +155,3 @@ class WorkerPort(Protocol):
     def describe(self) -> list[dict[str, Any]]:
         """One row per worker behind this port: url, group, alive, spark, cpu, memory, heartbeat_age_s, graphs."""
         ...
-
-
-class InProcessWorkerPort:
-    """A worker in this process: each request crosses the wire format, then runs on the worker."""
-
-    stops_with_master = True
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.name = worker.name
-
-    def request(self, message: Message) -> Any:
-        return self.worker.handle(decode(json.loads(json.dumps(encode(message)))))
-
-    def describe(self) -> list[dict[str, Any]]:
-        return [{"url": self.name, "group": "default", "alive": True, "spark": self.worker.spark_state, "cpu": None,
-                 "memory": None, "heartbeat_age_s": 0.0, "graphs": ",".join(sorted(self.worker.running_graphs())),
-                 "spark_ui": self.worker.spark_ui}]

@@ -28,7 +28,7 @@ from headwater.runtime.lifecycle import GraphStatus
 from headwater.runtime.protocol import Health, IsRunning, StopGraph
 
 if TYPE_CHECKING:
-    from headwater.runtime.master import Master
+    from headwater.runtime.supervised import SupervisedMaster
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ RETRY_ERROR_S = 5.0  # how often a graph left in error by an unreachable worker 
 class Supervisor:
     """Restarts failed graphs from their checkpoints, and fails them after too many failures in a row."""
 
-    def __init__(self, master: Master, *, every: float = 1.0) -> None:
+    def __init__(self, master: SupervisedMaster, *, every: float = 1.0) -> None:
         # a weak reference, as the compactor's: an unclosed master is still freed (and its directory unlocked)
         self._master = weakref.ref(master)
         self.every = every
@@ -92,7 +92,7 @@ class Supervisor:
                     except ExecutionError as exc:  # started, then failed: a failure like any other
                         self._fail_or_restart(master, rec, str(exc), batches=0)
 
-    def _on_failure(self, master: Master, fqn: str, reason: str, batches: int) -> None:
+    def _on_failure(self, master: SupervisedMaster, fqn: str, reason: str, batches: int) -> None:
         rec = master.store.active_graph(fqn)
         if rec is None or rec.status != GraphStatus.RUNNING or master.is_recovering(fqn):
             return  # stopped, dropped or being moved meanwhile: whoever changed it owns it now
@@ -105,7 +105,7 @@ class Supervisor:
             return
         self._fail_or_restart(master, rec, reason, batches)
 
-    def _fail_or_restart(self, master: Master, rec: Any, reason: str, batches: int) -> None:
+    def _fail_or_restart(self, master: SupervisedMaster, rec: Any, reason: str, batches: int) -> None:
         """Count the failure; restart the graph from its checkpoints, or fail it once the streak is too long."""
         fqn = rec.fqn
         streak = 0 if batches else self.streaks.get(fqn, 0)

@@ -38,6 +38,8 @@ from headwater.runtime.protocol import (
     TaskStatus,
     Warmup,
     arrow_table,
+    decode,
+    encode,
 )
 from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import PreparedQuery
@@ -349,3 +351,21 @@ def _physical(document: str, *, load_callables: bool) -> PhysicalGraph:
     if physical is None:
         raise GraphDefinitionError("the master sent a graph without its physical plan")
     return physical
+
+
+class InProcessWorkerPort:
+    """A worker in this process: each request crosses the wire format, then runs on the worker."""
+
+    stops_with_master = True
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.name = worker.name
+
+    def request(self, message: Message) -> Any:
+        return self.worker.handle(decode(json.loads(json.dumps(encode(message)))))
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"url": self.name, "group": "default", "alive": True, "spark": self.worker.spark_state, "cpu": None,
+                 "memory": None, "heartbeat_age_s": 0.0, "graphs": ",".join(sorted(self.worker.running_graphs())),
+                 "spark_ui": self.worker.spark_ui}]

@@ -230,7 +230,7 @@ class ActiveMaster:
         self.master: Any = None
 
     def start(self) -> Any:
-        from headwater.api.session import embedded_master
+        from headwater.runtime.embedded import embedded_master
         from headwater.service.auth import Authenticator, LoginLimits
         from headwater.service.doors import HttpLimits
         from headwater.service.server import create_app

@@ -112,7 +112,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     ``max_body_bytes``, the rest within ``limits`` (checked by the doors' guard before a byte of the body is
     read). ``worker_secret``: workers that present it may join (``headwater worker --master``). ``access_log``: a
     log line per request (logger ``headwater.access``, with the user). ``console``: the web console under ``/ui``
-    (:mod:`headwater.ui`)."""
+    (:mod:`headwater.service.console`)."""
     app = FastAPI(title="Headwater master", version="1")
     guard_master(app, auth.user_of, body_bytes=max_body_bytes, limits=limits,
                  arrow_paths=frozenset(f"/v1/{op.name}" for op in OPERATIONS.values() if op.rows_argument),
@@ -165,7 +165,8 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         user = http.scope.get("state", {}).get("user")
         if user is not None and not access.is_admin(str(user)):
             raise access.refuse(str(user), "metrics", "*", "is not an admin (or scrape with the metrics token)")
-        from headwater.runtime.metrics import CONTENT_TYPE, master_metrics
+        from headwater.runtime.master_metrics import master_metrics
+        from headwater.runtime.metrics import CONTENT_TYPE
 
         return Response(master_metrics(master), media_type=CONTENT_TYPE)
 
@@ -211,7 +212,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
         json_bytes = limits.document_bytes if op.name == "submit" else limits.json_bytes
         _route(app, op, master, access, user, lifecycle, waits, max_body_bytes, json_bytes, limits)
     if console:
-        from headwater.ui import mount_console
+        from headwater.service.console import mount_console
 
         mount_console(app, master, auth)
     return app

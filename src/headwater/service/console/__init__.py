@@ -8,10 +8,10 @@
   physical DAG laid out by dagre, numbers refreshed by server-sent events, its state-machine events), its
   checkpoints (a timeline of micro-batches and their stream tasks), tables (definition, rows, versions, a
   sample, lineage), a SQL console with paged results, workers (with their Spark UI), users and privileges.
-- What a page shows comes from the API's operations called as the signed-in user (:mod:`headwater.ui.views`);
+- What a page shows comes from the API's operations called as the signed-in user (:mod:`headwater.service.console.views`);
   a button calls the API itself (``POST /v1/<operation>``), so the console can do nothing the API would refuse.
 """
 
-from headwater.ui.app import mount_console
+from headwater.service.console.app import mount_console
 
 __all__ = ["mount_console"]

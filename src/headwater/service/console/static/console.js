@@ -236,7 +236,7 @@ function graphPage(picture) {
     }
     fill(document.getElementById("events"), now.events.slice().reverse(), [
       ["start_time", "time", (v) => when(v)], ["type", "event"], ["state", "state"], ["retries", "retries"],
-      ["detail", "detail"]], {empty: "no events"});
+      ["detail", "detail"], ["error_message", "why it failed"]], {empty: "no events"});
   }
 
   for (const radio of document.querySelectorAll('input[name="view"]')) {

@@ -1,4 +1,4 @@
-"""The console's routes on the master's FastAPI app (see :mod:`headwater.ui`)."""
+"""The console's routes on the master's FastAPI app (see :mod:`headwater.service.console`)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from headwater.runtime.access import AccessControl
 from headwater.runtime.gateway import Gateway
 from headwater.runtime.master import Master
 from headwater.service.auth import TOKEN_SECONDS, Authenticator, AuthError
+from headwater.service.console import views
+from headwater.service.console.results import ResultPages
 from headwater.service.doors import CONSOLE, SESSION_COOKIE, WaitSlots, csrf_of, session_token
-from headwater.ui import views
-from headwater.ui.results import ResultPages
 
 STATIC = Path(__file__).parent / "static"
 # the only files served under /ui/static: a name not in this list is not looked for on disk
@@ -50,7 +50,7 @@ def mount_console(app: FastAPI, master: Master, auth: Authenticator, *, title: s
     """Add the console's routes (``/ui/...``) to ``app``, the master's API (:func:`~headwater.service.server.
     create_app`), whose guard checks the session cookie and CSRF token before any of them runs."""
     access = AccessControl(master.store)
-    templates = Environment(loader=PackageLoader("headwater.ui", "templates"), autoescape=select_autoescape(["html"]))
+    templates = Environment(loader=PackageLoader("headwater.service.console", "templates"), autoescape=select_autoescape(["html"]))
     templates.policies["json.dumps_kwargs"] = {"default": str}  # times and the like as text in a page's data
     streams = WaitSlots(LIVE_STREAMS, what="a live graph page", setting="the console's limit of live pages")
     results = ResultPages()
