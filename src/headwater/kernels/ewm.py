@@ -202,6 +202,76 @@ class EwmCov(_ArrayOp):
 
 # ---------------------------------------------------------------- kernels
 
+# What a row does to a key's EWM state (see _ewm_row).
+_EWM_KEEP, _EWM_DECAY, _EWM_ADD, _EWM_FIRST = 0, 1, 2, 3
+
+
+@njit(cache=True, inline="always")
+def _ewm_weights(com, adjust):  # pragma: no cover - numba
+    """pandas' decay factor ``1 - alpha`` and the weight of a new observation."""
+    alpha = 1.0 / (1.0 + com)
+    return 1.0 - alpha, 1.0 if adjust else alpha
+
+
+@njit(cache=True, inline="always")
+def _ewm_row(k, is_obs, started, ignore_na, nobs):  # pragma: no cover - numba
+    """Count an observation of key k and say what the row does to its state.
+
+    Before the first observation (``started`` False) a NULL leaves the state as it
+    is and an observation starts it (_EWM_FIRST). After it, an observation is
+    added (_EWM_ADD) and a NULL decays the old weights unless ``ignore_na``.
+    """
+    if is_obs:
+        nobs[k] += 1
+    if started:
+        if is_obs:
+            return _EWM_ADD
+        return _EWM_KEEP if ignore_na else _EWM_DECAY
+    return _EWM_FIRST if is_obs else _EWM_KEEP
+
+
+@njit(cache=True, inline="always")
+def _ewm_mean_step(m, cur, ow, new_wt):  # pragma: no cover - numba
+    """The weighted mean after adding ``cur`` with weight ``new_wt`` to ``m`` of weight ``ow``."""
+    if m != cur:  # keeps a constant series exactly constant
+        m = (ow * m + new_wt * cur) / (ow + new_wt)
+    return m
+
+
+@njit(cache=True, inline="always")
+def _ewm_comoment(c, ow, new_wt, old_ma, ma, a, old_mb, mb, b):  # pragma: no cover - numba
+    """pandas' ewmcov update of a co-moment ``c`` of (a, b) whose means moved from old_m* to m*."""
+    return (ow * (c + (old_ma - ma) * (old_mb - mb)) + new_wt * ((a - ma) * (b - mb))) / (ow + new_wt)
+
+
+@njit(cache=True, inline="always")
+def _ewm_age(k, add, f, new_wt, adjust, sum_wt, sum_wt2, old_wt):  # pragma: no cover - numba
+    """Decay key k's weights by ``f`` and, when ``add``, add ``new_wt``; return the decayed old weight."""
+    sw = sum_wt[k] * f
+    sw2 = sum_wt2[k] * (f * f)
+    ow = old_wt[k] * f
+    decayed = ow
+    if add:
+        sw += new_wt
+        sw2 += new_wt * new_wt
+        ow += new_wt
+        if not adjust:
+            sw /= ow
+            sw2 /= ow * ow
+            ow = 1.0
+    sum_wt[k] = sw
+    sum_wt2[k] = sw2
+    old_wt[k] = ow
+    return decayed
+
+
+@njit(cache=True, inline="always")
+def _ewm_unbiased(c, sw, sw2):  # pragma: no cover - numba
+    """pandas' bias correction of an EWM co-moment (NULL while it is undefined)."""
+    num = sw * sw
+    den = num - sw2
+    return (num / den) * c if den > 0 else np.nan
+
 
 @njit(cache=True)
 def ewm_mean(slots, x, com, adjust, ignore_na, minp, weighted, old_wt, nobs):  # pragma: no cover - numba
@@ -209,26 +279,20 @@ def ewm_mean(slots, x, com, adjust, ignore_na, minp, weighted, old_wt, nobs):  #
     n = x.shape[0]
     out = np.empty(n)
     # Same arithmetic as pandas' window/aggregations.pyx so results match to the last bit.
-    alpha = 1.0 / (1.0 + com)
-    old_wt_factor = 1.0 - alpha
-    new_wt = 1.0 if adjust else alpha
+    f, new_wt = _ewm_weights(com, adjust)
     for i in range(n):
         k = slots[i]
         cur = x[i]
-        is_obs = cur == cur
-        if is_obs:
-            nobs[k] += 1
         w = weighted[k]
-        if w == w:
-            if is_obs or not ignore_na:
-                ow = old_wt[k] * old_wt_factor
-                if is_obs:
-                    if w != cur:  # keeps a constant series exactly constant
-                        w = (ow * w + new_wt * cur) / (ow + new_wt)
-                    ow = ow + new_wt if adjust else 1.0
-                old_wt[k] = ow
-        elif is_obs:
+        act = _ewm_row(k, cur == cur, w == w, ignore_na, nobs)
+        if act == _EWM_FIRST:
             w = cur
+        elif act != _EWM_KEEP:
+            ow = old_wt[k] * f
+            if act == _EWM_ADD:
+                w = _ewm_mean_step(w, cur, ow, new_wt)
+                ow = ow + new_wt if adjust else 1.0
+            old_wt[k] = ow
         weighted[k] = w
         out[i] = w if nobs[k] >= minp else np.nan
     return out
@@ -242,49 +306,27 @@ def ewm_var(
     n = x.shape[0]
     out = np.empty(n)
     # Same arithmetic as pandas' ewmcov with x = y.
-    alpha = 1.0 / (1.0 + com)
-    f = 1.0 - alpha
-    new_wt = 1.0 if adjust else alpha
+    f, new_wt = _ewm_weights(com, adjust)
     for i in range(n):
         k = slots[i]
         cur = x[i]
-        is_obs = cur == cur
-        if is_obs:
-            nobs[k] += 1
         m = mean[k]
-        if m == m:
-            if is_obs or not ignore_na:
-                sw = sum_wt[k] * f
-                sw2 = sum_wt2[k] * (f * f)
-                ow = old_wt[k] * f
-                if is_obs:
-                    old_m = m
-                    if m != cur:  # keeps a constant series exactly constant
-                        m = (ow * old_m + new_wt * cur) / (ow + new_wt)
-                    cov[k] = (
-                        ow * (cov[k] + (old_m - m) * (old_m - m)) + new_wt * ((cur - m) * (cur - m))
-                    ) / (ow + new_wt)
-                    sw += new_wt
-                    sw2 += new_wt * new_wt
-                    ow += new_wt
-                    if not adjust:
-                        sw /= ow
-                        sw2 /= ow * ow
-                        ow = 1.0
-                sum_wt[k] = sw
-                sum_wt2[k] = sw2
-                old_wt[k] = ow
-        elif is_obs:
+        act = _ewm_row(k, cur == cur, m == m, ignore_na, nobs)
+        if act == _EWM_FIRST:
             m = cur
+        elif act != _EWM_KEEP:
+            ow = _ewm_age(k, act == _EWM_ADD, f, new_wt, adjust, sum_wt, sum_wt2, old_wt)
+            if act == _EWM_ADD:
+                old_m = m
+                m = _ewm_mean_step(old_m, cur, ow, new_wt)
+                cov[k] = _ewm_comoment(cov[k], ow, new_wt, old_m, m, cur, old_m, m, cur)
         mean[k] = m
         if nobs[k] < minp:
             res = np.nan
         elif bias:
             res = cov[k]
         else:
-            num = sum_wt[k] * sum_wt[k]
-            den = num - sum_wt2[k]
-            res = (num / den) * cov[k] if den > 0 else np.nan
+            res = _ewm_unbiased(cov[k], sum_wt[k], sum_wt2[k])
         if take_sqrt and res == res:
             res = np.sqrt(res) if res > 0 else 0.0
         out[i] = res
@@ -303,55 +345,28 @@ def ewm_cov(
     """
     n = x.shape[0]
     out = np.empty(n)
-    alpha = 1.0 / (1.0 + com)
-    f = 1.0 - alpha
-    new_wt = 1.0 if adjust else alpha
+    f, new_wt = _ewm_weights(com, adjust)
     for i in range(n):
         k = slots[i]
         cx = x[i]
         cy = y[i]
-        is_obs = cx == cx and cy == cy
-        if is_obs:
-            nobs[k] += 1
         mx = mean_x[k]
-        if mx == mx:
-            if is_obs or not ignore_na:
-                sw = sum_wt[k] * f
-                sw2 = sum_wt2[k] * (f * f)
-                ow = old_wt[k] * f
-                if is_obs:
-                    old_mx = mx
-                    old_my = mean_y[k]
-                    my = old_my
-                    if mx != cx:  # keeps a constant series exactly constant
-                        mx = (ow * old_mx + new_wt * cx) / (ow + new_wt)
-                    if my != cy:
-                        my = (ow * old_my + new_wt * cy) / (ow + new_wt)
-                    den = ow + new_wt
-                    cov[k] = (
-                        ow * (cov[k] + (old_mx - mx) * (old_my - my)) + new_wt * ((cx - mx) * (cy - my))
-                    ) / den
-                    if corr:
-                        var_x[k] = (
-                            ow * (var_x[k] + (old_mx - mx) * (old_mx - mx)) + new_wt * ((cx - mx) * (cx - mx))
-                        ) / den
-                        var_y[k] = (
-                            ow * (var_y[k] + (old_my - my) * (old_my - my)) + new_wt * ((cy - my) * (cy - my))
-                        ) / den
-                    mean_y[k] = my
-                    sw += new_wt
-                    sw2 += new_wt * new_wt
-                    ow += new_wt
-                    if not adjust:
-                        sw /= ow
-                        sw2 /= ow * ow
-                        ow = 1.0
-                sum_wt[k] = sw
-                sum_wt2[k] = sw2
-                old_wt[k] = ow
-        elif is_obs:
+        act = _ewm_row(k, cx == cx and cy == cy, mx == mx, ignore_na, nobs)
+        if act == _EWM_FIRST:
             mx = cx
             mean_y[k] = cy
+        elif act != _EWM_KEEP:
+            ow = _ewm_age(k, act == _EWM_ADD, f, new_wt, adjust, sum_wt, sum_wt2, old_wt)
+            if act == _EWM_ADD:
+                old_mx = mx
+                old_my = mean_y[k]
+                mx = _ewm_mean_step(old_mx, cx, ow, new_wt)
+                my = _ewm_mean_step(old_my, cy, ow, new_wt)
+                cov[k] = _ewm_comoment(cov[k], ow, new_wt, old_mx, mx, cx, old_my, my, cy)
+                if corr:
+                    var_x[k] = _ewm_comoment(var_x[k], ow, new_wt, old_mx, mx, cx, old_mx, mx, cx)
+                    var_y[k] = _ewm_comoment(var_y[k], ow, new_wt, old_my, my, cy, old_my, my, cy)
+                mean_y[k] = my
         mean_x[k] = mx
         if nobs[k] < minp:
             res = np.nan
@@ -361,9 +376,7 @@ def ewm_cov(
         elif bias:
             res = cov[k]
         else:
-            num = sum_wt[k] * sum_wt[k]
-            den2 = num - sum_wt2[k]
-            res = (num / den2) * cov[k] if den2 > 0 else np.nan
+            res = _ewm_unbiased(cov[k], sum_wt[k], sum_wt2[k])
         out[i] = res
     return out
 

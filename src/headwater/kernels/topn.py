@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -402,6 +401,27 @@ def _aggregate(op, xs, ys, m, biased, buf):  # pragma: no cover - numba
     return np.sqrt(var) if op in (TOP_STD, TOP_STDP) else var
 
 
+@njit(cache=True, inline="always")
+def _top_scratch(cap):  # pragma: no cover - numba
+    """Work arrays of a TopN kernel for up to ``cap`` candidates: key, xs, ys, selx, sely, chosen, buf."""
+    return (
+        np.empty(cap), np.empty(cap), np.empty(cap), np.empty(cap), np.empty(cap),
+        np.empty(cap, dtype=np.bool_), np.empty(cap),
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def _candidate(k, idx, m, ascending, ring_s, ring_x, ring_y, key, xs, ys):  # pragma: no cover - numba
+    """Append stored row ``idx`` of key k to the ``m`` candidates unless its s is NULL; return the new count."""
+    sv = ring_s[k, idx]
+    if sv == sv:
+        key[m] = sv if ascending else -sv
+        xs[m] = ring_x[k, idx]
+        ys[m] = ring_y[k, idx]
+        m += 1
+    return m
+
+
 @njit(cache=True)
 def moving_top_n(
     op, slots, x, y, s, window, top, ascending, ties, biased, ring_x, ring_y, ring_s, n_rows, wpos
@@ -409,13 +429,7 @@ def moving_top_n(
     """mTopN: aggregate the ``top`` rows of the last ``window`` rows, ranked by s (NULL s ignored)."""
     n = slots.shape[0]
     out = np.empty(n)
-    key = np.empty(window)
-    xs = np.empty(window)
-    ys = np.empty(window)
-    selx = np.empty(window)
-    sely = np.empty(window)
-    chosen = np.empty(window, dtype=np.bool_)
-    buf = np.empty(window)
+    key, xs, ys, selx, sely, chosen, buf = _top_scratch(window)
     for i in range(n):
         k = slots[i]
         p = wpos[k]
@@ -432,12 +446,7 @@ def moving_top_n(
             idx = first + j
             if idx >= window:
                 idx -= window
-            sv = ring_s[k, idx]
-            if sv == sv:
-                key[m] = sv if ascending else -sv
-                xs[m] = ring_x[k, idx]
-                ys[m] = ring_y[k, idx]
-                m += 1
+            m = _candidate(k, idx, m, ascending, ring_s, ring_x, ring_y, key, xs, ys)
         c = _select_top(key, xs, ys, m, top, ties, selx, sely, chosen)
         out[i] = _aggregate(op, selx, sely, c, biased, buf) if c > 0 else np.nan
     return out
@@ -450,13 +459,7 @@ def cum_top_n(
     """cumTopN: only the rows that can still be picked are kept, oldest first; returns the stop row."""
     n = slots.shape[0]
     cap = buf_s.shape[1]
-    key = np.empty(cap)
-    xs = np.empty(cap)
-    ys = np.empty(cap)
-    selx = np.empty(cap)
-    sely = np.empty(cap)
-    chosen = np.empty(cap, dtype=np.bool_)
-    tmp = np.empty(cap)
+    key, xs, ys, selx, sely, chosen, tmp = _top_scratch(cap)
     for i in range(i0, n):
         k = slots[i]
         sv = s[i]
@@ -476,10 +479,8 @@ def cum_top_n(
         buf_x[k, m] = x[i]
         buf_y[k, m] = y[i]
         m += 1
-        for j in range(m):
-            key[j] = buf_s[k, j] if ascending else -buf_s[k, j]
-            xs[j] = buf_x[k, j]
-            ys[j] = buf_y[k, j]
+        for j in range(m):  # every kept s is non-NULL, so all m rows are candidates
+            _candidate(k, j, j, ascending, buf_s, buf_x, buf_y, key, xs, ys)
         c = _select_top(key, xs, ys, m, top, ties, selx, sely, chosen)
         # rows not picked now can never be picked later: keep the picked ones, oldest first
         kept = 0
@@ -509,13 +510,7 @@ def time_top_n(
     """
     n = slots.shape[0]
     cap = ring_t.shape[1]
-    key = np.empty(cap)
-    xs = np.empty(cap)
-    ys = np.empty(cap)
-    selx = np.empty(cap)
-    sely = np.empty(cap)
-    chosen = np.empty(cap, dtype=np.bool_)
-    buf = np.empty(cap)
+    key, xs, ys, selx, sely, chosen, buf = _top_scratch(cap)
     for i in range(i0, n):
         k = slots[i]
         ti = t[i]
@@ -540,13 +535,7 @@ def time_top_n(
         last_t[k] = ti
         m = 0
         for j in range(count[k]):
-            idx = (start[k] + j) % cap
-            sv = ring_s[k, idx]
-            if sv == sv:
-                key[m] = sv if ascending else -sv
-                xs[m] = ring_x[k, idx]
-                ys[m] = ring_y[k, idx]
-                m += 1
+            m = _candidate(k, (start[k] + j) % cap, m, ascending, ring_s, ring_x, ring_y, key, xs, ys)
         c = _select_top(key, xs, ys, m, top, ties, selx, sely, chosen)
         out[i] = _aggregate(op, selx, sely, c, biased, buf) if c > 0 else np.nan
     return n
@@ -555,61 +544,30 @@ def time_top_n(
 # ---------------------------------------------------------------- specs
 
 
-def _mtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
-    return lambda p: MovingTopN(
-        name, p["window"], p["top"], p.get("ascending", True), p.get("ties_method"), p.get("biased", True)
-    )
-
-
-def _mtop_spec(name: str) -> StateOpSpec:
-    agg = _top_agg(name, "m")
+def _top_spec(cls: type[MovingTopN | CumTopN | TimeTopN], prefix: str, name: str) -> StateOpSpec:
+    """The spec of a TopN function: ``cls`` is windowed unless it is :class:`CumTopN`."""
+    agg = _top_agg(name, prefix)
+    windowed = cls is not CumTopN
     cols = ("x", "y", "s") if agg in _PAIR_AGGS else ("x", "s")
+    if cls is TimeTopN:
+        cols = ("t", *cols)
     moment = agg in ("skew", "kurtosis")
-    params = ("window", "top", *(("biased",) if moment else ()), "ascending", "ties_method")
-    shown = [*cols, "window", "top", *(("biased=True",) if moment else ()), "ascending=True",
-             f"ties_method={'latest' if moment else 'oldest'!r}"]  # fmt: skip
-    return StateOpSpec(
-        name, f"{name}({', '.join(shown)})", params, ("window", "top"), _mtop_builder(name), columns=cols
-    )
+    required = ("window", "top") if windowed else ("top",)
+    params = (*required, *(("biased",) if moment else ()), "ascending", "ties_method")
+    ties = "latest" if moment or cls is not MovingTopN else "oldest"
+    shown = [*cols, *required, *(("biased=True",) if moment else ()), "ascending=True", f"ties_method={ties!r}"]
 
+    def build(p: dict[str, Any]) -> StateOp:
+        rest = (p["top"], p.get("ascending", True), p.get("ties_method"), p.get("biased", True))
+        if cls is CumTopN:
+            return CumTopN(name, *rest)
+        return (TimeTopN if cls is TimeTopN else MovingTopN)(name, p["window"], *rest)
 
-def _cumtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
-    return lambda p: CumTopN(
-        name, p["top"], p.get("ascending", True), p.get("ties_method"), p.get("biased", True)
-    )
-
-
-def _cumtop_spec(name: str) -> StateOpSpec:
-    agg = _top_agg(name, "cum")
-    cols = ("x", "y", "s") if agg in _PAIR_AGGS else ("x", "s")
-    moment = agg in ("skew", "kurtosis")
-    params = ("top", *(("biased",) if moment else ()), "ascending", "ties_method")
-    shown = [*cols, "top", *(("biased=True",) if moment else ()), "ascending=True", "ties_method='latest'"]
-    return StateOpSpec(
-        name, f"{name}({', '.join(shown)})", params, ("top",), _cumtop_builder(name), columns=cols
-    )
-
-
-def _tmtop_builder(name: str) -> Callable[[dict[str, Any]], StateOp]:
-    return lambda p: TimeTopN(
-        name, p["window"], p["top"], p.get("ascending", True), p.get("ties_method"), p.get("biased", True)
-    )
-
-
-def _tmtop_spec(name: str) -> StateOpSpec:
-    agg = _top_agg(name, "tm")
-    cols = ("t", "x", "y", "s") if agg in _PAIR_AGGS else ("t", "x", "s")
-    moment = agg in ("skew", "kurtosis")
-    params = ("window", "top", *(("biased",) if moment else ()), "ascending", "ties_method")
-    shown = [*cols, "window", "top", *(("biased=True",) if moment else ()), "ascending=True",
-             "ties_method='latest'"]  # fmt: skip
-    return StateOpSpec(
-        name, f"{name}({', '.join(shown)})", params, ("window", "top"), _tmtop_builder(name), columns=cols
-    )
+    return StateOpSpec(name, f"{name}({', '.join(shown)})", params, required, build, columns=cols)
 
 
 SPECS: tuple[StateOpSpec, ...] = (
-    *(_mtop_spec(n) for n in MovingTopN._NAMES),
-    *(_cumtop_spec(n) for n in CumTopN._NAMES),
-    *(_tmtop_spec(n) for n in TimeTopN._NAMES),
+    *(_top_spec(MovingTopN, "m", n) for n in MovingTopN._NAMES),
+    *(_top_spec(CumTopN, "cum", n) for n in CumTopN._NAMES),
+    *(_top_spec(TimeTopN, "tm", n) for n in TimeTopN._NAMES),
 )

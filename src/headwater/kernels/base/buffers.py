@@ -147,3 +147,45 @@ def widen_deque(old, new, head, length):  # pragma: no cover - numba
         for j in range(length[k]):
             p = head[k] + j
             new[k, j] = old[k, p - c0 if p >= c0 else p]
+
+
+# ---------------------------------------------------------------- count-window rings
+#
+# The moving kernels keep each key's last ``window`` rows in ``ring[k, :window]``:
+# ``n_rows[k]`` counts the key's rows so far, ``wpos[k]`` is the slot the next row
+# goes to (the oldest row once the ring is full), and ``nobs[k]`` (where kept) counts
+# the non-NULL values in the window.
+
+
+@njit(cache=True, inline="always")
+def ring_advance(wpos, k, size):  # pragma: no cover - numba
+    """Return key k's write slot in a ring of ``size`` slots and move it on by one (wrapping)."""
+    pos = wpos[k]
+    wpos[k] = pos + 1 if pos + 1 < size else 0
+    return pos
+
+
+@njit(cache=True, inline="always")
+def ring_push(ring, n_rows, wpos, k, v, window):  # pragma: no cover - numba
+    """Append ``v`` to key k's window of ``window`` rows.
+
+    Returns ``(old, r, pos)``: the value leaving the window (NaN while the window is
+    not full yet), the key's row count before this row and the slot ``v`` went to.
+    """
+    r = n_rows[k]
+    pos = ring_advance(wpos, k, window)
+    old = ring[k, pos] if r >= window else np.nan
+    ring[k, pos] = v
+    n_rows[k] = r + 1
+    return old, r, pos
+
+
+@njit(cache=True, inline="always")
+def ring_push_count(ring, n_rows, wpos, nobs, k, v, window):  # pragma: no cover - numba
+    """:func:`ring_push` that also keeps ``nobs[k]``, the number of non-NULL values in the window."""
+    old, r, pos = ring_push(ring, n_rows, wpos, k, v, window)
+    if old == old:
+        nobs[k] -= 1
+    if v == v:
+        nobs[k] += 1
+    return old, r, pos

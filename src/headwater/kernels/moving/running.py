@@ -16,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.kernels.base.buffers import ring_push, ring_push_count
 from headwater.kernels.base.numeric import _kahan_add
 from headwater.kernels.base.operators import (
     State,
@@ -228,19 +229,15 @@ def moving_sum(
     for i in range(n):
         k = slots[i]
         v = x[i]
-        r = n_rows[k]
-        pos = wpos[k]
-        if r >= window:
-            old = ring[k, pos]
-            if old == old:
-                nobs[k] -= 1
-                if old == np.inf:
-                    n_pinf[k] -= 1
-                elif old == -np.inf:
-                    n_ninf[k] -= 1
-                else:
-                    _kahan_add(k, -old, total, comp)
-        ring[k, pos] = v
+        old, r, _ = ring_push(ring, n_rows, wpos, k, v, window)
+        if old == old:
+            nobs[k] -= 1
+            if old == np.inf:
+                n_pinf[k] -= 1
+            elif old == -np.inf:
+                n_ninf[k] -= 1
+            else:
+                _kahan_add(k, -old, total, comp)
         if v == v:
             nobs[k] += 1
             if v == np.inf:
@@ -249,8 +246,6 @@ def moving_sum(
                 n_ninf[k] += 1
             else:
                 _kahan_add(k, v, total, comp)
-        n_rows[k] = r + 1
-        wpos[k] = pos + 1 if pos + 1 < window else 0
         cnt = nobs[k]
         if cnt - n_pinf[k] - n_ninf[k] == 0:
             # no finite value left: drop accumulated rounding error
@@ -298,24 +293,20 @@ def moving_var(
     for i in range(n):
         k = slots[i]
         v = x[i]
-        r = n_rows[k]
-        pos = wpos[k]
-        if r >= window:
-            old = ring[k, pos]
-            if old == old:
-                nobs[k] -= 1
-                if np.isinf(old):
-                    n_inf[k] -= 1
+        old, r, _ = ring_push(ring, n_rows, wpos, k, v, window)
+        if old == old:
+            nobs[k] -= 1
+            if np.isinf(old):
+                n_inf[k] -= 1
+            else:
+                m = nobs[k] - n_inf[k]
+                if m == 0:
+                    mean[k] = 0.0
+                    ssqdm[k] = 0.0
                 else:
-                    m = nobs[k] - n_inf[k]
-                    if m == 0:
-                        mean[k] = 0.0
-                        ssqdm[k] = 0.0
-                    else:
-                        delta = old - mean[k]
-                        mean[k] -= delta / m
-                        ssqdm[k] -= delta * (old - mean[k])
-        ring[k, pos] = v
+                    delta = old - mean[k]
+                    mean[k] -= delta / m
+                    ssqdm[k] -= delta * (old - mean[k])
         if v == v:
             nobs[k] += 1
             if np.isinf(v):
@@ -331,8 +322,6 @@ def moving_var(
                 else:
                     run_val[k] = v
                     run_len[k] = 1
-        n_rows[k] = r + 1
-        wpos[k] = pos + 1 if pos + 1 < window else 0
         cnt = nobs[k]
         if cnt == 0 or cnt < minp or cnt <= ddof or (full_only and r + 1 < window) or n_inf[k] > 0:
             out[i] = np.nan
@@ -359,22 +348,15 @@ def moving_extreme(
     for i in range(n):
         k = slots[i]
         v = x[i]
-        r = n_rows[k]
-        p = wpos[k]
-        head = dq_head[k] if use_deque else 0
-        length = dq_len[k] if use_deque else 0
-        if r >= window:
-            old = ring[k, p]
-            if old == old:
-                nobs[k] -= 1
-            # The slot being overwritten holds the oldest row; if it is in the deque it is the front.
-            if use_deque and length > 0 and dq_idx[k, head] == p:
+        _, r, p = ring_push_count(ring, n_rows, wpos, nobs, k, v, window)
+        if use_deque:
+            head = dq_head[k]
+            length = dq_len[k]
+            # The slot just overwritten held the oldest row; if it is in the deque it is the front.
+            if r >= window and length > 0 and dq_idx[k, head] == p:
                 head = head + 1 if head + 1 < window else 0
                 length -= 1
-        ring[k, p] = v
-        if v == v:
-            nobs[k] += 1
-            if use_deque:
+            if v == v:
                 while length > 0:
                     back = head + length - 1
                     if back >= window:
@@ -392,12 +374,11 @@ def moving_extreme(
                     tail -= window
                 dq_idx[k, tail] = p
                 length += 1
-        if use_deque:
             dq_head[k] = head
             dq_len[k] = length
-        n_rows[k] = r + 1
-        p = p + 1 if p + 1 < window else 0
-        wpos[k] = p
+        else:
+            head = 0
+        p = wpos[k]
         cnt = nobs[k]
         if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
             out[i] = np.nan
@@ -452,17 +433,7 @@ def moving_pick(
     for i in range(n):
         k = slots[i]
         v = x[i]
-        r = n_rows[k]
-        pos = wpos[k]
-        if r >= window:
-            old = ring[k, pos]
-            if old == old:
-                nobs[k] -= 1
-        ring[k, pos] = v
-        if v == v:
-            nobs[k] += 1
-        n_rows[k] = r + 1
-        wpos[k] = pos + 1 if pos + 1 < window else 0
+        _, r, _ = ring_push_count(ring, n_rows, wpos, nobs, k, v, window)
         if nobs[k] < minp or (full_only and r + 1 < window):
             out[i] = np.nan
         elif pick_first:

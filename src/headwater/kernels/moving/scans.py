@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.kernels.base.buffers import ring_push, ring_push_count
 from headwater.kernels.base.numeric import _INTERPOLATIONS, _quantile
 from headwater.kernels.base.operators import (
     State,
@@ -303,18 +304,14 @@ def sorted_window(
     for i in range(n):
         k = slots[i]
         v = x[i]
-        r = n_rows[k]
-        pos = wpos[k]
+        old, r, _ = ring_push(ring, n_rows, wpos, k, v, window)
         row = srt[k]
         cnt = nobs[k]
-        if r >= window:
-            old = ring[k, pos]
-            if old == old:
-                j = _bisect_left(row, cnt, old)
-                for t in range(j, cnt - 1):
-                    row[t] = row[t + 1]
-                cnt -= 1
-        ring[k, pos] = v
+        if old == old:
+            j = _bisect_left(row, cnt, old)
+            for t in range(j, cnt - 1):
+                row[t] = row[t + 1]
+            cnt -= 1
         if v == v:
             j = _bisect_right(row, cnt, v)
             for t in range(cnt, j, -1):
@@ -322,8 +319,6 @@ def sorted_window(
             row[j] = v
             cnt += 1
         nobs[k] = cnt
-        n_rows[k] = r + 1
-        wpos[k] = pos + 1 if pos + 1 < window else 0
         if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
             out[i] = np.nan
             continue
@@ -394,17 +389,8 @@ def window_scan(op, slots, x, window, minp, full_only, ring, n_rows, wpos, nobs)
     out = np.empty(n)
     for i in range(n):
         k = slots[i]
-        v = x[i]
-        r = n_rows[k]
+        _, r, _ = ring_push_count(ring, n_rows, wpos, nobs, k, x[i], window)
         pos = wpos[k]
-        if r >= window and ring[k, pos] == ring[k, pos]:
-            nobs[k] -= 1
-        ring[k, pos] = v
-        if v == v:
-            nobs[k] += 1
-        n_rows[k] = r + 1
-        pos = pos + 1 if pos + 1 < window else 0
-        wpos[k] = pos
         cnt = nobs[k]
         if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
             out[i] = np.nan
@@ -447,16 +433,7 @@ def moving_moments(
     out = np.empty(n)
     for i in range(n):
         k = slots[i]
-        v = x[i]
-        r = n_rows[k]
-        pos = wpos[k]
-        if r >= window and ring[k, pos] == ring[k, pos]:
-            nobs[k] -= 1
-        ring[k, pos] = v
-        if v == v:
-            nobs[k] += 1
-        n_rows[k] = r + 1
-        wpos[k] = pos + 1 if pos + 1 < window else 0
+        _, r, _ = ring_push_count(ring, n_rows, wpos, nobs, k, x[i], window)
         cnt = nobs[k]
         out[i] = np.nan
         if cnt == 0 or cnt < minp or (full_only and r + 1 < window):
