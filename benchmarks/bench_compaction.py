@@ -32,7 +32,8 @@ import pyarrow as pa
 
 from headwater.errors import RetentionError
 from headwater.storage.retention import Retention
-from headwater.storage.stream_table import StreamTable, earliest_version
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_log import earliest_version
 from headwater.types import Schema
 
 SCHEMA = Schema.parse({"time": "timestamp", "sym": "string", "price": "double", "volume": "long"})

@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 import headwater as hw
-from headwater.storage.stream_table import StreamTable, latest_version
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_log import latest_version
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 
 

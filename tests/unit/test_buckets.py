@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headwater.storage.buckets import Bucketing, read_bucket, read_in_order, task_of, write_table
-from headwater.storage.stream_table import StreamTable, iter_file_batches
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_files import iter_file_batches
 from headwater.types import Schema
 
 

@@ -19,7 +19,7 @@ from headwater.dataplane.local import LocalRunner
 from headwater.engines.base import SEQ
 from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.parse import parse_metric
-from headwater.storage.stream_table import commit_time
+from headwater.storage.table_log import commit_time
 from headwater.types import Schema
 from tests.support.daily_reference import CALENDARS, METRICS, SCHEMA, ZERO, M, Reference, make_rows
 

@@ -14,7 +14,8 @@ import pytest
 
 import headwater as hw
 from headwater.faults import ENV_VAR
-from headwater.storage.stream_table import StreamTable, find_transaction
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_log import find_transaction
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = "demo.stream_table.px"

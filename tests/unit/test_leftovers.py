@@ -17,7 +17,9 @@ import pytest
 
 import headwater as hw
 from headwater.storage.locks import LOCK_NAME, FileLock, remove_unlocked_dirs
-from headwater.storage.stream_table import StreamTable, referenced_files, remove_orphan_files
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_files import remove_orphan_files
+from headwater.storage.table_log import referenced_files
 from headwater.types import Schema
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,15 +16,10 @@ import pytest
 import headwater as hw
 from headwater.dataplane.local import LocalRunner
 from headwater.storage.retention import Retention
-from headwater.storage.stream_table import (
-    StreamTable,
-    _forget_state,
-    commit_time,
-    earliest_version,
-    latest_version,
-    read_commit,
-    remove_orphan_files,
-)
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_files import remove_orphan_files
+from headwater.storage.table_log import commit_time, earliest_version, latest_version, read_commit
+from headwater.storage.table_state import forget_state as _forget_state
 from headwater.types import Schema
 
 SCHEMA = Schema.parse({"k": "string", "x": "long"})

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from headwater.errors import CatalogError, GraphDefinitionError, SchemaError
-from headwater.storage.stream_table import StreamTable, latest_version, read_commit
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_log import latest_version, read_commit
 from headwater.types import Schema
 
 TICKS = Schema.parse({"time": "timestamp", "sym": "string", "px": "double", "qty": "long"})
@@ -321,9 +322,9 @@ def test_keyed_first_writer_wins_within_and_across_appends(tmp_path):
     assert t.append(ticks([8], ["a"], [8.0])) is None
     # a fresh instance (new process) rebuilds the index from the table itself
     reopened = StreamTable.open(t.path)
-    from headwater.storage import stream_table as mod
+    from headwater.storage import table_state as mod
 
-    mod._forget_state(t.path)
+    mod.forget_state(t.path)
     assert reopened.append(ticks([9, 10], ["c", "e"], [9.0, 10.0])) == 3
     assert reopened.read_version(3).column("sym").to_pylist() == ["e"]
     assert sorted(reopened.to_arrow().column("sym").to_pylist()) == ["a", "b", "c", "d", "e"]
@@ -362,9 +363,9 @@ def test_latest_keyed_newest_time_wins(tmp_path):
     assert t.read_version(v).column("px").to_pylist() == [11.0, 13.0]
     assert t.append(ticks([1, 8], ["a", "b"], [0.0, 0.0])) is None
     reopened = StreamTable.open(t.path)
-    from headwater.storage import stream_table as mod
+    from headwater.storage import table_state as mod
 
-    mod._forget_state(t.path)
+    mod.forget_state(t.path)
     v = reopened.append(ticks([10, 8, 9], ["a", "b", "c"], [20.0, 21.0, 22.0]))
     assert reopened.read_version(v).column("px").to_pylist() == [20.0, 22.0]
 
@@ -384,12 +385,12 @@ def test_latest_keyed_drops_null_times(tmp_path):
 def test_keyed_index_follows_writes_from_other_instances(tmp_path):
     a = StreamTable.create(tmp_path / "t", TICKS, kind="keyed", key_columns=["sym"])
     a.append(ticks([1], ["x"], [1.0]))  # builds the index
-    from headwater.storage import stream_table as mod
+    from headwater.storage import table_state as mod
 
-    mod._forget_state(a.path)  # as if b were in another process
+    mod.forget_state(a.path)  # as if b were in another process
     b = StreamTable.open(a.path)
     b.append(ticks([2], ["y"], [2.0]))
-    mod._forget_state(a.path)
+    mod.forget_state(a.path)
     a2 = StreamTable.open(a.path)
     assert a2.append(ticks([3, 4], ["y", "z"], [3.0, 4.0])) == 3
     assert a2.read_version(3).column("sym").to_pylist() == ["z"]

@@ -32,7 +32,9 @@ from headwater.dataplane.task import OutputFile, SubgraphTask, reader_bucketing,
 from headwater.errors import GraphDefinitionError
 from headwater.plan.logical import TableRole
 from headwater.plan.physical import PhysicalGraph
-from headwater.storage.stream_table import StreamTable, latest_version, read_files
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_files import read_files
+from headwater.storage.table_log import latest_version
 
 Frames: TypeAlias = pd.DataFrame | pa.Table
 

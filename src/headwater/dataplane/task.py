@@ -36,7 +36,7 @@ from headwater.errors import ExecutionError
 from headwater.plan.logical import EngineNode, MapNode, Node
 from headwater.plan.physical import PhysicalGraph, Subgraph
 from headwater.storage.buckets import Bucketing, read_bucket, read_in_order, task_of, write_table
-from headwater.storage.stream_table import commit_time
+from headwater.storage.table_log import commit_time
 from headwater.types import Schema
 
 SEQ_SHIFT = 32
@@ -108,7 +108,7 @@ class SubgraphTask:
         bucketed the way this subgraph partitions, only its own row groups are read (the writer
         partitioned them); any other file is read whole and its rows hashed here.
         """
-        from headwater.storage.stream_table import read_commit
+        from headwater.storage.table_log import read_commit
 
         columns = list(self.input_schema.names)
         arrow_schema = self.input_schema.to_arrow()

@@ -24,7 +24,7 @@ from typing import Any
 from headwater.dataplane.jobs import newest_job
 from headwater.plan.logical import TableNode
 from headwater.plan.physical import PhysicalGraph, Subgraph
-from headwater.storage.stream_table import latest_version, rows_added
+from headwater.storage.table_log import latest_version, rows_added
 
 
 @dataclass(frozen=True)

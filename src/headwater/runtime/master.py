@@ -72,7 +72,9 @@ from headwater.storage.disk_space import DiskSpace, is_disk_full
 from headwater.storage.locks import LOCK_NAME, FileLock, lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.retention import Retention
-from headwater.storage.stream_table import StreamTable, earliest_version, latest_version, remove_orphan_files
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_files import remove_orphan_files
+from headwater.storage.table_log import earliest_version, latest_version
 from headwater.types import Schema
 
 log = logging.getLogger(__name__)

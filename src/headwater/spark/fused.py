@@ -91,7 +91,7 @@ class SubgraphStreamReader(DataSourceStreamReader):
         return {"version": 0}
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        from headwater.storage.stream_table import latest_version
+        from headwater.storage.table_log import latest_version
 
         self._known = latest_version(self.input_path, self._known)
         return {"version": self._known}
@@ -180,7 +180,7 @@ def start_fused_subgraph(
     from headwater.dataplane.jobs import write_job
     from headwater.dataplane.task import OutputFile, TaskReport, TaskStats
     from headwater.faults import fault_point
-    from headwater.storage.stream_table import rows_added
+    from headwater.storage.table_log import rows_added
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"

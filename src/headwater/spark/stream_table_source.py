@@ -54,15 +54,9 @@ from pyspark.sql.types import (
 )
 
 from headwater.errors import GraphDefinitionError
-from headwater.storage.stream_table import (
-    Commit,
-    DataFile,
-    StreamTable,
-    earliest_version,
-    iter_file_batches,
-    latest_version,
-    read_commit,
-)
+from headwater.storage.stream_table import StreamTable
+from headwater.storage.table_files import iter_file_batches
+from headwater.storage.table_log import Commit, DataFile, earliest_version, latest_version, read_commit
 from headwater.types import array_of
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python sources
