@@ -98,7 +98,7 @@ def type_from_arrow(dtype: pa.DataType, *, where: str = "data") -> str:
 
 
 class TableKind(StrEnum):
-    """How a stream table treats rows of a key it already holds (see ``headwater.storage.stream_table``)."""
+    """How a stream table treats rows of a key it already holds (see ``headwater.storage.keyed_dedup``)."""
 
     PLAIN = "plain"
     KEYED = "keyed"

@@ -160,7 +160,7 @@ class Master:
         The data files were written by an append or a micro-batch task that a killed process cut off
         before its commit. Runs at start, while this master holds the data directory lock and
         before any graph resumes, so no writer can still commit them; see
-        :func:`~headwater.storage.stream_table.remove_orphan_files` for the safety argument and
+        :func:`~headwater.storage.table_files.remove_orphan_files` for the safety argument and
         ``min_age``.
         """
         remove_unlocked_dirs(self.data_dir / "tmp")  # Spark scratch of dead processes
