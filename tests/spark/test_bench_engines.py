@@ -40,7 +40,7 @@ def test_quick_run_checks_outputs_equal(spark, bench, tmp_path):
     assert all(c["passed"] and c["rows"] == 40 for c in checks.values()), checks  # 20 symbols x 2 minutes
     timed = family["headwater"]
     assert timed["seconds"] == pytest.approx(timed["append_seconds"] + timed["wait_seconds"])  # the clock's parts
-    assert timed["appends"] == 2 and timed["seconds"] > 0  # 4,000 ticks in chunks of 2,000
+    assert timed["appends"] >= 2 and timed["seconds"] > 0  # 4,000 ticks in chunks of at most 2,000
     assert not [q for q in spark.streams.active if q.isActive]  # the graphs were dropped
 
 
