@@ -2,10 +2,10 @@
 test`` does).
 
 Both workers take tests as they finish the ones before. The tests that start Spark, processes or servers go
-first, the longest first (the cluster and chaos tests, service processes, the web console in a browser, Spark
-tests, security), and the fast unit tests and doctests after them, so that the two lanes end together (with
-the chaos test last, one lane ran it alone for four minutes at the end). Each worker that runs a Spark test
-has its own local Spark session; the process tests' deadlines leave room for the other lane's load. (Not ``--dist loadgroup``: with pytest 9, pytest-xdist 3.8
+first, in an order that puts the heaviest last (Spark tests, then security, service processes, the web console
+in a browser, the cluster and chaos tests), and the fast unit tests and doctests after them, so that the two
+lanes end together. Each worker that runs a Spark test has its own local Spark session; the process tests'
+deadlines leave room for the other lane's load. (Not ``--dist loadgroup``: with pytest 9, pytest-xdist 3.8
 cannot rename items into groups, so its groups are silently ignored.) Without xdist the order is the same.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 _ROOT = Path(__file__).resolve().parent
-# the heavy tests' order: the longest first
-_HEAVY_ORDER = ("cluster", "service", "ui", "spark", "security")
+# the heavy tests' order: the lighter first, the processes and deadlines last
+_HEAVY_ORDER = ("spark", "security", "service", "ui", "cluster")
 
 
 def _heavy_rank(item: pytest.Item) -> int | None:
@@ -29,7 +29,7 @@ def _heavy_rank(item: pytest.Item) -> int | None:
     if part in _HEAVY_ORDER:
         return _HEAVY_ORDER.index(part)
     if item.get_closest_marker("spark") or item.get_closest_marker("slow"):
-        return _HEAVY_ORDER.index("spark")
+        return 0
     return None
 
 
