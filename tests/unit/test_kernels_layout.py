@@ -140,10 +140,15 @@ print(json.dumps(loaded))
 
 
 def test_every_state_function_is_covered_by_one_kernel_test_module() -> None:
-    from tests.unit import test_state_ops, test_state_ops_higher, test_state_ops_pairwise, test_state_ops_time
+    from tests.unit import (
+        test_state_functions,
+        test_state_functions_higher_order,
+        test_state_functions_pairwise,
+        test_state_functions_time_windows,
+    )
 
-    groups = [test_state_ops.CORE_OPS, test_state_ops_pairwise.FAMILY, test_state_ops_higher.HIGHER_NAMES,
-              test_state_ops_time.TIME_NAMES]  # fmt: skip
+    groups = [test_state_functions.CORE_OPS, test_state_functions_pairwise.FAMILY,
+              test_state_functions_higher_order.HIGHER_NAMES, test_state_functions_time_windows.TIME_NAMES]  # fmt: skip
     assert [len(g) for g in groups] == [42, 35, 9, 71]
     assert sum(map(len, groups)) == len(set().union(*groups))
     # tmoving runs the tm-function it names; test_graph_api.py covers it end to end

@@ -308,7 +308,7 @@ def test_matches_pandas_on_small_discrete_data(
 
 
 # This module covers two whole families and the one-column core of three more; the rest of those
-# (ewm_cov, dema, cummed, ...) is covered by test_state_ops_pairwise.py.
+# (ewm_cov, dema, cummed, ...) is covered by test_state_functions_pairwise.py.
 CORE_OPS = {
     n for n, spec in STATE_OPS.items()
     if spec.build.__module__ in ("headwater.kernels.moving.running", "headwater.kernels.shift")

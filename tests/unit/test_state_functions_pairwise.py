@@ -21,13 +21,13 @@ from headwater.errors import GraphDefinitionError
 from headwater.kernels.registry import STATE_OPS, make_state_op
 from headwater.parse import to_metric
 from headwater.types import Schema
-from tests.support.state_ops import run_batches
+from tests.support.state_functions import run_batches
 
 NAN = math.nan
 Outputs = list[np.ndarray]
 
 # The functions this module covers: two whole families, and the TA-lib, ewm and cumulative functions
-# that test_state_ops.py leaves out.
+# that test_state_functions.py leaves out.
 FAMILY = {
     n for n, s in STATE_OPS.items()
     if s.build.__module__ in ("headwater.kernels.pairwise", "headwater.kernels.moving.scans")

@@ -25,7 +25,7 @@ from headwater.kernels.higher_order.iterators import COMBINERS
 from headwater.kernels.registry import STATE_OPS, make_state_op
 from headwater.parse import to_metric
 from headwater.types import Schema
-from tests.support.state_ops import run_batches
+from tests.support.state_functions import run_batches
 
 NAN = math.nan
 HIGHER_NAMES = {n for n, s in STATE_OPS.items() if s.build.__module__.startswith("headwater.kernels.higher_order.")}

@@ -19,7 +19,7 @@ from headwater.errors import GraphDefinitionError
 from headwater.kernels import finance, time_windows, topn
 from headwater.kernels.base.operators import _window_units
 from headwater.kernels.registry import STATE_OPS, make_state_op
-from tests.support.state_ops import run_batches
+from tests.support.state_functions import run_batches
 
 NAN = math.nan
 DAY = 86_400_000_000  # microseconds
