@@ -207,27 +207,21 @@ class Guard:
             header = _header(scope, b"authorization")
             bearer = _BEARER.fullmatch(header) if header is not None else None
             console = path == CONSOLE or path.startswith(CONSOLE + "/")
+            page = console and scope["method"] == "GET"
             token = bearer.group(1) if bearer is not None and not console else session_token(scope)
-            if token is None:
-                if console and scope["method"] == "GET":
-                    await _redirect(send, f"{CONSOLE}/login")
-                else:
-                    await _answer(send, 401, "AuthError", "this call needs 'Authorization: Bearer <token>': POST "
-                                                          "/v1/login first (a worker: the worker secret)")
-                return
             try:
+                if token is None:
+                    raise self._refused("this call needs 'Authorization: Bearer <token>': POST /v1/login first (a "
+                                        "worker: the worker secret)")
                 user = await self.path_checks.get(path, self.check)(token)
-            except self._refused as exc:
-                if console and scope["method"] == "GET":
-                    await _redirect(send, f"{CONSOLE}/login")
-                else:
-                    await _answer(send, 401, "AuthError", str(exc))
+            except self._refused as exc:  # a console page goes to the login page; anything else is told why
+                await (_redirect(send, f"{CONSOLE}/login") if page else _answer(send, 401, "AuthError", str(exc)))
                 return
             # a cookie is sent by the browser whoever made the page: a call that rides on it must also show the
             # CSRF token that only the console's own pages know (a page's GET changes nothing and needs none)
             if bearer is None or console:
                 sent = _header(scope, CSRF_HEADER.encode()) or ""
-                if not (console and scope["method"] == "GET") and not hmac.compare_digest(sent, csrf_of(token)):
+                if not page and not hmac.compare_digest(sent, csrf_of(token)):
                     await _answer(send, 403, "PermissionDenied", f"{scope['method']} {path}: the console's CSRF "
                                                                  "token is missing or wrong (reload the page)")
                     return

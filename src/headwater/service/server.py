@@ -214,7 +214,7 @@ def create_app(master: Master, auth: Authenticator, *, max_body_bytes: int = 512
     if console:
         from headwater.service.console import mount_console
 
-        mount_console(app, master, auth)
+        mount_console(app, master, auth, access)
     return app
 
 

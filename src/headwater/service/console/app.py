@@ -46,10 +46,10 @@ class ConsoleLogin(BaseModel):
     password: str
 
 
-def mount_console(app: FastAPI, master: Master, auth: Authenticator, *, title: str = "Headwater") -> None:
+def mount_console(app: FastAPI, master: Master, auth: Authenticator, access: AccessControl, *,
+                  title: str = "Headwater") -> None:
     """Add the console's routes (``/ui/...``) to ``app``, the master's API (:func:`~headwater.service.server.
     create_app`), whose guard checks the session cookie and CSRF token before any of them runs."""
-    access = AccessControl(master.store)
     templates = Environment(loader=PackageLoader("headwater.service.console", "templates"), autoescape=select_autoescape(["html"]))
     templates.policies["json.dumps_kwargs"] = {"default": str}  # times and the like as text in a page's data
     streams = WaitSlots(LIVE_STREAMS, what="a live graph page", setting="the console's limit of live pages")

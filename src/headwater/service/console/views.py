@@ -69,13 +69,13 @@ def lag_by_graph(subscriptions: list[dict[str, Any]]) -> dict[str, dict[str, Any
     return out
 
 
-def rows_per_s(jobs: list[dict[str, Any]], now: float) -> dict[int, float]:
-    """Per graph id: rows read by its micro-batches that finished in the last :data:`RATE_WINDOW_S` seconds, per
-    second."""
+def rows_per_s(jobs: list[dict[str, Any]], now: float, by: str = "job_id") -> dict[int, float]:
+    """Per graph id (``by="job_id"``) or subgraph (``by="partition_id"``): rows read by the micro-batches that
+    finished in the last :data:`RATE_WINDOW_S` seconds, per second."""
     out: dict[int, float] = defaultdict(float)
     for j in jobs:
         if j["finished_time"] is not None and now - float(j["finished_time"]) <= RATE_WINDOW_S:
-            out[j["job_id"]] += (j["rows_in"] or 0) / RATE_WINDOW_S
+            out[j[by]] += (j["rows_in"] or 0) / RATE_WINDOW_S
     return out
 
 
@@ -136,8 +136,9 @@ def graph_live(gw: Gateway, fqn: FQN, picture: dict[str, Any]) -> dict[str, Any]
         s["rows_out"] += j["rows_out"] or 0
         s["batches"] += 1
         s["last_batch_s"] = round(float(j["finished_time"]) - float(j["created_time"]), 3)
-        if now - float(j["finished_time"]) <= RATE_WINDOW_S:
-            s["rows_per_s"] = round(s["rows_per_s"] + (j["rows_in"] or 0) / RATE_WINDOW_S, 2)
+    for sg, rate in rows_per_s(jobs, now, by="partition_id").items():
+        if sg in subgraphs:
+            subgraphs[sg]["rows_per_s"] = round(rate, 2)
     for r in gw.task_subscription_meta(fqn):
         s = subgraphs.get(int(str(r["action_name"]).removeprefix("subgraph_")))
         if s is not None:
