@@ -47,7 +47,7 @@ LAYERS = (
     ("parse",),
     ("functions",),
     ("kernels", "storage"),
-    ("catalog", "sql", "durations", "expr", "types"),
+    ("aggregates", "catalog", "sql", "durations", "expr", "types"),
     ("errors", "faults", "tuning"),
 )
 SOURCE = ROOT / "src" / "headwater"

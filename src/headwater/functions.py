@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from headwater.aggregates.rules import CATALOG, METRIC_AGGREGATES
 from headwater.errors import GraphDefinitionError, SchemaError, UnknownFunctionError, clip
 from headwater.expr import (
     Alias,
@@ -99,18 +100,8 @@ _register(FunctionSpec("is_null", "scalar", ("x",), result="bool"))
 _register(FunctionSpec("not_null", "scalar", ("x",), result="bool"))
 
 # -- aggregates of window engines (DolphinDB names) -------------------------------------------------
-for _f, _res in (
-    ("first", "same"),
-    ("last", "same"),
-    ("max", "same"),
-    ("min", "same"),
-    ("sum", "sum"),
-    ("count", "long"),
-    ("avg", "double"),
-    ("std", "double"),
-    ("var", "double"),
-):
-    _register(FunctionSpec(_f, "aggregate", ("x",), result=_res))
+for _f in METRIC_AGGREGATES:
+    _register(FunctionSpec(_f, "aggregate", ("x",), result=CATALOG[_f].result))
 
 
 def _in_double(x: Expr) -> Expr:

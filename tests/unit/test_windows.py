@@ -301,8 +301,8 @@ def test_nulls_are_skipped() -> None:
         "stdp": [1.0, nan],
         "varp": [1.0, nan],
         "sum2": [20.0, nan],
-        "first_not_null": [2.0, nan],
-        "last_not_null": [4.0, nan],
+        "first_not": [2.0, nan],
+        "last_not": [4.0, nan],
     }
     for name in aggs:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
@@ -502,8 +502,8 @@ def naive_aggregate(name: str, vals: np.ndarray) -> float:
             "stdp": np.std,
             "varp": np.var,
             "sum2": lambda v: np.sum(v * v),
-            "first_not_null": lambda v: v[0],
-            "last_not_null": lambda v: v[-1],
+            "first_not": lambda v: v[0],
+            "last_not": lambda v: v[-1],
         }[name](nn)
     )
 

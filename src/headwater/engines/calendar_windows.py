@@ -24,7 +24,7 @@ Rules shared by both engines (:class:`CalendarWindowProcessor`):
 * Output: one row per window, ordered by the row that closed it (``_hw_seq``), then time, then key.
 
 Aggregates are kept per (key, pane) as mergeable partial results (first/last with their arrival order,
-sums, counts, extremes, and count/mean/M2 for ``std``/``var``; :mod:`headwater.engines.calendar_partials`),
+sums, counts, extremes, and count/mean/M2 for ``std``/``var``; :mod:`headwater.aggregates.groups`),
 never as raw rows.
 
 >>> layout = DayLayout.from_panes(lo=[0, 60], hi=[60, 120], close_at=[60, 120], out_end=[60, 120])
@@ -46,8 +46,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headwater.engines.base import SEQ, KeyTable, Processor
-from headwater.engines.calendar_partials import (
+from headwater.aggregates.groups import (
     Partials,
     empty_partials,
     finals,
@@ -55,6 +54,7 @@ from headwater.engines.calendar_partials import (
     packed_keys,
     partials_of_rows,
 )
+from headwater.engines.base import SEQ, KeyTable, Processor
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import WindowMetrics
 from headwater.errors import GraphDefinitionError, clip
@@ -510,7 +510,7 @@ class CalendarWindowProcessor(Processor):
         # partials per key, pane and "taken before emission e" epoch: a window sees only rows taken before it
         parts = partials_of_rows(part, n_parts, {"slot": slots, "pane": pane, "epoch": taken}, seq,
                                  self.metrics.arguments(table), self.funcs)
-        old = state["panes"]
+        old = _with_counts(state["panes"], self.funcs)
         parts = {name: np.concatenate([old[name], parts[name]]) if name in old
                  else np.concatenate([np.full(len(old["rows"]), -1, np.int64), parts[name]]) for name in parts}
         out = self._emitted(parts, per_key, o_slot, o_pane, o_trig, o_filled, seq, keys)
@@ -632,3 +632,18 @@ class CalendarWindowProcessor(Processor):
                 **{name: state[name][keep] for name in ("closed", "last_emit", "last_day", "mark", "pend", "pend_n",
                                                  "last_out")},
                 "panes": panes}
+
+
+def _with_counts(panes: Partials, funcs: Sequence[str]) -> Partials:
+    """Partials written before the aggregates library (:mod:`headwater.aggregates.rules`) kept a float count
+    "y{i}" of non-NULL values for every aggregate, and first/last no arrival of their own (the partial's
+    "fseq"/"lseq" served): now the summaries' "n{i}" and, for first/last, the rows and that arrival in "z{i}"."""
+    if "y0" not in panes:
+        return panes
+    out = {name: a for name, a in panes.items() if not (name[0] == "y" and name[1:].isdigit())}
+    for i, func in enumerate(funcs):
+        out[f"n{i}"] = panes[f"y{i}"].astype(np.int64)
+        if func in ("first", "last"):
+            out[f"n{i}"] = panes["rows"].astype(np.int64)
+            out[f"z{i}"] = panes["fseq" if func == "first" else "lseq"].astype(np.float64)
+    return out

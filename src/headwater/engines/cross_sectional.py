@@ -56,6 +56,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from headwater.aggregates.groups import over_groups
+from headwater.aggregates.rules import CATALOG, METRIC_AGGREGATES
 from headwater.durations import format_duration, parse_duration, to_micros
 from headwater.engines.base import (
     SEQ,
@@ -77,7 +79,7 @@ from headwater.types import NUMERIC, Schema
 
 TRIGGERS = ("per_batch", "per_row", "interval", "key_count", "data_interval")
 DATA_TIME_TRIGGERS = ("key_count", "data_interval")
-AGGREGATES = ("count", "sum", "avg", "max", "min", "std", "var")  # first/last have no order across keys
+AGGREGATES = tuple(f for f in METRIC_AGGREGATES if not CATALOG[f].ordered)  # first/last: no order across keys
 SEQ_SHIFT = 32  # _hw_seq = (input version << 32) | row: the append a row came in
 
 TriggeringInterval = int | tuple[Any, ...] | timedelta | None
@@ -342,7 +344,7 @@ class CrossMetrics:
         ``per_key`` one value per key."""
         n_aggs, n_ranks = len(self.aggs), len(self.ranks)
         m = len(kept) if per_key else 1
-        env: dict[str, np.ndarray] = {f"__agg{j}": np.full(m, _aggregate(a.func, kept[:, j]))
+        env: dict[str, np.ndarray] = {f"__agg{j}": np.full(m, over_groups(kept[:, j], np.zeros(len(kept), np.int64), 1, a.func)[0])
                                       for j, a in enumerate(self.aggs)}
         for r, call in enumerate(self.ranks):
             env[f"__rank{r}"] = _rank(kept[:, n_aggs + r], **dict(call.params))
@@ -361,30 +363,6 @@ def _rank(values: np.ndarray, ascending: bool = True, percent: bool = False) -> 
         ranks = pd.Series(v).rank(method="min").to_numpy() - 1
         out[present] = (ranks + 1) / present.sum() if percent else ranks
     return out
-
-
-def _aggregate(func: str, values: np.ndarray) -> float:
-    """One aggregate over the keys' values (NaN = NULL, skipped)."""
-    present = values[~np.isnan(values)]
-    if func == "count":
-        return float(len(present))
-    if len(present) == 0:
-        return float("nan")
-    match func:
-        case "sum":
-            return float(present.sum())
-        case "avg":
-            return float(present.mean())
-        case "max":
-            return float(present.max())
-        case "min":
-            return float(present.min())
-        case "std":
-            return float(present.std(ddof=1)) if len(present) > 1 else float("nan")
-        case "var":
-            return float(present.var(ddof=1)) if len(present) > 1 else float("nan")
-    raise GraphDefinitionError(f"cross_sectional_engine: aggregate {func!r} is not supported; use "
-                               f"{', '.join(AGGREGATES)}")
 
 
 class _Section:

@@ -44,6 +44,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from headwater.aggregates.groups import over_groups
+from headwater.aggregates.prefix import running
 from headwater.durations import format_duration, to_micros
 from headwater.engines.base import (
     SEQ,
@@ -56,7 +58,6 @@ from headwater.engines.base import (
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
     WindowMetrics,
-    reduce_groups,
     resolve_window_engine,
     window_output_schema,
 )
@@ -212,8 +213,7 @@ class SessionWindowProcessor(Processor):
             emitted.append((grouped["slot"].first().to_numpy(np.int64),
                             (first_time if spec.use_session_start_time else last_time + self.gap).to_numpy(np.int64),
                             np.where(force_by >= 0, force_by, trigger).astype(np.int64),
-                            [reduce_groups(grouped[f"a{i}"], a.func).to_numpy(np.float64)
-                             for i, a in enumerate(self.metrics.aggs)]))
+                            self._per_session(closed)))
         if self.update is not None:
             in_batch = rows["seq"].to_numpy() >= table[SEQ].to_numpy().min()
             emitted.append(self._updates(rows, starts, is_open, in_batch, int(table[SEQ].to_numpy().max())))
@@ -235,6 +235,12 @@ class SessionWindowProcessor(Processor):
         arrays.append(pa.array(trigger[order], type=pa.int64()))
         return new_state, pa.table(arrays, schema=self._arrow_schema()), dropped
 
+    def _per_session(self, rows: pd.DataFrame) -> list[np.ndarray]:
+        """Each aggregate over each session's ``rows`` (in their order), sessions in ascending number."""
+        session, numbers = pd.factorize(rows["session"], sort=True)
+        return [over_groups(rows[f"a{i}"].to_numpy(np.float64), session, len(numbers), a.func)
+                for i, a in enumerate(self.metrics.aggs)]
+
     def _updates(self, rows: pd.DataFrame, starts: np.ndarray, is_open: np.ndarray, in_batch: np.ndarray,
                  last_seq: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
         """``update_time``'s emissions of sessions still growing (output time: the session's start).
@@ -252,13 +258,12 @@ class SessionWindowProcessor(Processor):
             grouped = part.groupby("session", sort=True)
             return (grouped["slot"].first().to_numpy(np.int64), grouped["time"].first().to_numpy(np.int64),
                     np.full(len(grown), last_seq, dtype=np.int64),
-                    [reduce_groups(grouped[f"a{i}"], a.func).to_numpy(np.float64)
-                     for i, a in enumerate(self.metrics.aggs)])
+                    self._per_session(part))
         period = (rows["time"].to_numpy() - start_time) // self.update
         later = np.zeros(len(rows), dtype=bool)
         later[1:] = ~starts[1:] & (period[1:] > period[:-1])
         at = np.flatnonzero(later & in_batch)  # each such row emits its session's rows before it (at - 1)
-        values = [prefix_aggregate(rows[f"a{i}"].to_numpy(np.float64), session, starts, a.func)[at - 1]
+        values = [running(rows[f"a{i}"].to_numpy(np.float64), session, a.func)[at - 1]
                   for i, a in enumerate(self.metrics.aggs)]
         assert len(values) == n_aggs
         return (rows["slot"].to_numpy(np.int64)[at], start_time[at], rows["seq"].to_numpy(np.int64)[at], values)
@@ -281,45 +286,6 @@ class SessionWindowProcessor(Processor):
         starts[1:] |= forcing[:-1] & has_next[:-1]  # the key's next row starts a new session
         forced = np.where(forcing, seqs[np.minimum(first, max(len(seqs) - 1, 0))] if len(seqs) else -1, -1)
         return starts, forced.astype(np.int64)
-
-
-def prefix_aggregate(values: np.ndarray, session: np.ndarray, starts: np.ndarray, func: str) -> np.ndarray:
-    """Per row, ``func`` over its session's rows up to it (rows grouped in runs by ``session``; ``starts`` marks
-    each run's first row), with :func:`reduce_groups`' NULL rules. ``std``/``var`` sum deviations from the
-    session's first value, so long sessions keep their precision.
-
-    >>> prefix_aggregate(np.array([1.0, np.nan, 3.0, 5.0]), np.array([1, 1, 1, 2]),
-    ...                  np.array([True, False, False, True]), "sum").tolist()
-    [1.0, 1.0, 4.0, 5.0]
-    """
-    v = pd.Series(values)
-    by = pd.Series(session)
-    present = v.notna()
-    count = present.groupby(by).cumsum().to_numpy(np.float64)
-    match func:
-        case "count":
-            return count
-        case "first":
-            return values[np.flatnonzero(starts)][session - session[0]]
-        case "last":
-            return values
-        case "max" | "min":
-            running = v.groupby(by).cummax() if func == "max" else v.groupby(by).cummin()
-            return running.groupby(by).ffill().to_numpy(np.float64)
-    base = v.groupby(by).transform("first").to_numpy(np.float64)  # the session's first present value
-    d = pd.Series(np.where(present, values - base, 0.0))
-    s1 = d.groupby(by).cumsum().to_numpy(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        match func:
-            case "sum":
-                return np.where(count > 0, s1 + count * base, np.nan)
-            case "avg":
-                return np.where(count > 0, s1 / count + base, np.nan)
-            case "std" | "var":
-                s2 = (d * d).groupby(by).cumsum().to_numpy(np.float64)
-                var = np.where(count > 1, (s2 - s1 * s1 / count) / (count - 1), np.nan)
-                return np.sqrt(np.maximum(var, 0.0)) if func == "std" else np.maximum(var, 0.0)
-    raise GraphDefinitionError(f"aggregate {func!r} is not supported in a window")
 
 
 def first_at_least(values: np.ndarray, starts: np.ndarray, thresholds: np.ndarray) -> np.ndarray:

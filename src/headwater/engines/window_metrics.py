@@ -11,7 +11,6 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from headwater.engines.base import metric_outputs, resolve_columns, resolve_expr
@@ -164,31 +163,6 @@ class WindowMetrics:
                 out = np.where(empty, np.nan if fill == "null" else float(fill), np.asarray(out, dtype=np.float64))
             arrays.append(to_arrow(out, typ))
         return arrays
-
-
-def reduce_groups(grouped: Any, func: str) -> pd.Series:
-    """Each group's aggregate ``func`` of its values (NaN = NULL), with the time-series kernel's NULL rules:
-    ``first``/``last`` keep NULLs, the others skip them; ``std``/``var`` are sample statistics."""
-    match func:
-        case "first":
-            return grouped.first(skipna=False)
-        case "last":
-            return grouped.last(skipna=False)
-        case "sum":
-            return grouped.sum(min_count=1)
-        case "count":
-            return grouped.count()
-        case "avg":
-            return grouped.mean()
-        case "std":
-            return grouped.std(ddof=1)
-        case "var":
-            return grouped.var(ddof=1)
-        case "max":
-            return grouped.max()
-        case "min":
-            return grouped.min()
-    raise GraphDefinitionError(f"aggregate {func!r} is not supported in a window")
 
 
 class SeveralWindows:

@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.aggregates.rules import AVG, STD, STDP, SUM, VAR, VARP
+from headwater.aggregates.values import over_values
 from headwater.kernels.base.buffers import _Arr, _BufferedOp, _grown_copy
 from headwater.kernels.base.numeric import _moments
 from headwater.kernels.base.operators import (
@@ -50,8 +52,9 @@ __all__ = ["SPECS", "CumTopN", "MovingTopN", "TimeTopN"]
 
 
 # Aggregates over the rows a TopN window selects, and how ties for the last places are broken.
-TOP_SUM, TOP_AVG, TOP_VAR, TOP_VARP, TOP_STD, TOP_STDP = 0, 1, 2, 3, 4, 5
-TOP_SKEW, TOP_KURT, TOP_CORR, TOP_COVAR, TOP_BETA, TOP_WSUM, TOP_COVARP = 6, 7, 8, 9, 10, 11, 12
+# (the one-column ones are the aggregates' own codes; the moments and pairs come after every one of those)
+TOP_SUM, TOP_AVG, TOP_VAR, TOP_VARP, TOP_STD, TOP_STDP = SUM, AVG, VAR, VARP, STD, STDP
+TOP_SKEW, TOP_KURT, TOP_CORR, TOP_COVAR, TOP_BETA, TOP_WSUM, TOP_COVARP = range(100, 107)
 TIES_OLDEST, TIES_LATEST, TIES_ALL = 0, 1, 2
 
 
@@ -376,29 +379,7 @@ def _aggregate(op, xs, ys, m, biased, buf):  # pragma: no cover - numba
         return np.nan
     if op in (TOP_SKEW, TOP_KURT):
         return _moments(buf, c, op == TOP_KURT, biased)
-    total = 0.0
-    for j in range(c):
-        total += buf[j]
-    if op == TOP_SUM:
-        return total
-    mean = total / c
-    if op == TOP_AVG:
-        return mean
-    ddof = 1 if op in (TOP_VAR, TOP_STD) else 0
-    if c <= ddof:
-        return np.nan
-    same = True
-    for j in range(1, c):
-        if buf[j] != buf[0]:
-            same = False
-            break
-    ss = 0.0
-    if not same:
-        for j in range(c):
-            d = buf[j] - mean
-            ss += d * d
-    var = ss / (c - ddof)
-    return np.sqrt(var) if op in (TOP_STD, TOP_STDP) else var
+    return over_values(op, buf, c, buf)
 
 
 @njit(cache=True, inline="always")

@@ -54,29 +54,11 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from headwater.aggregates.rules import CATALOG, FIRST, FIRST_NOT, LAST, LAST_NOT, add, finish, merge
 from headwater.errors import ExecutionError, GraphDefinitionError
 
-AGGREGATES: tuple[str, ...] = (
-    "first",
-    "last",
-    "max",
-    "min",
-    "sum",
-    "count",
-    "avg",
-    "std",
-    "var",
-    "stdp",
-    "varp",
-    "sum2",
-    "first_not_null",
-    "last_not_null",
-)
-
-_FIRST, _LAST, _MAX, _MIN, _SUM, _COUNT, _AVG, _STD, _VAR, _STDP, _VARP, _SUM2, _FIRST_NN, _LAST_NN = range(
-    len(AGGREGATES)
-)
-_CODES: dict[str, int] = {name: code for code, name in enumerate(AGGREGATES)}
+AGGREGATES: tuple[str, ...] = tuple(name for name, agg in CATALOG.items() if agg.mergeable)
+_CODES: dict[str, int] = {name: CATALOG[name].code for name in AGGREGATES}
 
 FILL_MODES: tuple[str, ...] = ("none", "null", "ffill")
 MAX_OUTPUT_WINDOWS = 50_000_000  # per micro-batch: a far-future time with fill would otherwise exhaust memory
@@ -269,9 +251,10 @@ class WindowAggregator:
             "wstart": np.zeros(n_keys, dtype=np.int64),  # start of the next window to emit
             "seq": np.zeros(n_keys, dtype=np.int64),  # arrival counter: orders first/last across panes
             "pane_rows": np.zeros((n_keys, r), dtype=np.int64),
-            "pane_seq": np.zeros((n_keys, 2, r), dtype=np.int64),
+            # each aggregate's summary per pane (headwater.aggregates.rules): x and z, then n
             "acc_f": np.zeros((n_keys, a, 2, r), dtype=np.float64),
             "acc_i": np.zeros((n_keys, a, r), dtype=np.int64),
+            "summaries": np.ones(n_keys, dtype=np.int8),  # marks the summaries' layout (see _old_summaries)
             "last_out": np.full((n_keys, a), np.nan, dtype=np.float64),
             "pending": np.zeros(n_keys, dtype=np.int8),  # rows added since the window was last emitted
             "mark": np.zeros(n_keys, dtype=np.int64),  # update period of the last row added
@@ -355,7 +338,6 @@ class WindowAggregator:
                 new["wstart"],
                 new["seq"],
                 new["pane_rows"],
-                new["pane_seq"],
                 new["acc_f"],
                 new["acc_i"],
                 new["last_out"],
@@ -412,8 +394,7 @@ class WindowAggregator:
         keys = np.flatnonzero(state["pending"])
         vals = np.empty((len(keys), len(self.aggregates)), dtype=np.float64)
         for o, s in enumerate(keys):
-            _merge_window(s, self.spec.panes, self._codes, state["pane_rows"], state["pane_seq"],
-                          state["acc_f"], state["acc_i"], vals, o)
+            _merge_window(s, self.spec.panes, self._codes, state["acc_f"], state["acc_i"], vals, o)
         state["pending"][keys] = 0
         wstart = state["wstart"][keys]
         return WindowOutput(
@@ -428,6 +409,8 @@ class WindowAggregator:
     def _grown_copy(self, state: dict[str, np.ndarray], n_keys: int) -> dict[str, np.ndarray]:
         template = self._empty_state(0)
         have = len(state["init"]) if "init" in state else 0
+        if "summaries" not in state and "acc_i" in state:
+            state = _old_summaries(state, self._codes)
         state = {**{name: np.zeros((have, *a.shape[1:]), a.dtype) for name, a in template.items()
                     if name in _ADDED_LATER}, **state}
         missing = set(template) - set(state)
@@ -451,6 +434,20 @@ class WindowAggregator:
 _ADDED_LATER = frozenset({"pending", "mark", "late"})
 
 
+def _old_summaries(state: dict[str, np.ndarray], codes: np.ndarray) -> dict[str, np.ndarray]:
+    """State written before the panes held the aggregates' shared summaries: there, first/last kept neither
+    their count nor their arrival (``pane_seq`` did, per pane) and first_not/last_not their arrival + 1 as count."""
+    acc_f, acc_i = state["acc_f"].copy(), state["acc_i"].copy()
+    for a, code in enumerate(codes):
+        if code in (FIRST, LAST):
+            acc_i[:, a] = state["pane_rows"]
+            acc_f[:, a, 1] = state["pane_seq"][:, 0 if code == FIRST else 1]
+        elif code in (FIRST_NOT, LAST_NOT):
+            acc_f[:, a, 1] = np.maximum(acc_i[:, a] - 1, 0)
+            acc_i[:, a] = acc_i[:, a] > 0
+    return {**state, "acc_f": acc_f, "acc_i": acc_i, "summaries": np.ones(len(state["init"]), np.int8)}
+
+
 def _concat_outputs(a: WindowOutput, b: WindowOutput) -> WindowOutput:
     return WindowOutput(
         slots=np.concatenate([a.slots, b.slots]),
@@ -464,7 +461,7 @@ def _concat_outputs(a: WindowOutput, b: WindowOutput) -> WindowOutput:
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")
-def _retire_panes(s, k, pane_rows, pane_seq, acc_f, acc_i):  # type: ignore[no-untyped-def]
+def _retire_panes(s, k, pane_rows, acc_f, acc_i):  # type: ignore[no-untyped-def]
     """Drop the first ``k`` panes of key ``s``: pane j takes the content of pane j + k."""
     # a shift of contiguous rows beats a ring buffer: merges become plain, vectorisable loops
     hi = pane_rows.shape[1] - 1
@@ -475,12 +472,8 @@ def _retire_panes(s, k, pane_rows, pane_seq, acc_f, acc_i):  # type: ignore[no-u
     keep = max(hi + 1 - k, 0)
     for j in range(keep):
         pane_rows[s, j] = pane_rows[s, j + k]
-        pane_seq[s, 0, j] = pane_seq[s, 0, j + k]
-        pane_seq[s, 1, j] = pane_seq[s, 1, j + k]
     for j in range(keep, hi + 1):
         pane_rows[s, j] = 0
-        pane_seq[s, 0, j] = 0
-        pane_seq[s, 1, j] = 0
     for a in range(acc_i.shape[1]):
         for j in range(keep):
             acc_f[s, a, 0, j] = acc_f[s, a, 0, j + k]
@@ -493,143 +486,28 @@ def _retire_panes(s, k, pane_rows, pane_seq, acc_f, acc_i):  # type: ignore[no-u
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")
-def _add_row(s, r, q, x, i, codes, pane_rows, pane_seq, acc_f, acc_i):  # type: ignore[no-untyped-def]
-    first_row = pane_rows[s, r] == 0
-    if first_row:
-        pane_seq[s, 0, r] = q
-    pane_seq[s, 1, r] = q
+def _add_row(s, r, q, x, i, codes, pane_rows, acc_f, acc_i):  # type: ignore[no-untyped-def]
+    """Add row ``i`` (arrival ``q``) to pane ``r`` of key ``s``."""
     pane_rows[s, r] += 1
     for a in range(codes.shape[0]):
-        c = codes[a]
-        v = x[a, i]
-        if c == _FIRST:
-            if first_row:
-                acc_f[s, a, 0, r] = v
-            continue
-        if c == _LAST:
-            acc_f[s, a, 0, r] = v
-            continue
-        if np.isnan(v):
-            continue
-        if c == _MAX:
-            if acc_i[s, a, r] == 0 or v > acc_f[s, a, 0, r]:
-                acc_f[s, a, 0, r] = v
-            acc_i[s, a, r] += 1
-        elif c == _MIN:
-            if acc_i[s, a, r] == 0 or v < acc_f[s, a, 0, r]:
-                acc_f[s, a, 0, r] = v
-            acc_i[s, a, r] += 1
-        elif c in (_SUM, _AVG):
-            acc_f[s, a, 0, r] += v
-            acc_i[s, a, r] += 1
-        elif c == _SUM2:
-            acc_f[s, a, 0, r] += v * v
-            acc_i[s, a, r] += 1
-        elif c == _COUNT:
-            acc_i[s, a, r] += 1
-        elif c in (_STD, _VAR, _STDP, _VARP):
-            # Welford: sum/sum-of-squares would cancel catastrophically on prices
-            k = acc_i[s, a, r] + 1
-            acc_i[s, a, r] = k
-            d = v - acc_f[s, a, 0, r]
-            acc_f[s, a, 0, r] += d / k
-            acc_f[s, a, 1, r] += d * (v - acc_f[s, a, 0, r])
-        elif c == _FIRST_NN:
-            if acc_i[s, a, r] == 0:
-                acc_f[s, a, 0, r] = v
-                acc_i[s, a, r] = q + 1
-        else:  # _LAST_NN
-            acc_f[s, a, 0, r] = v
-            acc_i[s, a, r] = q + 1
+        acc_f[s, a, 0, r], acc_i[s, a, r], acc_f[s, a, 1, r] = add(
+            codes[a], acc_f[s, a, 0, r], acc_i[s, a, r], acc_f[s, a, 1, r], x[a, i], q)
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")
-def _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, out, o):  # type: ignore[no-untyped-def]
+def _merge_window(s, m, codes, acc_f, acc_i, out, o):  # type: ignore[no-untyped-def]
     """Write the aggregates of the window made of panes 0..m-1 of key ``s`` to ``out[o]``."""
     for a in range(codes.shape[0]):
-        c = codes[a]
-        res = np.nan
-        if c == _FIRST:
-            best = np.iinfo(np.int64).max
-            for j in range(m):
-                if pane_rows[s, j] > 0 and pane_seq[s, 0, j] < best:
-                    best = pane_seq[s, 0, j]
-                    res = acc_f[s, a, 0, j]
-        elif c == _LAST:
-            best = -1
-            for j in range(m):
-                if pane_rows[s, j] > 0 and pane_seq[s, 1, j] > best:
-                    best = pane_seq[s, 1, j]
-                    res = acc_f[s, a, 0, j]
-        elif c == _FIRST_NN:
-            best = np.iinfo(np.int64).max
-            for j in range(m):
-                q = acc_i[s, a, j]
-                if q > 0 and q < best:
-                    best = q
-                    res = acc_f[s, a, 0, j]
-        elif c == _LAST_NN:
-            best = 0
-            for j in range(m):
-                if acc_i[s, a, j] > best:
-                    best = acc_i[s, a, j]
-                    res = acc_f[s, a, 0, j]
-        elif c == _MAX:
-            res = -np.inf
-            n = 0
-            for j in range(m):
-                n += acc_i[s, a, j]
-                if acc_i[s, a, j] > 0:
-                    res = max(res, acc_f[s, a, 0, j])
-            if n == 0:
-                res = np.nan
-        elif c == _MIN:
-            res = np.inf
-            n = 0
-            for j in range(m):
-                n += acc_i[s, a, j]
-                if acc_i[s, a, j] > 0:
-                    res = min(res, acc_f[s, a, 0, j])
-            if n == 0:
-                res = np.nan
-        elif c in (_STD, _VAR, _STDP, _VARP):
-            # Chan et al. pairwise merge of (count, mean, M2)
-            n = 0
-            mean = 0.0
-            m2 = 0.0
-            for j in range(m):
-                nb = acc_i[s, a, j]
-                if nb == 0:
-                    continue
-                tot = n + nb
-                d = acc_f[s, a, 0, j] - mean
-                mean += d * nb / tot
-                m2 += acc_f[s, a, 1, j] + d * d * n * nb / tot
-                n = tot
-            if c in (_STD, _VAR):
-                if n >= 2:
-                    res = max(m2 / (n - 1), 0.0)
-            elif n >= 1:
-                res = max(m2 / n, 0.0)
-            if c in (_STD, _STDP):
-                res = np.sqrt(res)
-        else:  # sum, sum2, avg, count: empty panes hold zeros, so no test in the loop
-            n = 0
-            tot_f = 0.0
-            for j in range(m):
-                n += acc_i[s, a, j]
-                tot_f += acc_f[s, a, 0, j]
-            if c == _COUNT:
-                res = float(n)
-            elif n > 0:
-                res = tot_f / n if c == _AVG else tot_f
-        out[o, a] = res
+        x, n, z = 0.0, 0, 0.0
+        for j in range(m):
+            x, n, z = merge(codes[a], x, n, z, acc_f[s, a, 0, j], acc_i[s, a, j], acc_f[s, a, 1, j])
+        out[o, a] = finish(codes[a], x, n, z)
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")
 def _close(  # type: ignore[no-untyped-def]
     s, n_close, i, no, codes, step, m, fill_mode, fill_value, label_off,
-    wstart, pane_rows, pane_seq, acc_f, acc_i, last_out, pending, o_slot, o_time, o_trig, o_vals, o_flags,
+    wstart, pane_rows, acc_f, acc_i, last_out, pending, o_slot, o_time, o_trig, o_vals, o_flags,
 ):
     """Emit the next ``n_close`` windows of key ``s`` (trigger row ``i``); return the outputs written and
     whether every window went out (False: the output buffers are full; the state holds what was emitted)."""
@@ -647,14 +525,14 @@ def _close(  # type: ignore[no-untyped-def]
                 if pane_rows[s, j] > 0:
                     adv = min(adv, j - m + 1)
                     break
-            _retire_panes(s, adv, pane_rows, pane_seq, acc_f, acc_i)
+            _retire_panes(s, adv, pane_rows, acc_f, acc_i)
             wstart[s] += adv * step
             done += adv
             continue
         if no == o_slot.shape[0]:
             return no, False
         if rows > 0:
-            _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, o_vals, no)
+            _merge_window(s, m, codes, acc_f, acc_i, o_vals, no)
         else:
             for a in range(n_aggs):
                 if fill_mode == _FILL_NULL:
@@ -672,7 +550,7 @@ def _close(  # type: ignore[no-untyped-def]
         o_flags[no, 1] = True
         no += 1
         pending[s] = 0
-        _retire_panes(s, 1, pane_rows, pane_seq, acc_f, acc_i)
+        _retire_panes(s, 1, pane_rows, acc_f, acc_i)
         wstart[s] += step
         done += 1
     return no, True
@@ -704,7 +582,6 @@ def _run_kernel(  # type: ignore[no-untyped-def]
     wstart,
     seq,
     pane_rows,
-    pane_seq,
     acc_f,
     acc_i,
     last_out,
@@ -741,7 +618,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
                     continue
                 if k != s and limit >= wstart[k] + close_off:
                     no, ok = _close(k, (limit - close_off - wstart[k]) // step + 1, i, no, codes, step, m,
-                                    fill_mode, fill_value, label_off, wstart, pane_rows, pane_seq, acc_f, acc_i,
+                                    fill_mode, fill_value, label_off, wstart, pane_rows, acc_f, acc_i,
                                     last_out, pending, o_slot, o_time, o_trig, o_vals, o_flags)
                     if not ok:
                         return i, no
@@ -758,7 +635,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
         if t >= wstart[s] + close_off + delay:
             n_close = (t - delay - close_off - wstart[s]) // step + 1
             no, ok = _close(s, n_close, i, no, codes, step, m, fill_mode, fill_value, label_off, wstart,
-                            pane_rows, pane_seq, acc_f, acc_i, last_out, pending, o_slot, o_time, o_trig,
+                            pane_rows, acc_f, acc_i, last_out, pending, o_slot, o_time, o_trig,
                             o_vals, o_flags)
             if not ok:
                 return i, no
@@ -767,7 +644,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
             # emit on update: the open window over the rows before this one, as it enters a new period
             if no == o_slot.shape[0]:
                 return i, no
-            _merge_window(s, m, codes, pane_rows, pane_seq, acc_f, acc_i, o_vals, no)
+            _merge_window(s, m, codes, acc_f, acc_i, o_vals, no)
             o_slot[no] = s
             o_time[no] = wstart[s] + label_off
             o_trig[no] = i
@@ -787,7 +664,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
             offset = t - wstart[s] - j * step
             if offset < sub_lo or offset >= close_off:
                 continue  # outside the sub-window
-        _add_row(s, j, q, x, i, codes, pane_rows, pane_seq, acc_f, acc_i)
+        _add_row(s, j, q, x, i, codes, pane_rows, acc_f, acc_i)
         if update >= 0:
             pending[s] = 1
             if update > 0:

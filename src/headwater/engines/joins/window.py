@@ -34,6 +34,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headwater.aggregates.groups import over_groups
+from headwater.aggregates.rules import METRIC_AGGREGATES
 from headwater.durations import format_duration, to_micros
 from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
 from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
@@ -49,14 +51,13 @@ from headwater.engines.joins.base import (
     with_work_columns,
 )
 from headwater.engines.joins.ordering import NO_TIME, RightRows, in_order, in_time_order, newest_time
-from headwater.engines.window_metrics import reduce_groups, replace_aggregates
+from headwater.engines.window_metrics import replace_aggregates
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Call, Col, Expr
 from headwater.functions import FUNCTIONS
 from headwater.types import NUMERIC
 
 LOW, HIGH = "_hw_low", "_hw_high"  # a waiting left row's window, inclusive, in µs
-SUPPORTED = frozenset({"first", "last", "sum", "count", "avg", "std", "var", "max", "min"})
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,9 @@ class WindowJoinEngine(JoinEngine):
                 if FUNCTIONS[agg.func].kind == "collect" and not isinstance(agg.args[0], Col):
                     raise GraphDefinitionError(f"{w}: {agg} collects an expression; to_array takes one right column "
                                                "(compute the expression in a map on the right side first)")
-                if agg.func not in SUPPORTED and FUNCTIONS[agg.func].kind != "collect":
+                if agg.func not in METRIC_AGGREGATES and FUNCTIONS[agg.func].kind != "collect":
                     raise GraphDefinitionError(f"{w}: aggregate {agg.func}() is not supported in a window join "
-                                               f"(supported: {', '.join(sorted(SUPPORTED))})")
+                                               f"(supported: {', '.join(METRIC_AGGREGATES)})")
                 left_cols = [c for c in agg.args[0].columns() if sources[c][0] == LEFT]
                 if left_cols:
                     raise GraphDefinitionError(f"{w}: {agg} aggregates left column {clip(left_cols[0])}; aggregates "
@@ -306,9 +307,7 @@ class WindowJoinProcessor(Processor):
             columns = {c: to_numpy(history[sources[c][1]].take(pa.array(rows)), self.sides.scope[c])
                        for c in agg.args[0].columns()}
             values = np.asarray(evaluate_rowwise(agg.args[0], columns, len(rows)), dtype=np.float64)
-            reduced = reduce_groups(pd.Series(values).groupby(owner), agg.func).reindex(np.arange(m))
-            out[f"__agg{i}"] = reduced.fillna(0).to_numpy(np.float64) if agg.func == "count" else \
-                reduced.to_numpy(np.float64)
+            out[f"__agg{i}"] = over_groups(values, owner, m, agg.func)
         return out
 
     def _purge(self, history: pa.Table, waiting: pa.Table, left_latest: np.ndarray) -> pa.Table | None:

@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.aggregates.rules import CATALOG
+from headwater.aggregates.values import over_values
 from headwater.kernels.base.operators import (
     MAX_WINDOW,
     LayoutOp,
@@ -35,13 +37,6 @@ from headwater.kernels.base.operators import (
 __all__ = ["AGGREGATES", "Accumulate", "Moving", "Segmentby", "Window", "specs"]
 
 
-# Aggregates of moving() and window(), in the order of AGGREGATES.
-(
-    AGG_SUM, AGG_SUM2, AGG_AVG, AGG_COUNT, AGG_MAX, AGG_MIN, AGG_RANGE, AGG_STD, AGG_VAR, AGG_STDP,
-    AGG_VARP, AGG_MED, AGG_PROD, AGG_FIRST, AGG_LAST, AGG_FIRST_NOT, AGG_LAST_NOT,
-) = range(17)  # fmt: skip
-
-
 # Cumulative functions of segmentby().
 SEG_SUM, SEG_AVG, SEG_MAX, SEG_MIN, SEG_COUNT, SEG_VAR, SEG_VARP, SEG_STD, SEG_STDP = range(9)
 
@@ -50,12 +45,7 @@ SEG_SUM, SEG_AVG, SEG_MAX, SEG_MIN, SEG_COUNT, SEG_VAR, SEG_VARP, SEG_STD, SEG_S
 ACC_ADD, ACC_SUB, ACC_MUL, ACC_MAX, ACC_MIN = range(5)
 
 
-AGGREGATES: dict[str, int] = {
-    "sum": AGG_SUM, "sum2": AGG_SUM2, "avg": AGG_AVG, "count": AGG_COUNT,
-    "max": AGG_MAX, "min": AGG_MIN, "range": AGG_RANGE, "std": AGG_STD, "var": AGG_VAR,
-    "stdp": AGG_STDP, "varp": AGG_VARP, "med": AGG_MED, "prod": AGG_PROD,
-    "first": AGG_FIRST, "last": AGG_LAST, "first_not": AGG_FIRST_NOT, "last_not": AGG_LAST_NOT,
-}  # fmt: skip
+AGGREGATES: dict[str, int] = {name: agg.code for name, agg in CATALOG.items()}
 """Aggregates ``moving`` and ``window`` accept as ``func``."""
 
 
@@ -333,84 +323,6 @@ class Accumulate(LayoutOp):
 
 
 @njit(cache=True)
-def aggregate(op, vals, m, buf):  # pragma: no cover - numba
-    """Aggregate ``vals[:m]`` (oldest first, NaN = NULL); ``buf`` is scratch of at least ``m``.
-
-    NULLs are skipped, except by ``first``/``last``; an aggregate of no non-NULL
-    values is NULL, except ``count`` (0).
-    """
-    if m == 0:
-        return np.nan
-    if op == AGG_FIRST:
-        return vals[0]
-    if op == AGG_LAST:
-        return vals[m - 1]
-    nn = 0
-    for j in range(m):
-        v = vals[j]
-        if v == v:
-            buf[nn] = v
-            nn += 1
-    if op == AGG_COUNT:
-        return float(nn)
-    if nn == 0:
-        return np.nan
-    if op == AGG_FIRST_NOT:
-        return buf[0]
-    if op == AGG_LAST_NOT:
-        return buf[nn - 1]
-    if op in (AGG_SUM, AGG_AVG):
-        s = 0.0
-        for j in range(nn):
-            s += buf[j]
-        return s if op == AGG_SUM else s / nn
-    if op == AGG_SUM2:
-        s = 0.0
-        for j in range(nn):
-            s += buf[j] * buf[j]
-        return s
-    if op == AGG_PROD:
-        p = 1.0
-        for j in range(nn):
-            p *= buf[j]
-        return p
-    if op in (AGG_MAX, AGG_MIN, AGG_RANGE):
-        hi = buf[0]
-        lo = buf[0]
-        for j in range(1, nn):
-            if buf[j] > hi:
-                hi = buf[j]
-            if buf[j] < lo:
-                lo = buf[j]
-        if op == AGG_MAX:
-            return hi
-        return lo if op == AGG_MIN else hi - lo
-    if op == AGG_MED:
-        srt = np.sort(buf[:nn])
-        h = nn // 2
-        return srt[h] if nn % 2 == 1 else (srt[h - 1] + srt[h]) / 2.0
-    # variance family: two passes over the window, exact 0 for equal values
-    ddof = 1 if (op in (AGG_STD, AGG_VAR)) else 0
-    if nn <= ddof:
-        return np.nan
-    same = True
-    total = 0.0
-    for j in range(nn):
-        total += buf[j]
-        if buf[j] != buf[0]:
-            same = False
-    if same and np.isfinite(buf[0]):
-        return 0.0
-    mean = total / nn
-    ss = 0.0
-    for j in range(nn):
-        d = buf[j] - mean
-        ss += d * d
-    var = ss / (nn - ddof)
-    return np.sqrt(var) if (op in (AGG_STD, AGG_STDP)) else var
-
-
-@njit(cache=True)
 def window_agg(
     op, slots, x, a, b, minp, full_only, ring, n_rows, wpos, vals, buf
 ):  # pragma: no cover - numba
@@ -443,7 +355,7 @@ def window_agg(
             vals[j] = v
             if v == v:
                 nn += 1
-        out[i] = np.nan if nn < minp else aggregate(op, vals, m, buf)
+        out[i] = np.nan if nn < minp else over_values(op, vals, m, buf)
     return out
 
 

@@ -1,0 +1,43 @@
+"""Aggregates over a window of values held in a buffer (oldest first), for kernels that keep the rows
+themselves (the reactive engine's ``moving``/``window``, TopN): the rules of :mod:`.rules`, plus the
+aggregates that need every value (``range``, ``med``, ``prod``).
+
+>>> import numpy as np
+>>> from headwater.aggregates.rules import MED, STD
+>>> over_values(STD, np.array([1.0, np.nan, 3.0]), 3, np.empty(3)), over_values(MED, np.array([5.0, 1, 2]), 3, np.empty(3))
+(1.4142135623730951, 2.0)
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from headwater.aggregates.rules import MED, PROD, RANGE, add, finish
+
+
+@numba.njit(cache=True)
+def over_values(code, vals, m, buf):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """Aggregate ``code`` of ``vals[:m]`` (NaN = NULL); ``buf``: scratch of at least ``m`` values."""
+    if code in (RANGE, MED, PROD):
+        nn = 0
+        for j in range(m):
+            if vals[j] == vals[j]:
+                buf[nn] = vals[j]
+                nn += 1
+        if nn == 0:
+            return np.nan
+        if code == PROD:
+            p = 1.0
+            for j in range(nn):
+                p *= buf[j]
+            return p
+        if code == RANGE:
+            return buf[:nn].max() - buf[:nn].min()
+        srt = np.sort(buf[:nn])
+        h = nn // 2
+        return srt[h] if nn % 2 == 1 else (srt[h - 1] + srt[h]) / 2.0
+    x, n, z = 0.0, 0, 0.0
+    for j in range(m):
+        x, n, z = add(code, x, n, z, vals[j], j)
+    return finish(code, x, n, z)
