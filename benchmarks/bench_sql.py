@@ -23,7 +23,8 @@ import pandas as pd
 
 import headwater as hw
 
-CLOCK = ("wall time in this process: query_s of session.sql (Spark reads the table and writes the result files), "
+CLOCK = ("wall time in this process: query_s of session.sql (Spark reads the table and writes the result files; "
+         "the session's first Spark work, so starting Spark is in it), "
          "stream_read_s and whole_read_s of reading that result with to_batches() and to_arrow(); seconds is their "
          "sum; writing the table (a child process) comes before it")
 
