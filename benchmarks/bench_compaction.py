@@ -39,6 +39,10 @@ from headwater.types import Schema
 SCHEMA = Schema.parse({"time": "timestamp", "sym": "string", "price": "double", "volume": "long"})
 
 
+CLOCK = ("wall time in this process: each *_read_s is the median of opening the table fresh and reading its whole "
+         "snapshot; micro_write_s the 'appends' commits one after the other; compact_s and expire_s the calls")
+
+
 def batch(rng: np.random.Generator, start: int, n: int) -> pa.Table:
     return pa.table({
         "time": pa.array(np.arange(start, start + n, dtype=np.int64) * 1000, pa.timestamp("us")),
@@ -65,6 +69,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--keep", type=float, default=0.05, help="share of the rows retention keeps replayable")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 300 appends")
+    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "compaction.json")
     args = parser.parse_args()
     appends = 300 if args.quick else args.appends
     root = Path(tempfile.mkdtemp(prefix="hw-bench-compaction-"))
@@ -81,7 +86,8 @@ def main() -> None:
     print(f"wrote {appends:,} micro-batches of {args.rows} rows in {write_s:.1f}s "
           f"({appends / write_s:,.0f} commits/s)", flush=True)
 
-    results = {"appends": appends, "rows_per_append": args.rows, "rows": appends * args.rows}
+    results = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "clock": CLOCK, "appends": appends,
+               "rows_per_append": args.rows, "rows": appends * args.rows, "micro_write_s": write_s}
     results["bulk_read_s"], rows_bulk = read_seconds(root / "bulk", args.repeat)
     results["micro_read_s"], rows_micro = read_seconds(root / "micro", args.repeat)
     results["micro_files"] = micro.file_count()
@@ -113,7 +119,10 @@ def main() -> None:
     results["micro_vs_bulk"] = results["micro_read_s"] / results["bulk_read_s"]
     results["compacted_vs_bulk"] = results["compacted_read_s"] / results["bulk_read_s"]
     results["retained_vs_bulk"] = results["retained_read_s"] / results["bulk_read_s"]
-    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()}, indent=2))
+    text = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()}, indent=2)
+    print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text + "\n")
     print(f"snapshot read, ratio to bulk: micro-batches {results['micro_vs_bulk']:.2f}x, "
           f"compacted {results['compacted_vs_bulk']:.2f}x, compacted with retention "
           f"{results['retained_vs_bulk']:.2f}x (target <= 1.1x)")

@@ -29,6 +29,10 @@ from headwater.storage.stream_table import StreamTable
 from headwater.storage.table_log import latest_version
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 
+CLOCK = ("a row's latency: the wall clock (time.time) at its append, stamped in the row, to the watcher in this "
+         "process seeing the commit that holds it; job_s: wall time from the first append to wait_until_caught_up "
+         "returning; submit_to_running_s: wall time of g.submit()")
+
 
 class Watcher(threading.Thread):
     """Polls a table's log; for each new commit, records (time column values, when the commit was seen)."""
@@ -66,6 +70,7 @@ def main() -> None:
     parser.add_argument("--trigger", default=TRIGGER_INTERVAL)
     parser.add_argument("--driver-batch-rows", type=int, default=DRIVER_BATCH_ROWS,
                         help="micro-batches up to this many rows run in the driver (0: every batch is a Spark job)")
+    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "latency.json")
     args = parser.parse_args()
     data = Path(tempfile.mkdtemp(prefix="hw-bench-latency-"))
     session = hw.connect(data, trigger_interval=args.trigger, driver_batch_rows=args.driver_batch_rows)
@@ -101,6 +106,7 @@ def main() -> None:
         n += 1
         time.sleep(max(start + n * args.every - time.perf_counter(), 0))  # the feeder's pace
     session.wait_until_caught_up("latency", timeout=120)
+    job_s = time.perf_counter() - start
     warm = session.stream_graph("warm_submit")  # Spark is up now: what submit -> running costs by itself
     (warm.source("ticks2", schema={"time": "timestamp", "key": "string", "v": "double"}).parallelize("key", 2)
          .reactive_state_engine(key_column="key", metrics=["time", "cumsum(v) as cs"]).sync().sink("out2"))
@@ -114,7 +120,8 @@ def main() -> None:
     assert measured_from is not None
     source = percentiles(source_watch.samples[measured_from[0]:])
     sink = percentiles(sink_watch.samples[measured_from[1]:])
-    out = {"rate_rows_s": args.rate, "appends_per_s": round(1 / args.every, 1), "trigger": args.trigger,
+    out = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "clock": CLOCK, "job_s": round(job_s, 2),
+           "rate_rows_s": args.rate, "appends_per_s": round(1 / args.every, 1), "trigger": args.trigger,
            "driver_batch_rows": args.driver_batch_rows,
            "submit_to_running_s": round(submit_s, 2), "submit_to_running_warm_s": round(warm_submit_s, 2), "source_visible_ms": source, "sink_visible_ms": sink,
            "sink_over_source_p50": round(sink["p50"] / source["p50"], 1) if source["p50"] else None,
@@ -128,6 +135,8 @@ def main() -> None:
                     phases.setdefault(f"subgraph_{sg}.{k}", []).append(v)
         out["median_batch_phases_ms"] = {k: float(np.median(v)) for k, v in sorted(phases.items())}
     print(json.dumps(out, indent=2))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(out, indent=2) + "\n")
     session.close()
 
 

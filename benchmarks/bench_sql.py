@@ -16,11 +16,17 @@ import multiprocessing
 import resource
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import headwater as hw
+
+CLOCK = ("wall time in this process: query_s of session.sql (Spark reads the table and writes the result files; "
+         "the session's first Spark work, so starting Spark is in it), "
+         "stream_read_s and whole_read_s of reading that result with to_batches() and to_arrow(); seconds is their "
+         "sum; writing the table (a child process) comes before it")
 
 
 def peak_rss_mb() -> float:
@@ -44,6 +50,7 @@ def fill(data_dir: str, rows: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "sql.json")
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="hw-bench-sql-")
     child = multiprocessing.get_context("spawn").Process(target=fill, args=(data_dir, args.rows))
@@ -68,13 +75,16 @@ def main() -> None:
     whole_s = time.perf_counter() - t
     whole_growth = peak_rss_mb() - base
     assert rows == args.rows == whole.num_rows
-    out = {"rows": rows, "result_arrow_mb": round(arrow_bytes / 2**20, 1), "rss_before_read_mb": round(base, 1),
+    out = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "clock": CLOCK,
+           "seconds": round(query_s + stream_s + whole_s, 2), "rows": rows, "result_arrow_mb": round(arrow_bytes / 2**20, 1), "rss_before_read_mb": round(base, 1),
            "query_s": round(query_s, 2),
            "stream_read_s": round(stream_s, 2), "stream_peak_growth_mb": round(stream_growth, 1),
            "whole_read_s": round(whole_s, 2), "whole_peak_growth_mb": round(whole_growth, 1),
            "stream_growth_vs_result": round(stream_growth / (arrow_bytes / 2**20), 3),
            "whole_growth_vs_result": round(whole_growth / (arrow_bytes / 2**20), 3)}
     print(json.dumps(out, indent=2))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(out, indent=2) + "\n")
     result.close()
     session.close()
 

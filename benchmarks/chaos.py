@@ -18,9 +18,12 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CLOCK = ("each recovery: time.monotonic in the test process from the kill until the graph is running again on a live "
+         "worker (masters: until the standby serves it or the restarted master answers)")
 
 
 def main() -> int:
@@ -36,7 +39,9 @@ def main() -> int:
     if done.returncode != 0 and not Path(args.output).exists():
         print("the chaos test failed before its end (output above); no recovery times to report")
         return done.returncode
-    report = json.loads(Path(args.output).read_text())
+    report = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "clock": CLOCK,
+              **json.loads(Path(args.output).read_text())}
+    Path(args.output).write_text(json.dumps(report, indent=1))
     seconds = [s for _, s in report["recoveries"]]
     for why, s in report["recoveries"]:
         print(f"{why:<45} back to running after {s:5.1f} s")

@@ -1,0 +1,205 @@
+"""The benchmark figures the docs quote, rendered from the stored results in ``benchmarks/results/``.
+
+A doc quotes figures only inside a marked block, whose text is this module's rendering of one results file::
+
+    <!-- figures:reactive reactive.json -->
+    ...
+    <!-- /figures -->
+
+``python benchmarks/figures.py`` rewrites every block of README.md, benchmarks/README.md and docs/architecture.md
+from the stored JSON (run it after storing a new run); ``--check`` only reports the blocks that differ
+(``tests/unit/test_benchmark_figures.py`` runs the same check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = ("README.md", "benchmarks/README.md", "docs/architecture.md")
+BLOCK = re.compile(r"<!-- figures:(?P<kind>[\w-]+) (?P<files>[^>]+?) -->\n(?P<text>.*?)<!-- /figures -->", re.S)
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def rate(x: float | None) -> str:
+    """Rows per second: ``2.84 M``, ``0.88 M``, ``0.057 M``, ``2.85 k``."""
+    if x is None:
+        return "—"
+    if x >= 1e5:
+        return f"{x / 1e6:.2f} M"
+    return f"{x / 1e6:.3f} M" if x >= 1e4 else f"{x / 1e3:.2f} k"
+
+
+def ratio(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.1f}×" if x >= 10 else f"{x:.2f}×"
+
+
+def when(created: str) -> str:
+    """``2026-11-22T01:34:51+0000`` -> ``2026-11-22 01:34``."""
+    return created[:16].replace("T", " ")
+
+
+def seconds(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+# -- one renderer per kind of results file ------------------------------------------------------------------
+REACTIVE_JOBS = {"headwater_spark": "headwater on Spark, end to end", "kernels_alone": "kernels alone, 1 process",
+                 "kernels_parallel": "kernels, one process per task", "polars": "polars `.over(key)`",
+                 "pandas": "pandas, grouped (on a sample)"}
+
+
+def reactive(name: str) -> str:
+    r = load(name)
+    lines = [f"Run of {when(r['created'])} (`results/{name}`): {r['rows']:,} rows, {r['keys']:,} keys, "
+             f"{r['metrics']} metrics, {r['batch']:,}-row appends, `parallelize(key, {r['tasks']})`, {r['cpus']} CPUs.",
+             "", "| job | rows/s | wall s | the clock |", "| --- | ---: | ---: | --- |"]
+    for key, label in REACTIVE_JOBS.items():
+        lines.append(f"| {label} | {rate(r['rows_per_s'][key])} | {seconds(r['seconds'][key])} | {r['clock'][key]} |")
+    split = " / ".join(f"{k} {v:.2f}" for k, v in r["task_seconds_by_stage"].items())
+    lines += ["", f"Task-seconds by stage on Spark: {split}."]
+    if r.get("converted"):
+        lines.append(f"Converted: {r['converted']}.")
+    return "\n".join(lines) + "\n"
+
+
+INDICATOR_JOBS = ("headwater", "pyspark batch", "pyspark streaming")
+
+
+def indicators(name: str) -> str:
+    r = load(name)
+    s, p = r["summary"], r["parameters"]
+    commit = (r["versions"].get("headwater_git") or {}).get("commit", "")[:7]
+    lines = [f"Run of {when(r['created'])} (`results/{name}`, Headwater at {commit}): {s['ticks_per_day']:,} ticks "
+             f"a day, {p['chunk']:,} per append, 1 cold and {p['repeat']} warm runs (median); load "
+             f"{r['machine']['loadavg_at_start'][0]:.1f} at the start, {r['machine']['nproc']} CPUs.",
+             "", "| job | cold s | warm s | warm ticks/s | cold vs batch | warm vs batch |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for job in INDICATOR_JOBS:
+        sec, speed = s["seconds"][job], s["speed_vs_pyspark_batch"][job]
+        lines.append(f"| {job} | {seconds(sec['cold'])} | {seconds(sec['warm'])} | "
+                     f"{rate(s['warm_ticks_per_second'][job])} | {ratio(speed['cold'])} | {ratio(speed['warm'])} |")
+    lines += ["", "Clocks: " + "; ".join(f"{job}: {s['clock'][job]}" for job in INDICATOR_JOBS) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def engines(name: str) -> str:
+    r = load(name)
+    fams = r["families"]
+    loads = [f["headwater"]["loadavg_1m_before"] for f in fams.values()]
+    lines = [f"Run of {when(r['created'])} (`results/{name}`): {len(fams)} families, {r['machine']['nproc']} CPUs, "
+             f"load {min(loads):.1f}–{max(loads):.1f}; every output checked equal to the baseline's and pandas'.",
+             "", "| family | headwater rows/s | baseline rows/s | ratio | target | load | met |",
+             "| --- | ---: | ---: | ---: | --- | ---: | --- |"]
+    for fam, f in fams.items():
+        bases = f["rows_per_s"]["baselines"]
+        target = f["target_rows_per_s"]
+        lines.append(f"| {fam}{' (' + ' / '.join(bases) + ')' if len(bases) > 1 else ''} | "
+                     f"{rate(f['rows_per_s']['headwater'])} | {' / '.join(rate(v) for v in bases.values())} | "
+                     f"{' / '.join(ratio(v) for v in f['ratio'].values())} | "
+                     f"{f'≥ {target / 1e6:g} M rows/s' if target else ''} | {f['headwater']['loadavg_1m_before']:.1f} | "
+                     f"{'yes' if all(f['met'].values()) else 'no'} |")
+    lines += ["", "Clocks: " + "; ".join(f"{job}: {text}" for job, text in r["clock"].items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def chaos(name: str) -> str:
+    r = load(name)
+    groups: dict[str, list[float]] = {}
+    for why, s in r["recoveries"]:
+        groups.setdefault(why if "master" in why else "a worker (submit, append, processing, after a commit)",
+                          []).append(s)
+    lines = [f"`results/{name}`: {r['rounds']} rounds, seed {r['seed']}, {r['ticks']:,} ticks in {r['appends']} "
+             "appends; recovery = from the kill until the graph runs again (wall time in the test process).", "",
+             "| kill | count | recovery median | max |", "|---|---:|---:|---:|"]
+    for why, values in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"| {why} | {len(values)} | {statistics.median(values):.1f} s | {max(values):.1f} s |")
+    return "\n".join(lines) + "\n"
+
+
+def tasks(name: str) -> str:
+    """``tasks-4-vs-8.txt``: lines ``RESULT <tasks> <rows/s> <split> <load>``, alternating task counts."""
+    runs: dict[int, list[float]] = {}
+    for line in (RESULTS / name).read_text(encoding="utf-8").splitlines():
+        if line.startswith("RESULT "):
+            _, n, speed, _rest = line.split(" ", 3)
+            runs.setdefault(int(n), []).append(float(speed))
+    lines = [f"`results/{name}`, rows/s end to end:", "", "| tasks | runs (M rows/s) | median |", "|---:|---|---:|"]
+    for n, values in sorted(runs.items()):
+        lines.append(f"| {n} | {', '.join(f'{v / 1e6:.2f}' for v in values)} | {rate(statistics.median(values))} |")
+    (a, low), (b, high) = sorted(runs.items())
+    pairs = [h / lo for lo, h in zip(low, high, strict=True)]
+    lines += ["", f"{b} tasks / {a} tasks: {ratio(statistics.median(high) / statistics.median(low))} (medians), "
+              f"{ratio(statistics.median(pairs))} (median of the pair ratios, {min(pairs):.2f}–{max(pairs):.2f})."]
+    return "\n".join(lines) + "\n"
+
+
+def summary(names: str) -> str:
+    """The README's paragraph: the headline of the indicator, reactive and engine-family runs."""
+    ind_name, rea_name, eng_name = names.split()
+    ind, rea, eng = load(ind_name)["summary"], load(rea_name), load(eng_name)
+    ind_created, eng_created = load(ind_name)["created"], load(eng_name)["created"]
+    ratios = [v for f in eng["families"].values() for v in f["ratio"].values()]
+    return (f"Latest stored runs on the shared 2-CPU machine (`benchmarks/results/`; wall time from a job's first "
+            f"input to its last result, start-up before it): warm ticks → indicators at **{ratio(ind['speed_vs_pyspark_batch']['headwater']['warm'])}** "
+            f"the hand-written PySpark batch job and **{ratio(ind['headwater_warm_speed_vs_pyspark_streaming_warm'])}** a "
+            f"hand-written Structured Streaming pipeline ({ind_created[:10]}, `{ind_name}`); the reactive engine "
+            f"({rea['keys']:,} keys × {rea['metrics']} metrics, `parallelize(key, {rea['tasks']})`) at "
+            f"**{rate(rea['rows_per_s']['headwater_spark'])} input rows/s** end to end on Spark, its kernels "
+            f"{rate(rea['rows_per_s']['kernels_alone'])} rows/s in one process ({rea['created'][:10]}, `{rea_name}`); "
+            f"every engine family **{ratio(min(ratios))}–{ratio(max(ratios))}** as fast as the same job hand-written "
+            f"in PySpark ({eng_created[:10]}, `{eng_name}`).\n")
+
+
+RENDER: dict[str, Callable[[str], str]] = {"reactive": reactive, "indicators": indicators, "engines": engines,
+                                           "chaos": chaos, "tasks": tasks, "summary": summary}
+
+
+def blocks(text: str) -> list[re.Match[str]]:
+    return list(BLOCK.finditer(text))
+
+
+def rendered(match: re.Match[str]) -> str:
+    kind = match["kind"]
+    if kind not in RENDER:
+        raise ValueError(f"figures block {kind!r}: unknown kind; expected one of {sorted(RENDER)}")
+    return RENDER[kind](match["files"])
+
+
+def rewrite(text: str) -> str:
+    return BLOCK.sub(lambda m: f"<!-- figures:{m['kind']} {m['files']} -->\n{rendered(m)}<!-- /figures -->", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="report the blocks that differ; change nothing")
+    args = ap.parse_args(argv)
+    stale = []
+    for doc in DOCS:
+        path = ROOT / doc
+        text = path.read_text(encoding="utf-8")
+        new = rewrite(text)
+        if new != text:
+            stale.append(doc)
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
+    print(("differs from the stored results: " if args.check else "rewrote: ") + ", ".join(stale) if stale
+          else "every quoted figure is the stored results'")
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
