@@ -99,14 +99,16 @@ def add(code, x, n, z, v, seq):  # type: ignore[no-untyped-def]  # pragma: no co
         return v, n + 1, float(seq)
     if v != v:
         return x, n, z
+    if n == 0:  # whatever x and z hold then (a kernel may keep NULL there), one value starts the summary
+        return (v * v if code == SUM2 else v), 1, (float(seq) if code in (FIRST_NOT, LAST_NOT) else 0.0)
     if code == FIRST_NOT:
-        return (v, n + 1, float(seq)) if n == 0 else (x, n + 1, z)
+        return x, n + 1, z
     if code == LAST_NOT:
         return v, n + 1, float(seq)
     if code == MAX:
-        return (v if n == 0 or v > x else x), n + 1, z
+        return (v if v > x else x), n + 1, z
     if code == MIN:
-        return (v if n == 0 or v < x else x), n + 1, z
+        return (v if v < x else x), n + 1, z
     if code == SUM2:
         return x + v * v, n + 1, z
     if code in (STD, VAR, STDP, VARP):

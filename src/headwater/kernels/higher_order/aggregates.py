@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from headwater.aggregates.rules import CATALOG
+from headwater.aggregates.rules import AVG, CATALOG, COUNT, MAX, MIN, STD, STDP, SUM, VAR, VARP, add, finish
 from headwater.aggregates.values import over_values
 from headwater.kernels.base.operators import (
     MAX_WINDOW,
@@ -35,10 +35,6 @@ from headwater.kernels.base.operators import (
 )
 
 __all__ = ["AGGREGATES", "Accumulate", "Moving", "Segmentby", "Window", "specs"]
-
-
-# Cumulative functions of segmentby().
-SEG_SUM, SEG_AVG, SEG_MAX, SEG_MIN, SEG_COUNT, SEG_VAR, SEG_VARP, SEG_STD, SEG_STDP = range(9)
 
 
 # Binary folds of accumulate().
@@ -76,9 +72,8 @@ class Segmentby(LayoutOp):
     n_args = 2
 
     _FUNCS: ClassVar[dict[str, int]] = {
-        "cumsum": SEG_SUM, "cumavg": SEG_AVG, "cummax": SEG_MAX, "cummin": SEG_MIN,
-        "cumcount": SEG_COUNT, "cumvar": SEG_VAR, "cumvarp": SEG_VARP, "cumstd": SEG_STD,
-        "cumstdp": SEG_STDP,
+        "cumsum": SUM, "cumavg": AVG, "cummax": MAX, "cummin": MIN, "cumcount": COUNT, "cumvar": VAR,
+        "cumvarp": VARP, "cumstd": STD, "cumstdp": STDP,
     }  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -361,15 +356,15 @@ def window_agg(
 
 @njit(cache=True)
 def segment_cum(op, slots, x, seg, seg_last, n_rows, count, acc, mean, ssqdm):  # pragma: no cover - numba
-    """Cumulative function of ``x`` that restarts whenever ``seg`` changes (NULL equals NULL).
+    """Cumulative aggregate ``op`` (a code of :mod:`headwater.aggregates.rules`) of ``x`` that restarts
+    whenever ``seg`` changes (NULL equals NULL): per key, the summary ``(acc or mean, count, ssqdm)``.
 
-    Within a segment the rules of ``cumsum``/``cumvar``/... hold: NULL rows carry
-    the last result, rows before the segment's first value are NULL (``cumcount``: 0).
+    Within a segment the aggregates' rules hold: NULL rows carry the last result, rows before the
+    segment's first value are NULL (``cumcount``: 0).
     """
     n = x.shape[0]
     out = np.empty(n)
-    is_var = op >= SEG_VAR
-    ddof = 1 if (op in (SEG_VAR, SEG_STD)) else 0
+    moments = op in (STD, VAR, STDP, VARP)
     for i in range(n):
         k = slots[i]
         s = seg[i]
@@ -381,37 +376,14 @@ def segment_cum(op, slots, x, seg, seg_last, n_rows, count, acc, mean, ssqdm):  
             ssqdm[k] = 0.0
             seg_last[k] = s
         n_rows[k] += 1
-        v = x[i]
-        c = count[k]
-        if v == v:
-            c += 1
-            count[k] = c
-            if is_var:
-                delta = v - mean[k]
-                mean[k] += delta / c
-                ssqdm[k] += delta * (v - mean[k])
-            elif c == 1:
-                acc[k] = v
-            elif op == SEG_MAX:
-                acc[k] = max(acc[k], v)
-            elif op == SEG_MIN:
-                acc[k] = min(acc[k], v)
-            else:  # SEG_SUM, SEG_AVG, SEG_COUNT (acc unused)
-                acc[k] += v
-        if op == SEG_COUNT:
-            out[i] = c
-        elif c == 0:
-            out[i] = np.nan
-        elif op == SEG_AVG:
-            out[i] = acc[k] / c
-        elif is_var:
-            if c <= ddof:
-                out[i] = np.nan
-            else:
-                var = max(ssqdm[k], 0.0) / (c - ddof)
-                out[i] = np.sqrt(var) if (op in (SEG_STD, SEG_STDP)) else var
+        a, c, z = add(op, mean[k] if moments else acc[k], count[k], ssqdm[k], x[i], i)
+        if moments:
+            mean[k] = a
         else:
-            out[i] = acc[k]
+            acc[k] = a
+        count[k] = c
+        ssqdm[k] = z
+        out[i] = finish(op, a, c, z)
     return out
 
 
