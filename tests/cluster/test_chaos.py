@@ -27,6 +27,7 @@ import pytest
 
 import headwater as hw
 from headwater.api.session import Session
+from headwater.dataplane import jobs
 from headwater.service.client import RemoteMaster
 from headwater.service.run import LEADERSHIP_POLL_S
 from tests.support.indicators import assert_frames_match, make_ticks, reference_bars, reference_indicators
@@ -119,14 +120,9 @@ def log_versions(table: Path) -> int:
 
 
 def in_flight(data: Path) -> bool:
-    """Whether some subgraph's query has logged a micro-batch it has not finished."""
-    for offsets in data.glob("graphs/demo/indicators/checkpoints/*/spark/offsets"):
-        logged = max((int(p.name) for p in offsets.iterdir() if p.name.isdigit()), default=-1)
-        jobs = offsets.parent.parent / "jobs"
-        done = max((int(p.stem) for p in jobs.glob("[0-9]*.json")), default=-1) if jobs.exists() else -1
-        if logged > done:
-            return True
-    return False
+    """Whether some subgraph has begun a micro-batch it has not committed."""
+    return any(jobs.in_flight(jobs_dir.parent) is not None
+               for jobs_dir in data.glob("graphs/demo/indicators/checkpoints/*/jobs"))
 
 
 def test_kill_9_workers_and_masters_at_random_moments_loses_and_duplicates_nothing(tmp_path, monkeypatch):

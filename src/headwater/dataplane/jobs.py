@@ -1,15 +1,20 @@
 """Checkpoint job records: one small JSON file per micro-batch of a subgraph (Orca's checkpoint jobs, A.7).
 
-Every micro-batch is a checkpoint. Its driver writes the record after the batch's output is committed:
-the input versions it covered, when it started and ended, where it ran, and per stream task (Orca's
-sub-jobs) the rows in and the seconds per stage. The newest :data:`KEEP_RECORDS` records stay, in
-``<subgraph checkpoint>/jobs/``; the master reads them for ``checkpoint_job_info``.
+Every micro-batch is a checkpoint, and its record is what makes a replay exact. Before the batch runs, its
+driver records the input versions ``(start, end]`` it covers (:func:`begin_job`); a replay of the batch finds
+that range and redoes exactly the same work (its state, file names and commit transaction all derive from
+it). After the output is committed, the driver completes the record: when the batch started and ended,
+where it ran, and per stream task (Orca's sub-jobs) the rows in and the seconds per stage. The newest
+:data:`KEEP_RECORDS` records stay, in ``<subgraph checkpoint>/jobs/``; the master reads the completed ones
+for ``checkpoint_job_info``.
 
 >>> import tempfile
 >>> d = Path(tempfile.mkdtemp())
->>> write_job(d, {"batch": 0, "input": [0, 1]})
->>> [r["batch"] for r in read_jobs(d)]
-[0]
+>>> begin_job(d, 0, lambda start: 3)
+(0, 3)
+>>> write_job(d, {"batch": 0, "input": [0, 3], "finished": 1.0})
+>>> [r["batch"] for r in read_jobs(d)], begin_job(d, 1, lambda start: start), committed_input_version(d)
+([0], (3, 3), 3)
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,19 +45,51 @@ def write_job(directory: Path, record: dict[str, Any]) -> None:
         _file(directory, batch - KEEP_RECORDS).unlink()
 
 
-def read_jobs(directory: Path) -> list[dict[str, Any]]:
-    """The stored records, oldest first (a record being replaced or unreadable is skipped)."""
-    records = []
-    for file in sorted((directory / "jobs").glob("[0-9]*.json")):
+def _records(directory: Path, *, newest_first: bool = False) -> Iterator[dict[str, Any]]:
+    """The stored records, completed or not, read one at a time (one being replaced or unreadable is skipped)."""
+    for file in sorted((directory / "jobs").glob("[0-9]*.json"), reverse=newest_first):
         with contextlib.suppress(FileNotFoundError, ValueError):
-            records.append(json.loads(file.read_text()))
-    return records
+            yield json.loads(file.read_text())
+
+
+def begin_job(directory: Path, batch: int, latest: Callable[[int], int]) -> tuple[int, int]:
+    """The input versions ``(start, end]`` of micro-batch ``batch``, recorded before it runs.
+
+    A replay gets the range its first attempt recorded. A new batch starts where the newest recorded one
+    ended (0 before the first) and ends at ``latest(start)``, the input's newest version. The record is
+    created only if absent: of two drivers racing (a placement being replaced), both run the first's range.
+    """
+    target = _file(directory, batch)
+    if not target.exists():
+        previous = next((r for r in _records(directory, newest_first=True) if r["batch"] < batch), None)
+        start = int(previous["input"][1]) if previous else 0
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.begin")
+        tmp.write_text(json.dumps({"batch": batch, "input": [start, latest(start)]}))
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, target)
+        tmp.unlink()
+    start, end = json.loads(target.read_text())["input"]
+    return int(start), int(end)
+
+
+def read_jobs(directory: Path) -> list[dict[str, Any]]:
+    """The records of the committed micro-batches, oldest first."""
+    return [r for r in _records(directory) if "finished" in r]
 
 
 def newest_job(directory: Path) -> dict[str, Any] | None:
-    """The newest stored record (None before the first): one file read, however many are kept."""
-    for file in sorted((directory / "jobs").glob("[0-9]*.json"), reverse=True):
-        with contextlib.suppress(FileNotFoundError, ValueError):  # replaced meanwhile: take the one before
-            record: dict[str, Any] = json.loads(file.read_text())
-            return record
-    return None
+    """The record of the newest committed micro-batch (None before the first)."""
+    return next((r for r in _records(directory, newest_first=True) if "finished" in r), None)
+
+
+def in_flight(directory: Path) -> dict[str, Any] | None:
+    """The record of the micro-batch begun but not committed (None if there is none)."""
+    record = next(_records(directory, newest_first=True), None)
+    return None if record is None or "finished" in record else record
+
+
+def committed_input_version(directory: Path) -> int:
+    """The input version up to which the subgraph has committed its output (0 before any batch)."""
+    record = newest_job(directory)
+    return int(record["input"][1]) if record else 0

@@ -34,7 +34,7 @@ from headwater.plan.logical import TableRole
 from headwater.plan.physical import PhysicalGraph
 from headwater.storage.stream_table import StreamTable
 from headwater.storage.table_files import read_files
-from headwater.storage.table_log import latest_version
+from headwater.storage.table_log import latest_version, read_batch
 
 Frames: TypeAlias = pd.DataFrame | pa.Table
 
@@ -77,11 +77,12 @@ class LocalRunner:
             start, end = self.offsets[index], latest_version(task.input_path, self.offsets[index])
             if end <= start:
                 continue
+            batch = read_batch(task.input_path, start, end)  # read once, handed to every task
             reports = []
             for t in range(task.n_tasks):
                 if crash_after_tasks is not None and t >= crash_after_tasks:
                     return True
-                reports.append(task.run_task(t, start, end))
+                reports.append(task.run_task(t, batch))
             if crash_after_tasks is not None:
                 return True  # every task ran, the commit did not
             files: list[OutputFile] = [f for r in reports for f in r.files]

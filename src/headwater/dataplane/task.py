@@ -1,11 +1,11 @@
 """One stream task over one micro-batch, end to end, without Spark: read → partition → engines → write.
 
 This is Headwater's one data plane (driven by ``headwater.spark.fused`` on Spark): Spark
-schedules the stream tasks of each micro-batch (a group of them per core) and checkpoints
-the offsets; each stream task reads the input table's commits of the batch, keeps the rows
-whose partition key hashes to it, runs the chain of engines with its state; a group writes
-its output as one Parquet file per output table, which the driver then commits in one
-idempotent transaction per table. No row crosses into the JVM.
+schedules the stream tasks of each micro-batch (a group of them per core); the driver reads the
+input table's commits of the batch once and hands them (a :class:`Batch`) to each stream task,
+which reads their files, keeps the rows whose partition key hashes to it and runs the chain of
+engines with its state; a group writes its output as one Parquet file per output table, which
+the driver then commits in one idempotent transaction per table. No row crosses into the JVM.
 
 Engine state is a snapshot per (engine, task, input version): a batch over versions
 ``(start, end]`` loads the newest snapshot at or before ``start`` and saves one at
@@ -36,7 +36,7 @@ from headwater.errors import ExecutionError
 from headwater.plan.logical import EngineNode, MapNode, Node
 from headwater.plan.physical import PhysicalGraph, Subgraph
 from headwater.storage.buckets import Bucketing, read_bucket, read_in_order, task_of, write_table
-from headwater.storage.table_log import commit_time
+from headwater.storage.table_log import Batch, commit_time
 from headwater.types import Schema
 
 SEQ_SHIFT = 32
@@ -101,21 +101,18 @@ class SubgraphTask:
     fence: tuple[str, int] | None = None
 
     # -- helpers -------------------------------------------------------------------------------------
-    def read(self, start: int, end: int, task: int | None = None) -> pa.Table:
-        """The rows committed in versions ``(start, end]``, in append order, with ``_hw_seq``.
+    def read(self, batch: Batch, task: int | None = None) -> pa.Table:
+        """The rows ``batch`` committed, in append order, with ``_hw_seq``.
 
         With ``task``, only that task's rows (NULL partition keys dropped, as in Orca): from a file
         bucketed the way this subgraph partitions, only its own row groups are read (the writer
         partitioned them); any other file is read whole and its rows hashed here.
         """
-        from headwater.storage.table_log import read_commit
-
         columns = list(self.input_schema.names)
         arrow_schema = self.input_schema.to_arrow()
         mine = self.bucketing if task is not None else None
         tables = []
-        for version in range(start + 1, end + 1):
-            commit = read_commit(self.input_path, version)
+        for commit in batch.commits:
             if commit.rewrites:
                 continue
             offset = 0
@@ -130,7 +127,7 @@ class SubgraphTask:
                         keep = self.task_mask(rows, task)
                         rows, positions = rows.filter(pa.array(keep)), positions[keep]
                 if rows.num_rows:
-                    seq = (np.int64(version) << np.int64(SEQ_SHIFT)) + offset + positions
+                    seq = (np.int64(commit.version) << np.int64(SEQ_SHIFT)) + offset + positions
                     tables.append(rows.cast(arrow_schema).append_column(SEQ, pa.array(seq, pa.int64())))
                 offset += file.rows()
         if not tables:
@@ -197,40 +194,41 @@ class SubgraphTask:
         return 0
 
     # -- the task ------------------------------------------------------------------------------------
-    def run_task(self, task: int, start: int, end: int) -> TaskReport:
-        """Process versions ``(start, end]`` for ``task``; report the output files written and the time split."""
-        return self.run_tasks((task,), start, end)
+    def run_task(self, task: int, batch: Batch) -> TaskReport:
+        """Process ``batch`` for ``task``; report the output files written and the time split."""
+        return self.run_tasks((task,), batch)
 
-    def run_tasks(self, tasks: Sequence[int], start: int, end: int) -> TaskReport:
-        """Process versions ``(start, end]`` for each of ``tasks`` in turn (each with its own share of the rows
-        and its own state) and write their output together: one file per output table, rows in task order."""
+    def run_tasks(self, tasks: Sequence[int], batch: Batch) -> TaskReport:
+        """Process ``batch`` for each of ``tasks`` in turn (each with its own share of the rows and its own
+        state) and write their output together: one file per output table, rows in task order."""
         stats, outputs = [], []
         late: dict[str, list[pa.Table]] = {}
         for task in tasks:
             seconds = dict.fromkeys(STAGES, 0.0)
-            rows, n = self._compute(task, start, end, seconds, late)
+            rows, n = self._compute(task, batch, seconds, late)
             stats.append(TaskStats(task, n, seconds))
             if rows is not None and rows.num_rows:
                 outputs.append(rows)
         t = time.perf_counter()
-        files = self.write(pa.concat_tables(outputs, promote_options="permissive"), tasks, end) if outputs else []
+        files = (self.write(pa.concat_tables(outputs, promote_options="permissive"), tasks, batch.end)
+                 if outputs else [])
         for j, (engine, path, schema) in enumerate(self.late_outputs):
             if late.get(engine):
                 files.append(self._write_file(len(self.outputs) + j, path, schema, pa.concat_tables(late[engine]),
-                                              tasks, end, None))
+                                              tasks, batch.end, None))
         stats[0].seconds["write"] = time.perf_counter() - t
         return TaskReport(files, stats)
 
-    def _compute(self, task: int, start: int, end: int, seconds: dict[str, float],
+    def _compute(self, task: int, batch: Batch, seconds: dict[str, float],
                  late: dict[str, list[pa.Table]]) -> tuple[pa.Table | None, int]:
-        """One stream task's read → partition → engines over ``(start, end]``, its new state saved; returns its
+        """One stream task's read → partition → engines over ``batch``, its new state saved; returns its
         output rows (None when it had no input) and its input row count. Adds its time to ``seconds``, and the
         late rows of engines with a late rows table to ``late`` (by engine name)."""
         routed = {engine: schema for engine, _, schema in self.late_outputs}
         clock = time.perf_counter
         t = clock()
         first = self.partition_after()
-        rows = self.read(start, end, None if first else task)  # partitioned as it is read, when it can be
+        rows = self.read(batch, None if first else task)  # partitioned as it is read, when it can be
         seconds["read"] += clock() - t
         if first:
             t = clock()
@@ -244,17 +242,16 @@ class SubgraphTask:
         rows_in = rows.num_rows
         if rows_in == 0:
             return None, 0
-        batch_time = commit_time(self.input_path, end)  # the batch's processing time, identical on replay
         new_states: list[tuple[SnapshotStore, Any, dict[str, int]]] = []
         for node, processor in list(zip(self.chain, self.processors(), strict=True))[first:]:
             if processor is not None:
                 t = clock()
                 store = SnapshotStore(os.path.join(self.state_root, node.name), keep=self.keep_snapshots)
-                state = store.load(task, start + 1)
+                state = store.load(task, batch.start + 1)
                 seconds["state"] += clock() - t
                 t = clock()
                 state, out, dropped = processor.process_routed(processor.new_state() if state is None else state,
-                                                               rows, batch_time=batch_time)
+                                                               rows, batch_time=batch.time)
                 if node.name in routed and dropped is not None and dropped.any():
                     schema = routed[node.name]
                     late.setdefault(node.name, []).append(
@@ -269,7 +266,7 @@ class SubgraphTask:
                 seconds["kernel"] += clock() - t
         t = clock()
         for store, state, counters in new_states:
-            store.save(task, end, state, fence=self._fence(), stats=counters)
+            store.save(task, batch.end, state, fence=self._fence(), stats=counters)
         seconds["state"] += clock() - t
         return rows, rows_in
 

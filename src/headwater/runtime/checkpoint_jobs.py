@@ -1,12 +1,12 @@
 """``checkpoint_job_info`` and ``checkpoint_subjob_info`` (Orca B.7): a graph's micro-batches as checkpoints.
 
 A checkpoint job is one micro-batch of one subgraph (``checkpoint_id`` = its batch id, ``partition_id`` =
-the subgraph); its sub-jobs are its stream tasks. The rows come from the records the driver writes after
-each committed batch (:mod:`headwater.dataplane.jobs`) and from Spark's offset log for the batch in flight.
+the subgraph); its sub-jobs are its stream tasks. The rows come from the records the driver writes for
+each batch (:mod:`headwater.dataplane.jobs`): completed once it is committed, begun while it is in flight.
 
 Statuses (Orca's A.7): ``SUCCESS`` (committed; its state snapshots are kept), ``PURGED`` (committed, older
-than the ``max_retained_checkpoints`` newest: its snapshots are gone), ``RUNNING`` (logged by Spark, not yet
-committed, the graph running), ``ERROR`` (the same while the graph is in ``error``: it will be retried),
+than the ``max_retained_checkpoints`` newest: its snapshots are gone), ``RUNNING`` (begun, not yet committed, the
+graph running), ``ERROR`` (the same while the graph is in ``error``: it will be retried),
 ``FAILED`` (the same while the graph is ``failed`` or stopped by a failure).
 """
 
@@ -15,20 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from headwater.dataplane.jobs import read_jobs
+from headwater.dataplane.jobs import in_flight, read_jobs
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.lifecycle import GraphStatus
 from headwater.storage.metadata import GraphRecord
 
 STATUS_OF_GRAPH = {GraphStatus.ERROR: "ERROR", GraphStatus.FAILED: "FAILED"}
-
-
-def _in_flight(spark_checkpoint: Path, last_recorded: int) -> int | None:
-    """The batch Spark logged but whose record is not written (None if every logged batch is recorded)."""
-    offsets = spark_checkpoint / "offsets"
-    logged = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.exists() else []
-    newest = max(logged, default=-1)
-    return newest if newest > last_recorded else None
 
 
 def job_rows(rec: GraphRecord, physical: PhysicalGraph, checkpoints: Path, keep: int) -> list[dict[str, Any]]:
@@ -43,11 +35,13 @@ def job_rows(rec: GraphRecord, physical: PhysicalGraph, checkpoints: Path, keep:
                          "status": "SUCCESS" if i >= len(records) - keep else "PURGED",
                          "input_versions": f"({r['input'][0]}, {r['input'][1]}]", "rows_in": r["rows_in"],
                          "rows_out": r["rows_out"], "on_driver": r["driver"], "extra": ""})
-        pending = _in_flight(directory / "spark", records[-1]["batch"] if records else -1)
+        pending = in_flight(directory)
         if pending is not None:
             status = STATUS_OF_GRAPH.get(GraphStatus(rec.status), "RUNNING")
-            rows.append({"checkpoint_id": pending, "job_id": rec.id, "partition_id": sg.id, "created_time": None,
-                         "finished_time": None, "status": status, "input_versions": None, "rows_in": None,
+            start, end = pending["input"]
+            rows.append({"checkpoint_id": pending["batch"], "job_id": rec.id, "partition_id": sg.id,
+                         "created_time": None, "finished_time": None, "status": status,
+                         "input_versions": f"({start}, {end}]", "rows_in": None,
                          "rows_out": None, "on_driver": None, "extra": rec.reason if status != "RUNNING" else ""})
     return rows
 

@@ -24,7 +24,7 @@ from typing import Any
 from headwater.dataplane.jobs import newest_job
 from headwater.plan.logical import TableNode
 from headwater.plan.physical import PhysicalGraph, Subgraph
-from headwater.storage.table_log import latest_version, rows_added
+from headwater.storage.table_log import latest_version, read_batch
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class SubgraphLag:
 
     def pending_rows(self) -> int:
         """Rows in the versions not yet processed (one log entry read per version)."""
-        return rows_added(self.input_path, self.processed_version, self.latest_version)
+        return read_batch(self.input_path, self.processed_version, self.latest_version).num_rows()
 
 
 def subgraph_lag(physical: PhysicalGraph, sg: Subgraph, table_paths: dict[int, str], checkpoints: Path) -> SubgraphLag:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from headwater.dataplane.jobs import committed_input_version
 from headwater.dataplane.snapshots import KEEP_SNAPSHOTS
 from headwater.dataplane.task import SubgraphTask, subgraph_task
 from headwater.errors import ExecutionError, GraphDefinitionError, shorten
@@ -198,8 +199,6 @@ class Worker:
     def _edit_state(self, fqn: str, engine: str, edit: Callable[[SubgraphTask, Any, int], int]) -> int:
         """Pause the engine's subgraph, ``edit`` each task's state as of the input version committed so far
         (the snapshot the next micro-batch loads), and resume it."""
-        from headwater.spark.fused import committed_input_version
-
         g = self._graphs.get(fqn)
         if g is None:
             raise ExecutionError(f"stream graph {fqn} is not running in this worker")
@@ -213,7 +212,7 @@ class Worker:
         try:
             task = subgraph_task(physical, sg, table_paths, checkpoints, run_id or "0", keep_snapshots=keep,
                                  fence=(str(checkpoints / EPOCH_FILE), epoch) if epoch else None)
-            return edit(task, spec, committed_input_version(checkpoints / sg.key(physical) / "spark"))
+            return edit(task, spec, committed_input_version(checkpoints / sg.key(physical)))
         finally:
             self.start_graph(fqn_, physical, table_paths, checkpoints, run_id, epoch, keep)
 

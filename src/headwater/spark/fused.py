@@ -1,30 +1,28 @@
 """Spark drives the data plane: per micro-batch, one Spark task per core runs its stream tasks' read → engines → write.
 
-A Python data source (``headwater_subgraph``) turns each micro-batch, an input-table
-version range ``(start, end]`` checkpointed by Spark, into one input partition per core,
-each holding a group of stream tasks (:func:`task_groups`). ``read()`` runs
-:meth:`SubgraphTask.run_tasks` in Spark's Python worker and returns only the names of the
-Parquet files it wrote; ``foreachBatch`` on the driver commits them to the output tables in
-one Delta transaction per table tagged with (run, batch id), which a replayed batch skips.
-Rows never cross into the JVM, there is no shuffle, and Spark still provides scheduling,
-retries and exactly-once offsets.
+A Python data source (``headwater_subgraph``) only reports the input table's newest version, so that
+Spark triggers a micro-batch when the table has grown. In ``foreachBatch``, the driver records the
+batch's input range ``(start, end]`` before running it (:func:`headwater.dataplane.jobs.begin_job`: a
+replay gets the same range), reads the range's commits once (a :class:`~headwater.storage.table_log.Batch`)
+and hands them to one Spark task per core, each running its group of stream tasks (:func:`task_groups`)
+with :meth:`SubgraphTask.run_tasks` in Spark's Python worker and returning only the names of the
+Parquet files it wrote. The driver then commits them to the output tables in one Delta transaction per
+table tagged with (run, batch id), which a replayed batch skips. Rows never cross into the JVM, there is
+no shuffle, and Spark still provides triggering, scheduling and retries.
 
 A small micro-batch (at most ``driver_batch_rows`` input rows) is not worth a Spark job: launching one costs
 ~150 ms before the first task starts, several times what its stream tasks take. The driver then runs
-all of the batch's stream tasks itself, as one group, inside ``foreachBatch``: the same
-:meth:`SubgraphTask.run_tasks`, the same files and the same commit, with Spark still deciding the
-batch's offsets and logging them. Which way a batch runs depends only on its offsets, and files are
+all of the batch's stream tasks itself, as one group: the same :meth:`SubgraphTask.run_tasks`, the same
+files and the same commit. Which way a batch runs depends only on its recorded range, and files are
 named by their task group, so a replay may go either way without duplicating a row.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,18 +35,6 @@ from headwater.dataplane.fence import FencedError, check_fence  # noqa: F401 - F
 from headwater.tuning import DRIVER_BATCH_ROWS
 
 SOURCE_NAME = "headwater_subgraph"
-STAGES = ("read", "partition", "kernel", "state", "write")  # = headwater.dataplane.task.STAGES, kept import-free
-RESULT_SCHEMA = ("tbl INT, name STRING, size BIGINT, num_rows BIGINT, task INT, rows_in BIGINT, "
-                 + ", ".join(f"{s}_s DOUBLE" for s in STAGES))
-
-
-@dataclass(frozen=True)
-class TaskPartition(InputPartition):
-    """One Spark task: stream tasks ``tasks`` of the micro-batch ``(start, end]``, run one after another."""
-
-    tasks: tuple[int, ...]
-    start: int
-    end: int
 
 
 def task_groups(n_tasks: int, slots: int) -> list[tuple[int, ...]]:
@@ -80,11 +66,11 @@ def _load(plan_path: str) -> Any:
 
 
 class SubgraphStreamReader(DataSourceStreamReader):
-    def __init__(self, plan_path: str, input_path: str, n_tasks: int, slots: int) -> None:
+    """The input table's newest version as Spark's offset: a micro-batch is triggered when it grows."""
+
+    def __init__(self, input_path: str) -> None:
         # planning runs in its own Python process: keep it free of the engine stack
-        self.plan_path = plan_path
         self.input_path = input_path
-        self.groups = task_groups(n_tasks, slots)
         self._known = 0
 
     def initialOffset(self) -> dict:
@@ -97,22 +83,19 @@ class SubgraphStreamReader(DataSourceStreamReader):
         return {"version": self._known}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        a, b = int(start["version"]), int(end["version"])
-        if b <= a:
-            return []
-        return [TaskPartition(tasks, a, b) for tasks in self.groups]
+        return []  # the driver runs the batch (start_fused_subgraph)
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:  # type: ignore[override]
-        assert isinstance(partition, TaskPartition)
-        plan = _cached_plan(self.plan_path)
-        report = plan.run_tasks(partition.tasks, partition.start, partition.end)
-        for f in report.files:  # one row per output file (tbl >= 0) ...
-            yield (f.table, f.name, f.size, f.rows, f.task, 0, *(0.0,) * len(STAGES))
-        for t in report.tasks:  # ... and one per stream task: its rows in and time split (tbl = -1)
-            yield (-1, None, 0, 0, t.task, t.rows_in, *(t.seconds[s] for s in STAGES))
+        raise AssertionError("never called: partitions() plans none")
 
     def commit(self, end: dict) -> None:
         """Nothing to acknowledge: the input table is replayable."""
+
+
+def _run_group(work: tuple[str, tuple[int, ...], Any]) -> Any:
+    """One Spark task: the stream tasks of one group over the batch the driver read (in Spark's Python worker)."""
+    plan_path, tasks, batch = work
+    return _cached_plan(plan_path).run_tasks(tasks, batch)
 
 
 _PLANS: dict[str, tuple[tuple[int, int], Any]] = {}  # path -> (file identity, plan)
@@ -138,26 +121,10 @@ class SubgraphDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return RESULT_SCHEMA
+        return "version BIGINT"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return SubgraphStreamReader(self.options["plan"], self.options["input"], int(self.options["tasks"]),
-                                    int(self.options["slots"]))
-
-
-def logged_input_version(spark_checkpoint: Path, batch_id: int) -> int:
-    """The input version that micro-batch ``batch_id`` ends at, from Spark's offset log (0 before batch 0)."""
-    if batch_id < 0:
-        return 0
-    lines = (spark_checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-    return int(json.loads(lines[-1])["version"])
-
-
-def committed_input_version(spark_checkpoint: Path) -> int:
-    """The input version up to which a stopped query has committed its output (0 before any batch)."""
-    commits = spark_checkpoint / "commits"
-    done = sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()), reverse=True) if commits.exists() else []
-    return logged_input_version(spark_checkpoint, done[0]) if done else 0
+        return SubgraphStreamReader(self.options["input"])
 
 
 def start_fused_subgraph(
@@ -177,10 +144,10 @@ def start_fused_subgraph(
     placed the graph elsewhere (a newer epoch), this query fails instead of committing.
     ``driver_batch_rows``: a micro-batch with at most this many input rows runs on the driver (0: never).
     """
-    from headwater.dataplane.jobs import write_job
-    from headwater.dataplane.task import OutputFile, TaskReport, TaskStats
+    from headwater.dataplane.jobs import begin_job, write_job
+    from headwater.dataplane.task import TaskReport
     from headwater.faults import fault_point
-    from headwater.storage.table_log import rows_added
+    from headwater.storage.table_log import Batch, latest_version, read_batch
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"
@@ -188,23 +155,21 @@ def start_fused_subgraph(
     tmp.write_bytes(cloudpickle.dumps(plan))
     os.replace(tmp, plan_path)
     spark.dataSource.register(SubgraphDataSource)
+    groups = task_groups(plan.n_tasks, spark.sparkContext.defaultParallelism)
 
-    spark_checkpoint = checkpoint / "spark"
-
-    def run_batch(batch_df: DataFrame, start: int, end: int) -> tuple[TaskReport, bool]:
+    def run_batch(batch: Batch) -> tuple[TaskReport, bool]:
         """The batch's report, and whether the driver ran it (a small batch) rather than Spark's tasks."""
-        if rows_added(plan.input_path, start, end) <= driver_batch_rows:
-            return plan.run_tasks(tuple(range(plan.n_tasks)), start, end), True
-        rows = batch_df.collect()
-        files = [OutputFile(r["tbl"], r["name"], r["size"], r["num_rows"], r["task"]) for r in rows if r["tbl"] >= 0]
-        tasks = [TaskStats(r["task"], r["rows_in"], {s: r[f"{s}_s"] for s in STAGES}) for r in rows if r["tbl"] < 0]
-        return TaskReport(files, sorted(tasks, key=lambda t: t.task)), False
+        if batch.num_rows() <= driver_batch_rows:
+            return plan.run_tasks(tuple(range(plan.n_tasks)), batch), True
+        work = [(str(plan_path), tasks, batch) for tasks in groups]
+        reports = spark.sparkContext.parallelize(work, len(work)).map(_run_group).collect()
+        tasks = sorted((t for r in reports for t in r.tasks), key=lambda t: t.task)
+        return TaskReport([f for r in reports for f in r.files], tasks), False
 
-    def commit_batch(batch_df: DataFrame, batch_id: int) -> None:
+    def commit_batch(_: DataFrame, batch_id: int) -> None:
         created = time.time()
-        start = logged_input_version(spark_checkpoint, batch_id - 1)
-        end = logged_input_version(spark_checkpoint, batch_id)
-        report, on_driver = run_batch(batch_df, start, end)
+        start, end = begin_job(checkpoint, batch_id, lambda known: latest_version(plan.input_path, known))
+        report, on_driver = run_batch(read_batch(plan.input_path, start, end))  # the batch's one read of the log
         fault_point("batch.before_commit")
         if fence is not None:
             check_fence(*fence)
@@ -224,8 +189,7 @@ def start_fused_subgraph(
         if stale.name == name:
             stale.stop()
     return (
-        spark.readStream.format(SOURCE_NAME).option("plan", str(plan_path)).option("input", plan.input_path)
-        .option("tasks", str(plan.n_tasks)).option("slots", str(spark.sparkContext.defaultParallelism)).load()
+        spark.readStream.format(SOURCE_NAME).option("input", plan.input_path).load()
         .writeStream.foreachBatch(commit_batch)
         .option("checkpointLocation", str(checkpoint / "spark"))
         .queryName(name)

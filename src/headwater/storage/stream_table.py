@@ -76,19 +76,14 @@ from headwater.storage.table_log import (
 )
 from headwater.storage.table_maintenance import TableMaintenance
 from headwater.storage.table_meta import (
-    CONF_FORMAT,
-    CONF_KEYS,
-    CONF_KIND,
-    CONF_RETENTION,
-    CONF_SCHEMA,
-    CONF_TIME,
-    FORMAT_VERSION,
-    ID_FILE,
+    TableDefinition,
     check_definition,
     conform,
+    create_delta_table,
+    read_definition,
 )
 from headwater.storage.table_state import TableState, forget_state, table_state
-from headwater.types import Schema, canonical_type
+from headwater.types import Schema
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -166,8 +161,6 @@ class StreamTable(TableMaintenance):
             name: Name used in error messages; defaults to the directory name.
             retention: How far back the table stays replayable (:meth:`expire`); None keeps every version.
         """
-        from deltalake import DeltaTable
-
         path = Path(path).absolute()
         name = name or path.name
         schema = Schema.parse(schema, where=f"stream table {clip(name)}")
@@ -178,37 +171,8 @@ class StreamTable(TableMaintenance):
                 f"stream table {clip(name)}: path {path} already exists; open it with "
                 "StreamTable.open(path) or choose another path"
             )
-        configuration = {
-            "delta.appendOnly": "true",
-            "delta.enableExpiredLogCleanup": "false",
-            # Tombstones of compacted files serve only Delta's vacuum, which never runs on a stream table
-            # (its replay reads the commit files, and the files they name stay). Expired at once, they
-            # leave the next log checkpoint instead of making every reader load thousands of them.
-            "delta.deletedFileRetentionDuration": "interval 0 seconds",
-            CONF_FORMAT: FORMAT_VERSION,
-            CONF_KIND: kind,
-            CONF_KEYS: json.dumps(list(key_columns)),
-            CONF_SCHEMA: json.dumps([list(c) for c in schema.columns]),
-        }
-        if time_column is not None:
-            configuration[CONF_TIME] = time_column
-        if retention is not None:
-            configuration[CONF_RETENTION] = retention.to_json()
         forget_state(path)
-        try:
-            DeltaTable.create(
-                str(path),
-                schema.to_arrow(),
-                mode="error",
-                name=name,
-                configuration=configuration,
-                raise_if_key_not_exists=False,
-            )
-        except Exception as exc:
-            if "exist" in str(exc).lower():
-                raise NameTakenError(f"stream table {clip(name)}: path {path} already exists") from exc
-            raise
-        (path / ID_FILE).write_text(uuid.uuid4().hex, encoding="ascii")
+        create_delta_table(path, TableDefinition(name, schema, kind, key_columns, time_column), retention)
         return cls(path, schema, kind=kind, key_columns=key_columns, time_column=time_column, name=name)
 
     @classmethod
@@ -225,25 +189,9 @@ class StreamTable(TableMaintenance):
         st = table_state(path)
         with st.lock:  # the process's loaded log, caught up (loading a log anew costs ~15 ms per 100 commits)
             dt = st.loaded(path, path.name)
-            meta = dt.metadata()
             st.known_version = max(st.known_version, dt.version())
-            foreign_schema = None if CONF_SCHEMA in meta.configuration else pa.schema(dt.schema().to_arrow())
-        conf = meta.configuration
-        name = meta.name or path.name
-        if CONF_SCHEMA in conf:
-            schema = Schema(tuple((n, canonical_type(t)) for n, t in json.loads(conf[CONF_SCHEMA])))
-        else:  # a Delta table written by another tool: read it as a plain table
-            assert foreign_schema is not None
-            schema = Schema.from_arrow(foreign_schema, where=f"stream table {clip(name)}")
-        table = cls(
-            path,
-            schema,
-            kind=conf.get(CONF_KIND, "plain"),
-            key_columns=tuple(json.loads(conf.get(CONF_KEYS, "[]"))),
-            time_column=conf.get(CONF_TIME),
-            name=name,
-        )
-        return table
+            d = read_definition(dt, path)
+        return cls(path, d.schema, kind=d.kind, key_columns=d.key_columns, time_column=d.time_column, name=d.name)
 
     def delete(self) -> None:
         """Remove the table directory and everything in it."""

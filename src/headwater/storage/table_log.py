@@ -7,7 +7,8 @@ still reads); ``transaction_version`` gives only an application's newest transac
 recorded it; ``history`` returns ``commitInfo`` without the adds. Measured on a 200-commit table: ``read_commit``
 takes 0.05 ms, loading ``DeltaTable(path, version=v)`` to list its adds 18 ms.
 
-This module only reads the log (and, for :func:`referenced_files` after retention, the snapshot's file list);
+A micro-batch reads the commits it covers once (:func:`read_batch`) and hands the :class:`Batch` to each of its
+stream tasks. This module only reads the log (and, for :func:`referenced_files` after retention, the snapshot's file list);
 the writer (:mod:`headwater.storage.stream_table`) imports it, never the reverse.
 """
 
@@ -17,6 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
@@ -52,12 +54,30 @@ class Commit:
     version: int
     files: tuple[DataFile, ...]
     rewrites: bool = False
+    time: float = 0.0  # when it was made (seconds since the epoch): see commit_time
 
     def num_rows(self) -> int:
         return sum(f.rows() for f in self.files)
 
     def num_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The commits of versions ``(start, end]``, read once: what a micro-batch hands to each of its stream tasks."""
+
+    start: int
+    end: int
+    commits: tuple[Commit, ...]
+
+    @property
+    def time(self) -> float:
+        """The commit time of ``end``: the batch's processing time, identical on every replay (0 when empty)."""
+        return self.commits[-1].time if self.commits else 0.0
+
+    def num_rows(self) -> int:
+        return sum(c.num_rows() for c in self.commits)
 
 
 def log_dir(path: str | Path) -> str:
@@ -110,21 +130,18 @@ STAMP_KEY = "headwater.time"  # commitInfo: the time a writer gave its commit, w
 def commit_time(path: str | Path, version: int) -> float:
     """When commit ``version`` was made (seconds since the epoch), from its ``commitInfo``; a fixed fact
     of the log, so every replay of a micro-batch sees the same time."""
-    file = commit_file(path, version)
-    with open(file, encoding="utf-8") as f:
-        for line in f:
-            if '"commitInfo"' in line:
-                info = json.loads(line)["commitInfo"]
-                if info.get(STAMP_KEY) is not None:  # a time the writer gave (run_local's clock)
-                    return float(info[STAMP_KEY])
-                stamp = info.get("timestamp")
-                if stamp is not None:
-                    return float(stamp) / 1000.0
-    return os.stat(file).st_mtime  # a writer that recorded no timestamp: the commit file's own time
+    return read_commit(path, version).time
+
+
+def _info_time(info: dict[str, Any]) -> float | None:
+    if info.get(STAMP_KEY) is not None:  # a time the writer gave (run_local's clock)
+        return float(info[STAMP_KEY])
+    stamp = info.get("timestamp")
+    return None if stamp is None else float(stamp) / 1000.0
 
 
 def read_commit(path: str | Path, version: int) -> Commit:
-    """Parse ``_delta_log/<version>.json`` and return the data files it added, in order."""
+    """Parse ``_delta_log/<version>.json`` and return the data files it added, in order, and its time."""
     table_path = os.fspath(path)
     try:
         with open(commit_file(table_path, version), encoding="utf-8") as f:
@@ -145,10 +162,13 @@ def read_commit(path: str | Path, version: int) -> Commit:
         ) from None
     files: list[DataFile] = []
     rewrites = False
+    time = None
     for line in lines:
         if not line.strip():
             continue
         action = json.loads(line)
+        if "commitInfo" in action and time is None:
+            time = _info_time(action["commitInfo"])
         if "remove" in action:
             rewrites = True
         add = action.get("add")
@@ -161,12 +181,14 @@ def read_commit(path: str | Path, version: int) -> Commit:
         if add.get("stats"):
             num_rows = json.loads(add["stats"]).get("numRecords")
         files.append(DataFile(data_file_path(table_path, add["path"]), int(add.get("size", 0)), num_rows))
-    return Commit(version, tuple(files), rewrites)
+    if time is None:  # a writer that recorded no timestamp: the commit file's own time
+        time = os.stat(commit_file(table_path, version)).st_mtime
+    return Commit(version, tuple(files), rewrites, time)
 
 
-def rows_added(path: str | Path, start: int, end: int) -> int:
-    """How many rows the versions ``(start, end]`` added (from their log entries, no data file read)."""
-    return sum(read_commit(path, v).num_rows() for v in range(start + 1, end + 1))
+def read_batch(path: str | Path, start: int, end: int) -> Batch:
+    """Read the commits of versions ``(start, end]``, each once."""
+    return Batch(start, end, tuple(read_commit(path, v) for v in range(start + 1, end + 1)))
 
 
 def find_transaction(path: str | Path, app_id: str, txn_version: int, *, latest: int | None = None) -> int | None:

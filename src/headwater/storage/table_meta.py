@@ -1,22 +1,30 @@
-"""A stream table's definition: its kinds, the Delta configuration keys that record it, its checks.
+"""A stream table's definition: its kinds, the Delta configuration that records it, its checks.
 
 Here: the configuration keys under which a table keeps its kind, key, time column, schema and retention,
+:func:`create_delta_table` (record a definition in a new table) and :func:`read_definition` (read it back),
 :func:`check_definition` (is a definition valid), :func:`conform` (make appended data fit the schema) and
 :func:`table_identity` (which table lives at a path).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headwater.errors import GraphDefinitionError, SchemaError, clip
+from headwater.errors import GraphDefinitionError, NameTakenError, SchemaError, clip
+from headwater.storage.retention import Retention
 from headwater.storage.table_log import log_dir
-from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, TableKind, element_of
+from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, TableKind, canonical_type, element_of
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 KINDS = tuple(TableKind)
 
@@ -32,6 +40,61 @@ CONF_RETENTION = "headwater.retention"
 FORMAT_VERSION = "1"
 
 ID_FILE = "_headwater_table_id"  # written once at creation: which table lives at this path
+
+
+@dataclass(frozen=True)
+class TableDefinition:
+    """What a stream table is: its name (for messages), schema, kind, key and time column."""
+
+    name: str
+    schema: Schema
+    kind: str = "plain"
+    key_columns: tuple[str, ...] = ()
+    time_column: str | None = None
+
+
+def create_delta_table(path: Path, definition: TableDefinition, retention: Retention | None) -> None:
+    """Create the empty Delta table at ``path`` (version 0) recording ``definition``, and write its identity."""
+    from deltalake import DeltaTable
+
+    d = definition
+    configuration = {
+        "delta.appendOnly": "true",
+        "delta.enableExpiredLogCleanup": "false",
+        # Tombstones of compacted files serve only Delta's vacuum, which never runs on a stream table
+        # (its replay reads the commit files, and the files they name stay). Expired at once, they
+        # leave the next log checkpoint instead of making every reader load thousands of them.
+        "delta.deletedFileRetentionDuration": "interval 0 seconds",
+        CONF_FORMAT: FORMAT_VERSION,
+        CONF_KIND: d.kind,
+        CONF_KEYS: json.dumps(list(d.key_columns)),
+        CONF_SCHEMA: json.dumps([list(c) for c in d.schema.columns]),
+    }
+    if d.time_column is not None:
+        configuration[CONF_TIME] = d.time_column
+    if retention is not None:
+        configuration[CONF_RETENTION] = retention.to_json()
+    try:
+        DeltaTable.create(str(path), d.schema.to_arrow(), mode="error", name=d.name, configuration=configuration,
+                          raise_if_key_not_exists=False)
+    except Exception as exc:
+        if "exist" in str(exc).lower():
+            raise NameTakenError(f"stream table {clip(d.name)}: path {path} already exists") from exc
+        raise
+    (path / ID_FILE).write_text(uuid.uuid4().hex, encoding="ascii")
+
+
+def read_definition(dt: DeltaTable, path: Path) -> TableDefinition:
+    """The definition the Delta table ``dt`` at ``path`` records (one written by another tool: a plain table)."""
+    meta = dt.metadata()
+    conf = meta.configuration
+    name = meta.name or path.name
+    if CONF_SCHEMA in conf:
+        schema = Schema(tuple((n, canonical_type(t)) for n, t in json.loads(conf[CONF_SCHEMA])))
+    else:
+        schema = Schema.from_arrow(pa.schema(dt.schema().to_arrow()), where=f"stream table {clip(name)}")
+    return TableDefinition(name, schema, conf.get(CONF_KIND, "plain"), tuple(json.loads(conf.get(CONF_KEYS, "[]"))),
+                           conf.get(CONF_TIME))
 
 
 def table_identity(path: Path) -> str | None:
@@ -195,5 +258,3 @@ def conform(data: Any, schema: Schema, arrow_schema: pa.Schema, name: str) -> pa
                 ) from None
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
-
-# -- de-duplication ------------------------------------------------------
