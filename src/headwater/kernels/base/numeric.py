@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from headwater.kernels.base.buffers import ring_push_pair
 from headwater.kernels.base.operators import State, _f64, _Field, _i64
 
 
@@ -27,6 +28,17 @@ def _kahan_add(k, v, total, comp):  # pragma: no cover - numba
     t = total[k] + y
     comp[k] = (t - total[k]) - y
     total[k] = t
+
+
+@njit(cache=True, inline="always")
+def _extend_run(v, run_v, run_n):  # pragma: no cover - numba
+    """The run of equal values (value, length) after adding ``v`` to the run ``(run_v, run_n)``.
+
+    A window whose values are one run has exactly zero variance, whatever the rounding of the sums.
+    """
+    if v == run_v:
+        return run_v, run_n + 1
+    return v, 1
 
 
 # ---------------------------------------------------------------- quantiles
@@ -124,17 +136,8 @@ def _pair_add(
     m2x[k] += dx * (xv - mean_x[k])
     m2y[k] += dy * (yv - mean_y[k])
     cxy[k] += dx * (yv - mean_y[k])
-    # Runs of equal values let a constant window report exactly zero (co)variance.
-    if xv == run_x[k]:
-        run_xn[k] += 1
-    else:
-        run_x[k] = xv
-        run_xn[k] = 1
-    if yv == run_y[k]:
-        run_yn[k] += 1
-    else:
-        run_y[k] = yv
-        run_yn[k] = 1
+    run_x[k], run_xn[k] = _extend_run(xv, run_x[k], run_xn[k])
+    run_y[k], run_yn[k] = _extend_run(yv, run_y[k], run_yn[k])
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -209,22 +212,13 @@ def pair_moment(
     slope = np.empty(n if op == SLR else 0)
     for i in range(n):
         k = slots[i]
-        r = n_rows[k]
-        xv = float(r) if row_x else x[i]
+        xv = float(n_rows[k]) if row_x else x[i]
         yv = y[i]
-        if window > 0:
-            pos = wpos[k]
-            if r >= window:
-                ox = ring_x[k, pos]
-                oy = ring_y[k, pos]
-                if ox == ox and oy == oy:
-                    _pair_remove(k, ox, oy, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy)
-            ring_x[k, pos] = xv
-            ring_y[k, pos] = yv
-            wpos[k] = pos + 1 if pos + 1 < window else 0
+        ox, oy, r = ring_push_pair(ring_x, ring_y, n_rows, wpos, k, xv, yv, window)
+        if ox == ox and oy == oy:
+            _pair_remove(k, ox, oy, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy)
         if xv == xv and yv == yv:
             _pair_add(k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy, run_x, run_xn, run_y, run_yn)
-        n_rows[k] = r + 1
         if window > 0 and wpos[k] == 0:
             # once per window length: drop the rounding drift of add/remove (amortised O(1))
             _pair_refresh(k, ring_x, ring_y, mean_x, mean_y, m2x, m2y, cxy)

@@ -82,7 +82,7 @@ class StateOp(abc.ABC):
 class _Field(NamedTuple):
     shape: tuple[int, ...]  # per-key shape (after the key axis)
     dtype: type
-    fill: float
+    fill: Any  # a number, or an array of the per-key shape
 
 
 def _f64(fill: float = math.nan, shape: tuple[int, ...] = ()) -> _Field:

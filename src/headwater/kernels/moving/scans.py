@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.buffers import ring_push, ring_push_count
+from headwater.kernels.base.buffers import ring_layout, ring_push, ring_push_count
 from headwater.kernels.base.numeric import _INTERPOLATIONS, _quantile
 from headwater.kernels.base.operators import (
     State,
@@ -30,7 +30,6 @@ from headwater.kernels.base.operators import (
     _check_window,
     _f64,
     _Field,
-    _i64,
     _minp,
 )
 
@@ -47,17 +46,13 @@ TIES_MIN, TIES_MAX, TIES_AVG = 0, 1, 2
 _TIES = {"min": TIES_MIN, "max": TIES_MAX, "average": TIES_AVG}
 
 
-def _ring_layout(window: int) -> dict[str, _Field]:
-    return {"ring": _f64(shape=(window,)), "n_rows": _i64(), "wpos": _i64(), "nobs": _i64()}
-
-
 class _SortedWindowOp(_ArrayOp):
     """A count window that keeps a sorted copy of its non-NULL values: O(window) per row (a memmove)."""
 
     window: int
 
     def _layout(self) -> dict[str, _Field]:
-        return {**_ring_layout(self.window), "srt": _f64(shape=(self.window,))}
+        return {**ring_layout(self.window), "srt": _f64(shape=(self.window,))}
 
     def _sorted(
         self, st: State, slots: np.ndarray, x: np.ndarray, op: int, min_periods: int | None, *,
@@ -204,7 +199,7 @@ class MovingScan(_ArrayOp):
         _check_min_periods(self.name, self.min_periods, self.window)
 
     def _layout(self) -> dict[str, _Field]:
-        return _ring_layout(self.window)
+        return ring_layout(self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         minp, full_only = _minp(self.min_periods)
@@ -249,7 +244,7 @@ class MovingMoments(_ArrayOp):
         _check_min_periods(self.name, self.min_periods, self.window)
 
     def _layout(self) -> dict[str, _Field]:
-        return _ring_layout(self.window)
+        return ring_layout(self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         minp, full_only = _minp(self.min_periods)
