@@ -36,7 +36,7 @@ import math
 import numbers
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -77,6 +77,21 @@ class StateOp(abc.ABC):
         The arrays of ``state`` are never modified, so a caller may keep it as the
         snapshot of the previous batch.
         """
+
+
+@dataclass(frozen=True)
+class _DelegateOp(StateOp):
+    """An operator that stands for another one, ``inner`` (set by ``__post_init__``), which does the work."""
+
+    inner: StateOp = field(init=False, repr=False, compare=False)
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return self.inner.init_state()
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        return self.inner.run(state, slots, n_keys, args)
 
 
 class _Field(NamedTuple):
