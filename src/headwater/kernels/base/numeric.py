@@ -2,6 +2,7 @@
 
 - ``_kahan_add``: compensated running sums (moving sums, ``sma``, ``trima``, weighted sums).
 - ``_quantile``: pandas' interpolation rules between two order statistics (``mpercentile``, ``cumpercentile``).
+- ``_tied_rank``: the rank of a value among ties (``mrank``, ``tmrank``).
 - ``_moments``: DolphinDB's skewness and kurtosis of a buffer (tm-functions and TopN).
 - ``pair_moment``: correlation, covariance, beta and OLS over count windows by Welford add/remove
   (the pairwise m- and cum-functions, and ``linear_time_trend``); ``window == 0`` means cumulative
@@ -68,6 +69,26 @@ def _quantile(lo_v, hi_v, frac, idx, interpolation):  # pragma: no cover - numba
     if frac == 0.5:
         return lo_v if idx % 2 == 0 else hi_v
     return lo_v if frac < 0.5 else hi_v
+
+
+# ---------------------------------------------------------------- ranks
+
+
+RANK_MIN, RANK_MAX, RANK_AVERAGE = 0, 1, 2
+
+
+_TIES = {"min": RANK_MIN, "max": RANK_MAX, "average": RANK_AVERAGE}
+"""The codes of ``ties_method``, how equal values rank."""
+
+
+@njit(cache=True, inline="always")
+def _tied_rank(before, equal, ties):  # pragma: no cover - numba
+    """The 0-based rank of a value with ``before`` values ranked ahead of it and ``equal`` ties (itself included)."""
+    if ties == RANK_MIN:
+        return float(before)
+    if ties == RANK_MAX:
+        return float(before + equal - 1)
+    return before + (equal - 1) / 2.0
 
 
 # ---------------------------------------------------------------- moments

@@ -247,6 +247,13 @@ def _check_min_periods(func: str, min_periods: int | None, window: int) -> None:
         )
 
 
+def _check_moving(op: Any, names: tuple[str, ...]) -> None:
+    """The checks of a count-window operator named one of ``names``: its ``window`` and ``min_periods``."""
+    _check_name(type(op).__name__, op.name, names)
+    _check_window(op.name, op.window)
+    _check_min_periods(op.name, op.min_periods, op.window)
+
+
 def _minp(min_periods: int | None) -> tuple[int, bool]:
     """(min_periods, full_only): without min_periods the first window-1 rows of a key are NULL."""
     return (1, True) if min_periods is None else (min_periods, False)

@@ -21,9 +21,7 @@ from headwater.kernels.base.numeric import _extend_run, _kahan_add
 from headwater.kernels.base.operators import (
     State,
     StateOpSpec,
-    _check_min_periods,
-    _check_name,
-    _check_window,
+    _check_moving,
     _f64,
     _Field,
     _i64,
@@ -54,9 +52,7 @@ class _MovingOp(_KernelOp):
     _NAMES: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, self._NAMES)
-        _check_window(self.name, self.window)
-        _check_min_periods(self.name, self.min_periods, self.window)
+        _check_moving(self, self._NAMES)
 
     def _minp(self) -> tuple[int, bool]:
         """(min_periods, full_only): full_only nulls the first window-1 rows of a key."""

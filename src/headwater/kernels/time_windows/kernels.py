@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from headwater.kernels.base.buffers import ring_slot
-from headwater.kernels.base.numeric import _extend_run, _moments
+from headwater.kernels.base.numeric import _extend_run, _moments, _tied_rank
 
 # Time-window operations (one kernel serves them all).
 TM_SUM, TM_SUM2, TM_AVG, TM_COUNT, TM_WSUM, TM_WAVG = 0, 1, 2, 3, 4, 5
@@ -22,8 +22,7 @@ TM_MAX, TM_MIN, TM_FIRST, TM_LAST, TM_MOVE = 14, 15, 16, 17, 18
 TM_PROD, TM_MED, TM_PERCENTILE, TM_RANK, TM_SKEW, TM_KURT = 19, 20, 21, 22, 23, 24
 
 
-# Rank ties and percentile interpolation.
-RANK_MIN, RANK_MAX, RANK_AVERAGE = 0, 1, 2
+# Percentile interpolation.
 INTERP_LINEAR, INTERP_LOWER, INTERP_HIGHER, INTERP_NEAREST, INTERP_MIDPOINT = 0, 1, 2, 3, 4
 
 
@@ -269,12 +268,7 @@ def _rank(
             equal += 1
         elif (e < v) if ascending else (e > v):
             before += 1
-    if ties == RANK_MIN:
-        r = float(before)
-    elif ties == RANK_MAX:
-        r = float(before + equal - 1)
-    else:
-        r = before + (equal - 1) / 2.0
+    r = _tied_rank(before, equal, ties)
     return (r + 1.0) / total if as_percent else r
 
 

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from headwater.kernels.base.buffers import _Arr, _BufferedOp
+from headwater.kernels.base.numeric import _TIES
 from headwater.kernels.base.operators import (
     State,
     StateOp,
@@ -190,17 +191,16 @@ class TimeRank(TimeWindow):
     percent: bool = False
 
     _OPS: ClassVar[dict[str, int]] = {"tmrank": kt.TM_RANK}
-    _TIES: ClassVar[dict[str, int]] = {"min": kt.RANK_MIN, "max": kt.RANK_MAX, "average": kt.RANK_AVERAGE}
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for flag in ("ascending", "ignore_na", "percent"):
             _check_bool(self.name, flag, getattr(self, flag))
-        _check_choice(self.name, "ties_method", self.ties_method, self._TIES)
+        _check_choice(self.name, "ties_method", self.ties_method, _TIES)
 
     def _params(self) -> np.ndarray:
         return np.array(
-            [self.ascending, self.ignore_na, self._TIES[self.ties_method], self.percent], dtype=np.float64
+            [self.ascending, self.ignore_na, _TIES[self.ties_method], self.percent], dtype=np.float64
         )
 
 
