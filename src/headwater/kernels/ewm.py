@@ -261,7 +261,7 @@ def _ewm_age(k, act, f, new_wt, adjust, sum_wt, sum_wt2, old_wt):  # pragma: no 
 
     A row that keeps or starts the state leaves the weights alone (and returns 0).
     """
-    if act in (_EWM_KEEP, _EWM_FIRST):
+    if act == _EWM_KEEP or act == _EWM_FIRST:  # noqa: SIM109 - Numba compiles `in` on a tuple slowly
         return 0.0
     sw = sum_wt[k] * f
     sw2 = sum_wt2[k] * (f * f)
@@ -367,20 +367,21 @@ def ewm_cov(
         cy = y[i]
         mx = mean_x[k]
         act = _ewm_row(k, cx == cx and cy == cy, mx == mx, ignore_na, nobs)
-        ow = _ewm_age(k, act, f, new_wt, adjust, sum_wt, sum_wt2, old_wt)
         if act == _EWM_FIRST:
             mx = cx
             mean_y[k] = cy
-        elif act == _EWM_ADD:
-            old_mx = mx
-            old_my = mean_y[k]
-            mx = _ewm_mean_step(old_mx, cx, ow, new_wt)
-            my = _ewm_mean_step(old_my, cy, ow, new_wt)
-            cov[k] = _ewm_comoment(cov[k], ow, new_wt, old_mx, mx, cx, old_my, my, cy)
-            if corr:
-                var_x[k] = _ewm_comoment(var_x[k], ow, new_wt, old_mx, mx, cx, old_mx, mx, cx)
-                var_y[k] = _ewm_comoment(var_y[k], ow, new_wt, old_my, my, cy, old_my, my, cy)
-            mean_y[k] = my
+        elif act != _EWM_KEEP:
+            ow = _ewm_age(k, act, f, new_wt, adjust, sum_wt, sum_wt2, old_wt)
+            if act == _EWM_ADD:
+                old_mx = mx
+                old_my = mean_y[k]
+                mx = _ewm_mean_step(old_mx, cx, ow, new_wt)
+                my = _ewm_mean_step(old_my, cy, ow, new_wt)
+                cov[k] = _ewm_comoment(cov[k], ow, new_wt, old_mx, mx, cx, old_my, my, cy)
+                if corr:
+                    var_x[k] = _ewm_comoment(var_x[k], ow, new_wt, old_mx, mx, cx, old_mx, mx, cx)
+                    var_y[k] = _ewm_comoment(var_y[k], ow, new_wt, old_my, my, cy, old_my, my, cy)
+                mean_y[k] = my
         mean_x[k] = mx
         if corr and nobs[k] >= minp:
             d = np.sqrt(var_x[k]) * np.sqrt(var_y[k])

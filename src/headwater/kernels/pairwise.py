@@ -25,7 +25,6 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.buffers import ring_push_pair
 from headwater.kernels.base.numeric import (
     BETA,
     CORR,
@@ -227,17 +226,25 @@ def weighted_sum(
     out = np.empty(n)
     for i in range(n):
         k = slots[i]
+        r = n_rows[k]
         xv = x[i]
         wv = w[i]
-        ox, ow, r = ring_push_pair(ring_x, ring_w, n_rows, wpos, k, xv, wv, window)
-        if ox == ox and ow == ow:
-            nobs[k] -= 1
-            p = ox * ow
-            if np.isfinite(p) and np.isfinite(ow):
-                _kahan_add(k, -p, s_xw, c_xw)
-                _kahan_add(k, -ow, s_w, c_w)
-            else:
-                n_inf[k] -= 1
+        if window > 0:
+            pos = wpos[k]
+            if r >= window:
+                ox = ring_x[k, pos]
+                ow = ring_w[k, pos]
+                if ox == ox and ow == ow:
+                    nobs[k] -= 1
+                    p = ox * ow
+                    if np.isfinite(p) and np.isfinite(ow):
+                        _kahan_add(k, -p, s_xw, c_xw)
+                        _kahan_add(k, -ow, s_w, c_w)
+                    else:
+                        n_inf[k] -= 1
+            ring_x[k, pos] = xv
+            ring_w[k, pos] = wv
+            wpos[k] = pos + 1 if pos + 1 < window else 0
         if xv == xv and wv == wv:
             nobs[k] += 1
             p = xv * wv
@@ -246,6 +253,7 @@ def weighted_sum(
                 _kahan_add(k, wv, s_w, c_w)
             else:
                 n_inf[k] += 1
+        n_rows[k] = r + 1
         cnt = nobs[k]
         if cnt == n_inf[k]:
             # no finite pair left: drop accumulated rounding error

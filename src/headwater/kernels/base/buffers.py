@@ -181,23 +181,3 @@ def ring_push_count(ring, n_rows, wpos, nobs, k, v, window):  # pragma: no cover
     if v == v:
         nobs[k] += 1
     return old, r, pos
-
-
-@njit(cache=True, inline="always")
-def ring_push_pair(ring_x, ring_y, n_rows, wpos, k, xv, yv, window):  # pragma: no cover - numba
-    """:func:`ring_push` of the pair (xv, yv) into two rings; ``window == 0`` keeps none (nothing leaves).
-
-    Returns ``(old_x, old_y, r)``: the pair leaving the window (NaN, NaN while it is not full
-    yet) and the key's row count before this row.
-    """
-    r = n_rows[k]
-    n_rows[k] = r + 1
-    if window == 0:
-        return np.nan, np.nan, r
-    pos = ring_advance(wpos, k, window)
-    full = r >= window
-    old_x = ring_x[k, pos] if full else np.nan
-    old_y = ring_y[k, pos] if full else np.nan
-    ring_x[k, pos] = xv
-    ring_y[k, pos] = yv
-    return old_x, old_y, r

@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.buffers import ring_push_pair
 from headwater.kernels.base.operators import State, _f64, _Field, _i64
 
 
@@ -233,13 +232,22 @@ def pair_moment(
     slope = np.empty(n if op == SLR else 0)
     for i in range(n):
         k = slots[i]
-        xv = float(n_rows[k]) if row_x else x[i]
+        r = n_rows[k]
+        xv = float(r) if row_x else x[i]
         yv = y[i]
-        ox, oy, r = ring_push_pair(ring_x, ring_y, n_rows, wpos, k, xv, yv, window)
-        if ox == ox and oy == oy:
-            _pair_remove(k, ox, oy, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy)
+        if window > 0:
+            pos = wpos[k]
+            if r >= window:
+                ox = ring_x[k, pos]
+                oy = ring_y[k, pos]
+                if ox == ox and oy == oy:
+                    _pair_remove(k, ox, oy, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy)
+            ring_x[k, pos] = xv
+            ring_y[k, pos] = yv
+            wpos[k] = pos + 1 if pos + 1 < window else 0
         if xv == xv and yv == yv:
             _pair_add(k, xv, yv, nobs, n_inf, mean_x, mean_y, m2x, m2y, cxy, run_x, run_xn, run_y, run_yn)
+        n_rows[k] = r + 1
         if window > 0 and wpos[k] == 0:
             # once per window length: drop the rounding drift of add/remove (amortised O(1))
             _pair_refresh(k, ring_x, ring_y, mean_x, mean_y, m2x, m2y, cxy)
