@@ -15,17 +15,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numba import njit
 
 from headwater.errors import GraphDefinitionError
 from headwater.kernels.base.operators import (
+    LayoutOp,
     State,
     StateOp,
     StateOpSpec,
-    _ArrayOp,
     _bad,
     _check_bool,
     _check_float,
@@ -65,10 +65,7 @@ class EwmMean(_KernelOp):
     name = "ewm_mean"
 
     def __post_init__(self) -> None:
-        _check_float(self.name, "com", self.com, lambda v: 0 <= v < math.inf, "a finite number >= 0")
-        _check_bool(self.name, "adjust", self.adjust)
-        _check_bool(self.name, "ignore_na", self.ignore_na)
-        _check_int(self.name, "min_periods", self.min_periods, 0)
+        _check_ewm(self, ("adjust", "ignore_na"))
 
     def _layout(self) -> dict[str, _Field]:
         return {"weighted": _f64(), "old_wt": _f64(1.0), "nobs": _i64()}
@@ -79,6 +76,18 @@ class EwmMean(_KernelOp):
             slots, x, float(self.com), self.adjust, self.ignore_na, minp,
             st["weighted"], st["old_wt"], st["nobs"],
         )  # fmt: skip
+
+
+def _check_com(func: str, com: Any) -> float:
+    return _check_float(func, "com", com, lambda c: 0 <= c < math.inf, "a finite number >= 0")
+
+
+def _check_ewm(op: EwmMean | _EwmMoment, flags: tuple[str, ...]) -> None:
+    """The checks of every EWM operator: ``com``, the boolean ``flags`` and ``min_periods``."""
+    _check_com(op.name, op.com)
+    for flag in flags:
+        _check_bool(op.name, flag, getattr(op, flag))
+    _check_int(op.name, "min_periods", op.min_periods, 0)
 
 
 def _ewm_com(params: dict[str, Any], func: str = "ewm_mean") -> float:
@@ -92,7 +101,7 @@ def _ewm_com(params: dict[str, Any], func: str = "ewm_mean") -> float:
     (p,) = given
     v = params[p]
     if p == "com":
-        return _check_float(func, p, v, lambda c: 0 <= c < math.inf, "a finite number >= 0")
+        return _check_com(func, v)
     if p == "span":
         span = _check_float(func, p, v, lambda s: 1 <= s < math.inf, "a finite number >= 1")
         return (span - 1) / 2
@@ -104,7 +113,26 @@ def _ewm_com(params: dict[str, Any], func: str = "ewm_mean") -> float:
 
 
 @dataclass(frozen=True)
-class EwmVar(_KernelOp):
+class _EwmMoment(LayoutOp):
+    """The parameters and checks of the EWM (co-)moments, :class:`EwmVar` and :class:`EwmCov`."""
+
+    name: str
+    com: float
+    adjust: bool = True
+    ignore_na: bool = False
+    min_periods: int = 0
+    bias: bool = False
+    n_args = 1
+
+    _NAMES: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        _check_name(type(self).__name__, self.name, self._NAMES)
+        _check_ewm(self, ("adjust", "ignore_na", "bias"))
+
+
+@dataclass(frozen=True)
+class EwmVar(_EwmMoment):
     """pandas-compatible ``ewm_var`` / ``ewm_std`` (DolphinDB ``ewmVar`` / ``ewmStd``), per key.
 
     Equal to ``Series.ewm(com=com, ...).var(bias=bias)`` (or ``.std``) of each key's
@@ -119,19 +147,7 @@ class EwmVar(_KernelOp):
         [nan, 0.5, 0.846154]
     """
 
-    name: str
-    com: float
-    adjust: bool = True
-    ignore_na: bool = False
-    min_periods: int = 0
-    bias: bool = False
-
-    def __post_init__(self) -> None:
-        _check_name("EwmVar", self.name, ("ewm_var", "ewm_std"))
-        _check_float(self.name, "com", self.com, lambda v: 0 <= v < math.inf, "a finite number >= 0")
-        for flag in ("adjust", "ignore_na", "bias"):
-            _check_bool(self.name, flag, getattr(self, flag))
-        _check_int(self.name, "min_periods", self.min_periods, 0)
+    _NAMES: ClassVar[tuple[str, ...]] = ("ewm_var", "ewm_std")
 
     def _layout(self) -> dict[str, _Field]:
         return {
@@ -139,15 +155,18 @@ class EwmVar(_KernelOp):
             "old_wt": _f64(1.0), "nobs": _i64(),
         }  # fmt: skip
 
-    def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
-        return ewm_var(
-            slots, x, float(self.com), self.adjust, self.ignore_na, self.bias, max(self.min_periods, 1),
-            self.name == "ewm_std", st["mean"], st["cov"], st["sum_wt"], st["sum_wt2"], st["old_wt"], st["nobs"],
-        )  # fmt: skip
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        return [
+            ewm_var(
+                slots, args[0], float(self.com), self.adjust, self.ignore_na, self.bias, max(self.min_periods, 1),
+                self.name == "ewm_std", st["mean"], st["cov"], st["sum_wt"], st["sum_wt2"], st["old_wt"],
+                st["nobs"],
+            )
+        ]  # fmt: skip
 
 
 @dataclass(frozen=True)
-class EwmCov(_ArrayOp):
+class EwmCov(_EwmMoment):
     """pandas-compatible ``ewm_cov(x, y)`` / ``ewm_corr(x, y)`` (DolphinDB ``ewmCov`` / ``ewmCorr``).
 
     Equal to ``x.ewm(com=com, adjust=..., ignore_na=..., min_periods=...).cov(y, bias=bias)``
@@ -164,20 +183,12 @@ class EwmCov(_ArrayOp):
         [nan, 1.0, 1.115385]
     """
 
-    name: str
-    com: float
-    adjust: bool = True
-    ignore_na: bool = False
-    min_periods: int = 0
-    bias: bool = False
     n_args = 2
 
+    _NAMES: ClassVar[tuple[str, ...]] = ("ewm_cov", "ewm_corr")
+
     def __post_init__(self) -> None:
-        _check_name("EwmCov", self.name, ("ewm_cov", "ewm_corr"))
-        _check_float(self.name, "com", self.com, lambda v: 0 <= v < math.inf, "a finite number >= 0")
-        for flag in ("adjust", "ignore_na", "bias"):
-            _check_bool(self.name, flag, getattr(self, flag))
-        _check_int(self.name, "min_periods", self.min_periods, 0)
+        super().__post_init__()
         if self.name == "ewm_corr" and self.bias:
             raise _bad(
                 self.name, "bias", self.bias, "False",
@@ -245,13 +256,18 @@ def _ewm_comoment(c, ow, new_wt, old_ma, ma, a, old_mb, mb, b):  # pragma: no co
 
 
 @njit(cache=True, inline="always")
-def _ewm_age(k, add, f, new_wt, adjust, sum_wt, sum_wt2, old_wt):  # pragma: no cover - numba
-    """Decay key k's weights by ``f`` and, when ``add``, add ``new_wt``; return the decayed old weight."""
+def _ewm_age(k, act, f, new_wt, adjust, sum_wt, sum_wt2, old_wt):  # pragma: no cover - numba
+    """Decay key k's weights by ``f`` and, on _EWM_ADD, add ``new_wt``; return the decayed old weight.
+
+    A row that keeps or starts the state leaves the weights alone (and returns 0).
+    """
+    if act == _EWM_KEEP or act == _EWM_FIRST:  # noqa: SIM109 - Numba compiles `in` on a tuple slowly
+        return 0.0
     sw = sum_wt[k] * f
     sw2 = sum_wt2[k] * (f * f)
     ow = old_wt[k] * f
     decayed = ow
-    if add:
+    if act == _EWM_ADD:
         sw += new_wt
         sw2 += new_wt * new_wt
         ow += new_wt
@@ -266,8 +282,13 @@ def _ewm_age(k, add, f, new_wt, adjust, sum_wt, sum_wt2, old_wt):  # pragma: no 
 
 
 @njit(cache=True, inline="always")
-def _ewm_unbiased(c, sw, sw2):  # pragma: no cover - numba
-    """pandas' bias correction of an EWM co-moment (NULL while it is undefined)."""
+def _ewm_moment(c, n_obs, minp, bias, sw, sw2):  # pragma: no cover - numba
+    """An EWM co-moment ``c`` as pandas reports it: NULL below ``minp`` observations, else biased or
+    with pandas' bias correction (NULL while that is undefined)."""
+    if n_obs < minp:
+        return np.nan
+    if bias:
+        return c
     num = sw * sw
     den = num - sw2
     return (num / den) * c if den > 0 else np.nan
@@ -312,21 +333,15 @@ def ewm_var(
         cur = x[i]
         m = mean[k]
         act = _ewm_row(k, cur == cur, m == m, ignore_na, nobs)
+        ow = _ewm_age(k, act, f, new_wt, adjust, sum_wt, sum_wt2, old_wt)
         if act == _EWM_FIRST:
             m = cur
-        elif act != _EWM_KEEP:
-            ow = _ewm_age(k, act == _EWM_ADD, f, new_wt, adjust, sum_wt, sum_wt2, old_wt)
-            if act == _EWM_ADD:
-                old_m = m
-                m = _ewm_mean_step(old_m, cur, ow, new_wt)
-                cov[k] = _ewm_comoment(cov[k], ow, new_wt, old_m, m, cur, old_m, m, cur)
+        elif act == _EWM_ADD:
+            old_m = m
+            m = _ewm_mean_step(old_m, cur, ow, new_wt)
+            cov[k] = _ewm_comoment(cov[k], ow, new_wt, old_m, m, cur, old_m, m, cur)
         mean[k] = m
-        if nobs[k] < minp:
-            res = np.nan
-        elif bias:
-            res = cov[k]
-        else:
-            res = _ewm_unbiased(cov[k], sum_wt[k], sum_wt2[k])
+        res = _ewm_moment(cov[k], nobs[k], minp, bias, sum_wt[k], sum_wt2[k])
         if take_sqrt and res == res:
             res = np.sqrt(res) if res > 0 else 0.0
         out[i] = res
@@ -356,7 +371,7 @@ def ewm_cov(
             mx = cx
             mean_y[k] = cy
         elif act != _EWM_KEEP:
-            ow = _ewm_age(k, act == _EWM_ADD, f, new_wt, adjust, sum_wt, sum_wt2, old_wt)
+            ow = _ewm_age(k, act, f, new_wt, adjust, sum_wt, sum_wt2, old_wt)
             if act == _EWM_ADD:
                 old_mx = mx
                 old_my = mean_y[k]
@@ -368,15 +383,11 @@ def ewm_cov(
                     var_y[k] = _ewm_comoment(var_y[k], ow, new_wt, old_my, my, cy, old_my, my, cy)
                 mean_y[k] = my
         mean_x[k] = mx
-        if nobs[k] < minp:
-            res = np.nan
-        elif corr:
+        if corr and nobs[k] >= minp:
             d = np.sqrt(var_x[k]) * np.sqrt(var_y[k])
             res = cov[k] / d if d > 0.0 else np.nan
-        elif bias:
-            res = cov[k]
         else:
-            res = _ewm_unbiased(cov[k], sum_wt[k], sum_wt2[k])
+            res = _ewm_moment(cov[k], nobs[k], minp, bias, sum_wt[k], sum_wt2[k])
         out[i] = res
     return out
 
@@ -384,7 +395,7 @@ def ewm_cov(
 # ---------------------------------------------------------------- specs
 
 
-def _ewm_builder(cls: type[EwmVar | EwmCov], name: str) -> Callable[[dict[str, Any]], StateOp]:
+def _ewm_builder(cls: type[_EwmMoment], name: str) -> Callable[[dict[str, Any]], StateOp]:
     return lambda p: cls(
         name, _ewm_com(p, name), p.get("adjust", True), p.get("ignore_na", False),
         p.get("min_periods", 0), p.get("bias", False),

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.buffers import _Arr, _BufferedOp, _grown_copy
+from headwater.kernels.base.buffers import _Arr, _BufferedOp, _grown_copy, ring_advance, ring_slot
 from headwater.kernels.base.operators import (
     MAX_WINDOW,
     State,
@@ -412,12 +412,8 @@ def iterate(slots, x, coeff, ring, wpos):  # pragma: no cover - numba
         p = wpos[k]
         acc = v
         for j in range(m):
-            idx = p + j
-            if idx >= m:
-                idx -= m
-            acc += coeff[j] * ring[k, idx]
-        ring[k, p] = acc  # the oldest result makes room for the newest
-        wpos[k] = p + 1 if p + 1 < m else 0
+            acc += coeff[j] * ring[k, ring_slot(p + j, m)]
+        ring[k, ring_advance(wpos, k, m)] = acc  # the oldest result makes room for the newest
         out[i] = acc
     return out
 

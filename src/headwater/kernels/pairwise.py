@@ -39,9 +39,8 @@ from headwater.kernels.base.operators import (
     State,
     StateOpSpec,
     _ArrayOp,
-    _check_min_periods,
+    _check_moving,
     _check_name,
-    _check_window,
     _f64,
     _Field,
     _i64,
@@ -91,9 +90,7 @@ class MovingPairMoment(_ArrayOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("mcorr", "mcovar", "mcovarp", "mbeta", "mslr")
 
     def __post_init__(self) -> None:
-        _check_name("MovingPairMoment", self.name, self._NAMES)
-        _check_window(self.name, self.window)
-        _check_min_periods(self.name, self.min_periods, self.window)
+        _check_moving(self, self._NAMES)
         object.__setattr__(self, "n_outputs", 2 if self.name == "mslr" else 1)
 
     def _layout(self) -> dict[str, _Field]:
@@ -179,9 +176,7 @@ class MovingWeighted(_ArrayOp):
     _OPS: ClassVar[dict[str, int]] = {"mwsum": WSUM, "mwavg": WAVG}
 
     def __post_init__(self) -> None:
-        _check_name("MovingWeighted", self.name, tuple(self._OPS))
-        _check_window(self.name, self.window)
-        _check_min_periods(self.name, self.min_periods, self.window)
+        _check_moving(self, tuple(self._OPS))
 
     def _layout(self) -> dict[str, _Field]:
         return _weighted_layout(self.window)

@@ -15,6 +15,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.kernels.base.buffers import ring_advance
 from headwater.kernels.base.operators import (
     MAX_WINDOW,
     State,
@@ -147,10 +148,9 @@ def shift(op, slots, x, lag, ring, wpos):  # pragma: no cover - numba
     for i in range(n):
         k = slots[i]
         v = x[i]
-        pos = wpos[k]
+        pos = ring_advance(wpos, k, lag)
         before = ring[k, pos]  # NaN until the key has seen `lag` rows
         ring[k, pos] = v
-        wpos[k] = pos + 1 if pos + 1 < lag else 0
         if op == SHIFT_MOVE:
             out[i] = before
         elif op == SHIFT_DELTA:

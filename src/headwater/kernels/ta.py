@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.kernels.base.buffers import ring_push, ring_slot
 from headwater.kernels.base.numeric import SLR, _kahan_add, _pair_moment, _pair_moment_layout
 from headwater.kernels.base.operators import (
     State,
@@ -37,6 +38,7 @@ from headwater.kernels.base.operators import (
     _check_int,
     _check_name,
     _check_window,
+    _DelegateOp,
     _f64,
     _Field,
     _i64,
@@ -369,7 +371,7 @@ MA_TYPES: dict[int, str] = {
 
 
 @dataclass(frozen=True)
-class Ma(StateOp):
+class Ma(_DelegateOp):
     """``ma(x, window, ma_type)``: the TA-lib moving average chosen by ``ma_type`` (see :data:`MA_TYPES`).
 
     ``t3`` uses vfactor 0.7, as TA-lib's MA does; ``window=1`` returns x for
@@ -399,21 +401,7 @@ class Ma(StateOp):
             )  # fmt: skip
         _check_int(self.name, "ma_type", self.ma_type, 0, 8, f"valid types: {choices}")
         inner = "sma" if self.window == 1 else MA_TYPES[self.ma_type]
-        object.__setattr__(self, "_inner", build_op(_BY_NAME[inner], {"window": self.window}))
-
-    @property
-    def inner(self) -> StateOp:
-        """The operator that does the work."""
-        op: StateOp = self.__dict__["_inner"]
-        return op
-
-    def init_state(self) -> dict[str, np.ndarray]:
-        return self.inner.init_state()
-
-    def run(
-        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
-    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        return self.inner.run(state, slots, n_keys, args)
+        object.__setattr__(self, "inner", build_op(_BY_NAME[inner], {"window": self.window}))
 
 
 # ---------------------------------------------------------------- kernels
@@ -471,28 +459,21 @@ def ta_window(op, slots, x, window, ring, count, wpos, total, comp):  # pragma: 
         if v != v:
             out[i] = np.nan
             continue
-        c = count[k] + 1
-        count[k] = c
-        p = wpos[k]
+        old, r, _ = ring_push(ring, count, wpos, k, v, window)
         if op == TA_SMA:
-            if c > window:
-                _kahan_add(k, -ring[k, p], total, comp)
+            if r >= window:
+                _kahan_add(k, -old, total, comp)
             _kahan_add(k, v, total, comp)
-        ring[k, p] = v
-        p = p + 1 if p + 1 < window else 0
-        wpos[k] = p
-        if c < window:
+        if r + 1 < window:
             out[i] = np.nan
         elif op == TA_SMA:
             out[i] = total[k] / window
         else:
-            # after the write, slot p holds the oldest value (weight 1)
+            # after the write, the next slot to write holds the oldest value (weight 1)
+            p = wpos[k]
             acc = 0.0
             for j in range(window):
-                idx = p + j
-                if idx >= window:
-                    idx -= window
-                acc += (j + 1) * ring[k, idx]
+                acc += (j + 1) * ring[k, ring_slot(p + j, window)]
             out[i] = acc / denom
     return out
 
@@ -534,6 +515,19 @@ def ema_cascade(slots, x, window, alpha, coef, count, ema, total):  # pragma: no
     return out
 
 
+@njit(cache=True, inline="always")
+def _kahan_window_push(k, v, count, ring, total, comp):  # pragma: no cover - numba
+    """Add ``v`` to key k's Kahan-summed window of its last ``ring.shape[1]`` values; return its count."""
+    c = count[k]
+    pos = c % ring.shape[1]
+    if c >= ring.shape[1]:
+        _kahan_add(k, -ring[k, pos], total, comp)
+    _kahan_add(k, v, total, comp)
+    ring[k, pos] = v
+    count[k] = c + 1
+    return c + 1
+
+
 @njit(cache=True, error_model="numpy")
 def trima(slots, x, p1, p2, ring1, ring2, count, total, comp):  # pragma: no cover - numba
     """TA-lib TRIMA as an SMA of period ``p2`` over an SMA of period ``p1`` (Kahan-compensated sums).
@@ -542,32 +536,17 @@ def trima(slots, x, p1, p2, ring1, ring2, count, total, comp):  # pragma: no cov
     """
     n = x.shape[0]
     out = np.empty(n)
-    t1 = total[:, 0]
-    c1 = comp[:, 0]
-    t2 = total[:, 1]
-    c2 = comp[:, 1]
+    n1, t1, c1 = count[:, 0], total[:, 0], comp[:, 0]
+    n2, t2, c2 = count[:, 1], total[:, 1], comp[:, 1]
     for i in range(n):
         k = slots[i]
         v = x[i]
-        c = count[k, 0]
-        pos = c % p1
-        if c >= p1:
-            _kahan_add(k, -ring1[k, pos], t1, c1)
-        _kahan_add(k, v, t1, c1)
-        ring1[k, pos] = v
-        count[k, 0] = c + 1
-        if c + 1 < p1:
+        c = _kahan_window_push(k, v, n1, ring1, t1, c1)
+        if c < p1:
             out[i] = np.nan
             continue
-        s = t1[k] / p1
-        c = count[k, 1]
-        pos = c % p2
-        if c >= p2:
-            _kahan_add(k, -ring2[k, pos], t2, c2)
-        _kahan_add(k, s, t2, c2)
-        ring2[k, pos] = s
-        count[k, 1] = c + 1
-        out[i] = t2[k] / p2 if c + 1 >= p2 else np.nan
+        c = _kahan_window_push(k, t1[k] / p1, n2, ring2, t2, c2)
+        out[i] = t2[k] / p2 if c >= p2 else np.nan
     return out
 
 

@@ -16,7 +16,8 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.operators import MAX_WINDOW, State, StateOp, _check_batch
+from headwater.kernels.base.operators import MAX_WINDOW, State, StateOp, _check_batch, _f64, _Field, _i64
+from headwater.kernels.base.operators import _grown_copy as _fixed_grown_copy
 
 
 class _Arr(NamedTuple):
@@ -87,28 +88,9 @@ def _shape(a: _Arr, width: int) -> tuple[int, ...]:
 
 
 def _grown_copy(func: str, layout: dict[str, _Arr], state: State, n_keys: int, width: int) -> State:
-    # Always copy: the caller may keep the old dict as the last committed snapshot.
-    out: State = {}
-    for name, a in layout.items():
-        old = state.get(name)
-        shape = _shape(a, width)
-        if old is None or old.shape[1:] != shape or old.dtype != a.dtype:
-            got = None if old is None else f"{old.dtype}{old.shape}"
-            raise ValueError(
-                f"state function {func!r}: state array {name!r} is {got}, expected "
-                f"{np.dtype(a.dtype)}(n_keys, {', '.join(map(str, shape))}); "
-                "was the state made by another operator or parameter set?"
-            )
-        n_old = old.shape[0]
-        if n_keys < n_old:
-            raise ValueError(
-                f"state function {func!r}: n_keys={n_keys} is less than the {n_old} keys in state"
-            )
-        new: np.ndarray = np.empty((n_keys, *shape), dtype=a.dtype)
-        new[:n_old] = old
-        new[n_old:] = a.fill
-        out[name] = new
-    return out
+    """:func:`.operators._grown_copy` of a buffered layout whose growing arrays are ``width`` wide."""
+    fields = {name: _Field(_shape(a, width), a.dtype, a.fill) for name, a in layout.items()}
+    return _fixed_grown_copy(func, fields, state, n_keys)
 
 
 def _widen(layout: dict[str, _Arr], st: State, width: int) -> State:
@@ -145,8 +127,7 @@ def widen_deque(old, new, head, length):  # pragma: no cover - numba
     c0 = old.shape[1]
     for k in range(old.shape[0]):
         for j in range(length[k]):
-            p = head[k] + j
-            new[k, j] = old[k, p - c0 if p >= c0 else p]
+            new[k, j] = old[k, ring_slot(head[k] + j, c0)]
 
 
 # ---------------------------------------------------------------- count-window rings
@@ -155,6 +136,17 @@ def widen_deque(old, new, head, length):  # pragma: no cover - numba
 # ``n_rows[k]`` counts the key's rows so far, ``wpos[k]`` is the slot the next row
 # goes to (the oldest row once the ring is full), and ``nobs[k]`` (where kept) counts
 # the non-NULL values in the window.
+
+
+def ring_layout(window: int) -> dict[str, _Field]:
+    """The state arrays of a count window of ``window`` rows: ``ring``, ``n_rows``, ``wpos`` and ``nobs``."""
+    return {"ring": _f64(shape=(window,)), "n_rows": _i64(), "wpos": _i64(), "nobs": _i64()}
+
+
+@njit(cache=True, inline="always")
+def ring_slot(pos, size):  # pragma: no cover - numba
+    """The slot of position ``pos`` (below ``2 * size``) in a ring of ``size`` slots."""
+    return pos - size if pos >= size else pos
 
 
 @njit(cache=True, inline="always")

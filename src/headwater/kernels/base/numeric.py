@@ -2,6 +2,7 @@
 
 - ``_kahan_add``: compensated running sums (moving sums, ``sma``, ``trima``, weighted sums).
 - ``_quantile``: pandas' interpolation rules between two order statistics (``mpercentile``, ``cumpercentile``).
+- ``_tied_rank``: the rank of a value among ties (``mrank``, ``tmrank``).
 - ``_moments``: DolphinDB's skewness and kurtosis of a buffer (tm-functions and TopN).
 - ``pair_moment``: correlation, covariance, beta and OLS over count windows by Welford add/remove
   (the pairwise m- and cum-functions, and ``linear_time_trend``); ``window == 0`` means cumulative
@@ -27,6 +28,17 @@ def _kahan_add(k, v, total, comp):  # pragma: no cover - numba
     t = total[k] + y
     comp[k] = (t - total[k]) - y
     total[k] = t
+
+
+@njit(cache=True, inline="always")
+def _extend_run(v, run_v, run_n):  # pragma: no cover - numba
+    """The run of equal values (value, length) after adding ``v`` to the run ``(run_v, run_n)``.
+
+    A window whose values are one run has exactly zero variance, whatever the rounding of the sums.
+    """
+    if v == run_v:
+        return run_v, run_n + 1
+    return v, 1
 
 
 # ---------------------------------------------------------------- quantiles
@@ -56,6 +68,26 @@ def _quantile(lo_v, hi_v, frac, idx, interpolation):  # pragma: no cover - numba
     if frac == 0.5:
         return lo_v if idx % 2 == 0 else hi_v
     return lo_v if frac < 0.5 else hi_v
+
+
+# ---------------------------------------------------------------- ranks
+
+
+RANK_MIN, RANK_MAX, RANK_AVERAGE = 0, 1, 2
+
+
+_TIES = {"min": RANK_MIN, "max": RANK_MAX, "average": RANK_AVERAGE}
+"""The codes of ``ties_method``, how equal values rank."""
+
+
+@njit(cache=True, inline="always")
+def _tied_rank(before, equal, ties):  # pragma: no cover - numba
+    """The 0-based rank of a value with ``before`` values ranked ahead of it and ``equal`` ties (itself included)."""
+    if ties == RANK_MIN:
+        return float(before)
+    if ties == RANK_MAX:
+        return float(before + equal - 1)
+    return before + (equal - 1) / 2.0
 
 
 # ---------------------------------------------------------------- moments
@@ -124,17 +156,8 @@ def _pair_add(
     m2x[k] += dx * (xv - mean_x[k])
     m2y[k] += dy * (yv - mean_y[k])
     cxy[k] += dx * (yv - mean_y[k])
-    # Runs of equal values let a constant window report exactly zero (co)variance.
-    if xv == run_x[k]:
-        run_xn[k] += 1
-    else:
-        run_x[k] = xv
-        run_xn[k] = 1
-    if yv == run_y[k]:
-        run_yn[k] += 1
-    else:
-        run_y[k] = yv
-        run_yn[k] = 1
+    run_x[k], run_xn[k] = _extend_run(xv, run_x[k], run_xn[k])
+    run_y[k], run_yn[k] = _extend_run(yv, run_y[k], run_yn[k])
 
 
 @njit(cache=True, inline="always", error_model="numpy")

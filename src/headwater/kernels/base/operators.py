@@ -36,7 +36,7 @@ import math
 import numbers
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -79,10 +79,25 @@ class StateOp(abc.ABC):
         """
 
 
+@dataclass(frozen=True)
+class _DelegateOp(StateOp):
+    """An operator that stands for another one, ``inner`` (set by ``__post_init__``), which does the work."""
+
+    inner: StateOp = field(init=False, repr=False, compare=False)
+
+    def init_state(self) -> dict[str, np.ndarray]:
+        return self.inner.init_state()
+
+    def run(
+        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        return self.inner.run(state, slots, n_keys, args)
+
+
 class _Field(NamedTuple):
     shape: tuple[int, ...]  # per-key shape (after the key axis)
     dtype: type
-    fill: float
+    fill: Any  # a number, or an array of the per-key shape
 
 
 def _f64(fill: float = math.nan, shape: tuple[int, ...] = ()) -> _Field:
@@ -230,6 +245,13 @@ def _check_min_periods(func: str, min_periods: int | None, window: int) -> None:
         _check_int(
             func, "min_periods", min_periods, 1, window, f"min_periods must not exceed window={window}"
         )
+
+
+def _check_moving(op: Any, names: tuple[str, ...]) -> None:
+    """The checks of a count-window operator named one of ``names``: its ``window`` and ``min_periods``."""
+    _check_name(type(op).__name__, op.name, names)
+    _check_window(op.name, op.window)
+    _check_min_periods(op.name, op.min_periods, op.window)
 
 
 def _minp(min_periods: int | None) -> tuple[int, bool]:

@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from headwater.errors import ExecutionError
+from headwater.kernels.base.buffers import ring_advance, ring_slot
 from headwater.kernels.base.operators import (
     MAX_WINDOW,
     LayoutOp,
@@ -266,6 +267,16 @@ class GenericStateIterate(LayoutOp):
 # ---------------------------------------------------------------- kernels
 
 
+@njit(cache=True, inline="always")
+def _widen_range(hi, lo, v):  # pragma: no cover - numba
+    """The range (hi, lo) widened to take in the non-NULL ``v``."""
+    if v > hi:
+        hi = v
+    if v < lo:
+        lo = v
+    return hi, lo
+
+
 @njit(cache=True)
 def _history(op, k, ring, n_out, wpos, first_not, last_not):  # pragma: no cover - numba
     """``iterate_func(out)[j]`` for the key's latest output j, from the outputs kept in ``ring``.
@@ -299,10 +310,7 @@ def _history(op, k, ring, n_out, wpos, first_not, last_not):  # pragma: no cover
         if v == v:
             cnt += 1
             s += v
-            if v > hi:
-                hi = v
-            if v < lo:
-                lo = v
+            hi, lo = _widen_range(hi, lo, v)
     if cnt == 0:
         return np.nan
     if op == H_MSUM:
@@ -318,10 +326,7 @@ def _history(op, k, ring, n_out, wpos, first_not, last_not):  # pragma: no cover
 
 @njit(cache=True, inline="always")
 def _push(k, v, ring, n_out, wpos, first_not, last_not):  # pragma: no cover - numba
-    size = ring.shape[1]
-    p = wpos[k]
-    ring[k, p] = v
-    wpos[k] = p + 1 if p + 1 < size else 0
+    ring[k, ring_advance(wpos, k, ring.shape[1])] = v
     n_out[k] += 1
     if v == v:
         last_not[k] = v
@@ -377,17 +382,11 @@ def _combine(op, prev, m, xv):  # pragma: no cover - numba
             cnt += 1
             s += v
             p *= v
-            if v > hi:
-                hi = v
-            if v < lo:
-                lo = v
+            hi, lo = _widen_range(hi, lo, v)
     if op in (C_MAX, C_MIN):
         if xv == xv:
             cnt += 1
-            if xv > hi:
-                hi = xv
-            if xv < lo:
-                lo = xv
+            hi, lo = _widen_range(hi, lo, xv)
         if cnt == 0:
             return np.nan
         return hi if op == C_MAX else lo
@@ -419,12 +418,9 @@ def generic_iterate(op, slots, x, initial, window, ring, n_out, wpos, prev):  # 
                 m = size
                 p = wpos[k]
                 for j in range(size):  # oldest first
-                    prev[j] = ring[k, p]
-                    p = p + 1 if p + 1 < size else 0
+                    prev[j] = ring[k, ring_slot(p + j, size)]
             v = _combine(op, prev, m, x[i])
-        p = wpos[k]
-        ring[k, p] = v
-        wpos[k] = p + 1 if p + 1 < size else 0
+        ring[k, ring_advance(wpos, k, size)] = v
         n_out[k] = no + 1
         out[i] = v
     return out

@@ -16,14 +16,12 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.buffers import ring_push, ring_push_count
-from headwater.kernels.base.numeric import _kahan_add
+from headwater.kernels.base.buffers import ring_layout, ring_push, ring_push_count, ring_slot
+from headwater.kernels.base.numeric import _extend_run, _kahan_add
 from headwater.kernels.base.operators import (
     State,
     StateOpSpec,
-    _check_int,
-    _check_name,
-    _check_window,
+    _check_moving,
     _f64,
     _Field,
     _i64,
@@ -54,22 +52,13 @@ class _MovingOp(_KernelOp):
     _NAMES: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, self._NAMES)
-        _check_window(self.name, self.window)
-        if self.min_periods is not None:
-            _check_int(
-                self.name, "min_periods", self.min_periods, 1, self.window,
-                f"min_periods must not exceed window={self.window}",
-            )  # fmt: skip
+        _check_moving(self, self._NAMES)
 
     def _minp(self) -> tuple[int, bool]:
         """(min_periods, full_only): full_only nulls the first window-1 rows of a key."""
         if self.min_periods is None:
             return (1, False) if self.name == "mcount" else (1, True)
         return self.min_periods, False
-
-    def _ring_layout(self) -> dict[str, _Field]:
-        return {"ring": _f64(shape=(self.window,)), "n_rows": _i64(), "wpos": _i64(), "nobs": _i64()}
 
 
 @dataclass(frozen=True)
@@ -90,7 +79,7 @@ class MovingSum(_MovingOp):
 
     def _layout(self) -> dict[str, _Field]:
         return {
-            **self._ring_layout(),
+            **ring_layout(self.window),
             "total": _f64(0.0),
             "comp": _f64(0.0),
             "n_pinf": _i64(),
@@ -125,7 +114,7 @@ class MovingVar(_MovingOp):
 
     def _layout(self) -> dict[str, _Field]:
         return {
-            **self._ring_layout(), "n_inf": _i64(), "mean": _f64(0.0), "ssqdm": _f64(0.0),
+            **ring_layout(self.window), "n_inf": _i64(), "mean": _f64(0.0), "ssqdm": _f64(0.0),
             "run_val": _f64(), "run_len": _i64(),
         }  # fmt: skip
 
@@ -168,7 +157,7 @@ class MovingExtreme(_MovingOp):
     def _layout(self) -> dict[str, _Field]:
         deque_width = self.window if self._use_deque() else 0
         return {
-            **self._ring_layout(), "dq_idx": _Field((deque_width,), np.int32, 0),
+            **ring_layout(self.window), "dq_idx": _Field((deque_width,), np.int32, 0),
             "dq_head": _i64(), "dq_len": _i64(),
         }  # fmt: skip
 
@@ -198,7 +187,7 @@ class MovingPick(_MovingOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("mfirst", "mlast")
 
     def _layout(self) -> dict[str, _Field]:
-        return self._ring_layout()
+        return ring_layout(self.window)
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         minp, full_only = self._minp()
@@ -316,12 +305,7 @@ def moving_var(
                 delta = v - mean[k]
                 mean[k] += delta / m
                 ssqdm[k] += delta * (v - mean[k])
-                # Track runs of equal values so a constant window reports exactly 0.
-                if v == run_val[k]:
-                    run_len[k] += 1
-                else:
-                    run_val[k] = v
-                    run_len[k] = 1
+                run_val[k], run_len[k] = _extend_run(v, run_val[k], run_len[k])
         cnt = nobs[k]
         if cnt == 0 or cnt < minp or cnt <= ddof or (full_only and r + 1 < window) or n_inf[k] > 0:
             out[i] = np.nan
@@ -354,14 +338,11 @@ def moving_extreme(
             length = dq_len[k]
             # The slot just overwritten held the oldest row; if it is in the deque it is the front.
             if r >= window and length > 0 and dq_idx[k, head] == p:
-                head = head + 1 if head + 1 < window else 0
+                head = ring_slot(head + 1, window)
                 length -= 1
             if v == v:
                 while length > 0:
-                    back = head + length - 1
-                    if back >= window:
-                        back -= window
-                    bv = ring[k, dq_idx[k, back]]
+                    bv = ring[k, dq_idx[k, ring_slot(head + length - 1, window)]]
                     # an equal older value stays in front when the first occurrence wins
                     if bv == v:
                         if keep_first:
@@ -369,10 +350,7 @@ def moving_extreme(
                     elif (bv > v) if is_max else (bv < v):
                         break
                     length -= 1
-                tail = head + length
-                if tail >= window:
-                    tail -= window
-                dq_idx[k, tail] = p
+                dq_idx[k, ring_slot(head + length, window)] = p
                 length += 1
             dq_head[k] = head
             dq_len[k] = length
@@ -406,9 +384,7 @@ def moving_extreme(
             best = -1
             bv = 0.0
             for j in range(lim):
-                idx = start + j
-                if idx >= window:
-                    idx -= window
+                idx = ring_slot(start + j, window)
                 e = ring[k, idx]
                 if e != e:
                     continue

@@ -15,8 +15,13 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.buffers import ring_push, ring_push_count
-from headwater.kernels.base.numeric import _INTERPOLATIONS, _quantile
+from headwater.kernels.base.buffers import ring_layout, ring_push, ring_push_count
+from headwater.kernels.base.numeric import (
+    _INTERPOLATIONS,
+    _TIES,
+    _quantile,
+    _tied_rank,
+)
 from headwater.kernels.base.operators import (
     State,
     StateOp,
@@ -25,30 +30,22 @@ from headwater.kernels.base.operators import (
     _check_bool,
     _check_choice,
     _check_min_periods,
+    _check_moving,
     _check_name,
     _check_percent,
     _check_window,
     _f64,
     _Field,
-    _i64,
     _minp,
 )
 
 __all__ = ["SPECS", "MovingMad", "MovingMoments", "MovingPercentile", "MovingRank", "MovingScan"]
 
 
-# Operations of sorted_window, window_scan and moving_moments, and the ties of mrank.
+# Operations of sorted_window, window_scan and moving_moments.
 RANK, PCTL, MAD_MEAN, MAD_MEDIAN = 0, 1, 2, 3
 PROD, POS_STREAK = 0, 1
 SKEW, KURT = 0, 1
-TIES_MIN, TIES_MAX, TIES_AVG = 0, 1, 2
-
-
-_TIES = {"min": TIES_MIN, "max": TIES_MAX, "average": TIES_AVG}
-
-
-def _ring_layout(window: int) -> dict[str, _Field]:
-    return {"ring": _f64(shape=(window,)), "n_rows": _i64(), "wpos": _i64(), "nobs": _i64()}
 
 
 class _SortedWindowOp(_ArrayOp):
@@ -57,7 +54,7 @@ class _SortedWindowOp(_ArrayOp):
     window: int
 
     def _layout(self) -> dict[str, _Field]:
-        return {**_ring_layout(self.window), "srt": _f64(shape=(self.window,))}
+        return {**ring_layout(self.window), "srt": _f64(shape=(self.window,))}
 
     def _sorted(
         self, st: State, slots: np.ndarray, x: np.ndarray, op: int, min_periods: int | None, *,
@@ -199,12 +196,10 @@ class MovingScan(_ArrayOp):
     _OPS: ClassVar[dict[str, int]] = {"mprod": PROD, "mmax_positive_streak": POS_STREAK}
 
     def __post_init__(self) -> None:
-        _check_name("MovingScan", self.name, tuple(self._OPS))
-        _check_window(self.name, self.window)
-        _check_min_periods(self.name, self.min_periods, self.window)
+        _check_moving(self, tuple(self._OPS))
 
     def _layout(self) -> dict[str, _Field]:
-        return _ring_layout(self.window)
+        return ring_layout(self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         minp, full_only = _minp(self.min_periods)
@@ -243,13 +238,11 @@ class MovingMoments(_ArrayOp):
     _OPS: ClassVar[dict[str, int]] = {"mskew": SKEW, "mkurtosis": KURT}
 
     def __post_init__(self) -> None:
-        _check_name("MovingMoments", self.name, tuple(self._OPS))
-        _check_window(self.name, self.window)
+        _check_moving(self, tuple(self._OPS))
         _check_bool(self.name, "biased", self.biased)
-        _check_min_periods(self.name, self.min_periods, self.window)
 
     def _layout(self) -> dict[str, _Field]:
-        return _ring_layout(self.window)
+        return ring_layout(self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         minp, full_only = _minp(self.min_periods)
@@ -336,12 +329,7 @@ def sorted_window(
             else:
                 eq = n_null
                 before = 0 if ascending else cnt
-            if ties == TIES_MIN:
-                rank = float(before)
-            elif ties == TIES_MAX:
-                rank = float(before + eq - 1)
-            else:
-                rank = before + (eq - 1) / 2.0
+            rank = _tied_rank(before, eq, ties)
             total = cnt if ignore_na else cnt + n_null
             out[i] = (rank + 1.0) / total if percent else rank
         elif op == PCTL:

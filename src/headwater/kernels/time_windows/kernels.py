@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.numeric import _moments
+from headwater.kernels.base.buffers import ring_slot
+from headwater.kernels.base.numeric import _extend_run, _moments, _tied_rank
 
 # Time-window operations (one kernel serves them all).
 TM_SUM, TM_SUM2, TM_AVG, TM_COUNT, TM_WSUM, TM_WAVG = 0, 1, 2, 3, 4, 5
@@ -21,8 +22,7 @@ TM_MAX, TM_MIN, TM_FIRST, TM_LAST, TM_MOVE = 14, 15, 16, 17, 18
 TM_PROD, TM_MED, TM_PERCENTILE, TM_RANK, TM_SKEW, TM_KURT = 19, 20, 21, 22, 23, 24
 
 
-# Rank ties and percentile interpolation.
-RANK_MIN, RANK_MAX, RANK_AVERAGE = 0, 1, 2
+# Percentile interpolation.
 INTERP_LINEAR, INTERP_LOWER, INTERP_HIGHER, INTERP_NEAREST, INTERP_MIDPOINT = 0, 1, 2, 3, 4
 
 
@@ -99,12 +99,7 @@ def _var_update(acc, k, v, sign):  # pragma: no cover - numba
         delta = v - acc[k, 2]
         acc[k, 2] += delta / m
         acc[k, 3] += delta * (v - acc[k, 2])
-        # a trailing run of equal values that covers the window means variance exactly 0
-        if v == acc[k, 4]:
-            acc[k, 5] += 1.0
-        else:
-            acc[k, 4] = v
-            acc[k, 5] = 1.0
+        acc[k, 4], acc[k, 5] = _extend_run(v, acc[k, 4], acc[k, 5])
     elif m == 0:
         acc[k, 2] = 0.0
         acc[k, 3] = 0.0
@@ -132,16 +127,8 @@ def _pair_update(acc, k, a, b, sign):  # pragma: no cover - numba
         acc[k, 4] += da * (b - acc[k, 3])
         acc[k, 5] += da * (a - acc[k, 2])
         acc[k, 6] += db * (b - acc[k, 3])
-        if a == acc[k, 7]:
-            acc[k, 8] += 1.0
-        else:
-            acc[k, 7] = a
-            acc[k, 8] = 1.0
-        if b == acc[k, 9]:
-            acc[k, 10] += 1.0
-        else:
-            acc[k, 9] = b
-            acc[k, 10] = 1.0
+        acc[k, 7], acc[k, 8] = _extend_run(a, acc[k, 7], acc[k, 8])
+        acc[k, 9], acc[k, 10] = _extend_run(b, acc[k, 9], acc[k, 10])
     elif m == 0:
         for c in range(2, 7):
             acc[k, c] = 0.0
@@ -281,12 +268,7 @@ def _rank(
             equal += 1
         elif (e < v) if ascending else (e > v):
             before += 1
-    if ties == RANK_MIN:
-        r = float(before)
-    elif ties == RANK_MAX:
-        r = float(before + equal - 1)
-    else:
-        r = before + (equal - 1) / 2.0
+    r = _tied_rank(before, equal, ties)
     return (r + 1.0) / total if as_percent else r
 
 
@@ -332,7 +314,7 @@ def _tw_evict(
     prev[k, 0] = ring_t[k, p]
     prev[k, 1] = ring_a[k, p]
     if use_dq and dq_len[k] > 0 and dq[k, dq_head[k]] == s:
-        dq_head[k] = dq_head[k] + 1 if dq_head[k] + 1 < cap else 0
+        dq_head[k] = ring_slot(dq_head[k] + 1, cap)
         dq_len[k] -= 1
     start[k] = s + 1
     count[k] -= 1
@@ -387,17 +369,11 @@ def time_window(
             length = dq_len[k]
             head = dq_head[k]
             while length > 0:
-                back = head + length - 1
-                if back >= cap:
-                    back -= cap
-                bv = ring_a[k, dq[k, back] % cap]
+                bv = ring_a[k, dq[k, ring_slot(head + length - 1, cap)] % cap]
                 if (bv > va) if is_max else (bv < va):
                     break
                 length -= 1
-            tail = head + length
-            if tail >= cap:
-                tail -= cap
-            dq[k, tail] = s
+            dq[k, ring_slot(head + length, cap)] = s
             dq_len[k] = length + 1
         if op <= TM_BETA:
             out[i] = _tw_running(op, acc, k)

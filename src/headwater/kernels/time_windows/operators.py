@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from headwater.kernels.base.buffers import _Arr, _BufferedOp
+from headwater.kernels.base.numeric import _TIES
 from headwater.kernels.base.operators import (
     State,
     StateOp,
@@ -20,6 +21,7 @@ from headwater.kernels.base.operators import (
     _check_float,
     _check_name,
     _choice,
+    _DelegateOp,
     _window_units,
     build_op,
 )
@@ -189,17 +191,16 @@ class TimeRank(TimeWindow):
     percent: bool = False
 
     _OPS: ClassVar[dict[str, int]] = {"tmrank": kt.TM_RANK}
-    _TIES: ClassVar[dict[str, int]] = {"min": kt.RANK_MIN, "max": kt.RANK_MAX, "average": kt.RANK_AVERAGE}
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for flag in ("ascending", "ignore_na", "percent"):
             _check_bool(self.name, flag, getattr(self, flag))
-        _check_choice(self.name, "ties_method", self.ties_method, self._TIES)
+        _check_choice(self.name, "ties_method", self.ties_method, _TIES)
 
     def _params(self) -> np.ndarray:
         return np.array(
-            [self.ascending, self.ignore_na, self._TIES[self.ties_method], self.percent], dtype=np.float64
+            [self.ascending, self.ignore_na, _TIES[self.ties_method], self.percent], dtype=np.float64
         )
 
 
@@ -240,7 +241,7 @@ _TMOVING = {"sum": "tmsum", "sum2": "tmsum2", "avg": "tmavg", "mean": "tmavg", "
 
 
 @dataclass(frozen=True)
-class TMoving(StateOp):
+class TMoving(_DelegateOp):
     """``tmoving(t, x, window, func)``: an aggregate over each time window ``(t_i - window, t_i]`` of the key.
 
     ``func`` names the aggregate; the window follows the tm-functions exactly (it runs the matching
@@ -256,21 +257,12 @@ class TMoving(StateOp):
 
     window: Any
     func: str
-    inner: StateOp = field(init=False, repr=False, compare=False)
     name = "tmoving"
     n_args = 2
 
     def __post_init__(self) -> None:
         inner = _choice(self.name, "func", self.func, _TMOVING, "e.g. tmoving(time, price, '5m', func='avg')")
         object.__setattr__(self, "inner", build_op(_BY_NAME[_TMOVING[inner]], {"window": self.window}))
-
-    def init_state(self) -> dict[str, np.ndarray]:
-        return self.inner.init_state()
-
-    def run(
-        self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
-    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        return self.inner.run(state, slots, n_keys, args)
 
 
 # ---------------------------------------------------------------- specs
