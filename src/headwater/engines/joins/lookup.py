@@ -40,11 +40,9 @@ class LookupJoinEngine(JoinEngine):
             props["rightTimeColumn"] = self.right_time_column
         return props
 
-    def processor(self, input_schema: Any = None) -> LookupJoinProcessor:
-        return LookupJoinProcessor(self)
 
 
-class LookupJoinProcessor(Processor):
+class LookupJoinProcessor(Processor, runs=LookupJoinEngine):
     def __init__(self, spec: LookupJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)

@@ -31,11 +31,9 @@ class LeftSemiJoinEngine(JoinEngine):
     def properties(self) -> dict[str, Any]:
         return {**super().properties(), "updateRightTable": self.update_right_table}
 
-    def processor(self, input_schema: Any = None) -> LeftSemiJoinProcessor:
-        return LeftSemiJoinProcessor(self)
 
 
-class LeftSemiJoinProcessor(Processor):
+class LeftSemiJoinProcessor(Processor, runs=LeftSemiJoinEngine):
     def __init__(self, spec: LeftSemiJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)

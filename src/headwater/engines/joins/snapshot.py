@@ -58,11 +58,9 @@ class SnapshotJoinEngine(JoinEngine):
         return {**super().properties(), "keepLeftDuplicates": self.keep_left_duplicates,
                 "keepRightDuplicates": self.keep_right_duplicates, "isInnerJoin": self.is_inner_join}
 
-    def processor(self, input_schema: Any = None) -> SnapshotJoinProcessor:
-        return SnapshotJoinProcessor(self)
 
 
-class SnapshotJoinProcessor(Processor):
+class SnapshotJoinProcessor(Processor, runs=SnapshotJoinEngine):
     def __init__(self, spec: SnapshotJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)
