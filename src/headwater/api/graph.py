@@ -118,8 +118,9 @@ class StreamGraph:
         return name
 
     # -- sources -----------------------------------------------------------------------------------
-    def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: TableKind, keys: tuple[str, ...],
-                time_column: str | None) -> DStream:
+    def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: TableKind,
+                key_column: str | Sequence[str] | None = None, time_column: str | None = None) -> DStream:
+        keys = as_tuple(key_column, f"{_table_method(TableRole.SOURCE, kind)} {clip(name)} key_column")
         fqn = self._table_fqn(name)
         parsed = Schema.parse(schema, where=f"source {clip(name)}")
         for k in (*keys, *([time_column] if time_column else [])):
@@ -135,18 +136,16 @@ class StreamGraph:
 
     def source(self, name: str, schema: Mapping[str, str] | Schema) -> DStream:
         """Declare a public stream table as the graph's input: ``g.source("trade", schema={...})``."""
-        return self._source(name, schema, TableKind.PLAIN, (), None)
+        return self._source(name, schema, TableKind.PLAIN)
 
     def keyed_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table keeps the first row of every key (later rows with that key are dropped)."""
-        keys = as_tuple(key_column, f"keyed_source {clip(name)} key_column")
-        return self._source(name, schema, TableKind.KEYED, keys, None)
+        return self._source(name, schema, TableKind.KEYED, key_column)
 
     def latest_keyed_source(self, name: str, key_column: str | Sequence[str], time_column: str,
                             schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table accepts a row only if it is newer than the stored row of its key."""
-        keys = as_tuple(key_column, f"latest_keyed_source {clip(name)} key_column")
-        return self._source(name, schema, TableKind.LATEST_KEYED, keys, time_column)
+        return self._source(name, schema, TableKind.LATEST_KEYED, key_column, time_column)
 
     def source_by_name(self, name: str) -> DStream:
         """Read an existing public stream table (another graph's sink, a standalone table, or this graph's)."""
@@ -685,7 +684,9 @@ class DStream(JoinMethods):
         return [self] * count
 
     # -- tables ------------------------------------------------------------------------------------
-    def _table(self, name: str, role: TableRole, kind: TableKind, keys: tuple[str, ...], time_column: str | None) -> DStream:
+    def _table(self, name: str, role: TableRole, kind: TableKind, key_column: str | Sequence[str] | None = None,
+               time_column: str | None = None) -> DStream:
+        keys = as_tuple(key_column, f"{_table_method(role, kind)} {clip(name)} key_column")
         fqn = self.graph._table_fqn(name)
         schema = self.node.schema
         for k in (*keys, *([time_column] if time_column else [])):
@@ -704,27 +705,28 @@ class DStream(JoinMethods):
 
     def buffer(self, name: str) -> DStream:
         """Store the stream in a public table, queryable with SQL; the chain continues from it."""
-        return self._table(name, TableRole.BUFFER, TableKind.PLAIN, (), None)
+        return self._table(name, TableRole.BUFFER, TableKind.PLAIN)
 
     def keyed_buffer(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        keys = as_tuple(key_column, f"keyed_buffer {clip(name)} key_column")
-        return self._table(name, TableRole.BUFFER, TableKind.KEYED, keys, None)
+        return self._table(name, TableRole.BUFFER, TableKind.KEYED, key_column)
 
     def latest_keyed_buffer(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        keys = as_tuple(key_column, f"latest_keyed_buffer {clip(name)} key_column")
-        return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, keys, time_column)
+        return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, key_column, time_column)
 
     def sink(self, name: str) -> DStream:
         """Write the stream to a public table (the end of a chain)."""
-        return self._table(name, TableRole.SINK, TableKind.PLAIN, (), None)
+        return self._table(name, TableRole.SINK, TableKind.PLAIN)
 
     def keyed_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        keys = as_tuple(key_column, f"keyed_sink {clip(name)} key_column")
-        return self._table(name, TableRole.SINK, TableKind.KEYED, keys, None)
+        return self._table(name, TableRole.SINK, TableKind.KEYED, key_column)
 
     def latest_keyed_sink(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        keys = as_tuple(key_column, f"latest_keyed_sink {clip(name)} key_column")
-        return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, keys, time_column)
+        return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, key_column, time_column)
+
+
+def _table_method(role: TableRole, kind: TableKind) -> str:
+    """The method that declares such a table: ``keyed_sink``, ``latest_keyed_source``, ``buffer``."""
+    return str(role) if kind is TableKind.PLAIN else f"{kind}_{role}"
 
 
 def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str) -> Schema:

@@ -90,10 +90,9 @@ from headwater.engines.calendar_windows import (
     parse_time_of_day,
 )
 from headwater.engines.time_bucket import check_fill, check_timestamp
-from headwater.engines.window_metrics import SeveralWindows, resolve_window_engine, window_output_schema
+from headwater.engines.window_metrics import SeveralWindows, WindowEngine, resolve_window_engine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
-from headwater.types import Schema
 
 
 def _hhmm(us: int) -> str:
@@ -138,7 +137,7 @@ def session_offsets(begins: list[int], ends: list[int], *, where: str) -> list[t
 
 
 @dataclass(frozen=True)
-class DailyTimeSeriesEngine(SeveralWindows, OneInputEngine):
+class DailyTimeSeriesEngine(SeveralWindows, WindowEngine, OneInputEngine):
     """Parameters of ``daily_time_series_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.DAILY_TIME_SERIES
@@ -279,9 +278,6 @@ class DailyTimeSeriesEngine(SeveralWindows, OneInputEngine):
                                                   self.key_purge_freq_in_second is not None):
             raise GraphDefinitionError(f"{where}: several windows exclude use_window_start_time (Orca's rule), "
                                        "update_time and key_purge_freq_in_second (as in time_series_engine)")
-
-    def output_schema(self) -> Schema:
-        return window_output_schema(self, where=self.where)
 
     def properties(self) -> dict[str, Any]:
         return {

@@ -49,20 +49,19 @@ from headwater.engines.arguments import arg, columns, duration, duration_or_zero
 from headwater.engines.base import SEQ, EngineKind, KeyTable, OneInputEngine, Processor
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
+    WindowEngine,
     WindowMetrics,
     reduce_groups,
     resolve_window_engine,
-    window_output_schema,
 )
 from headwater.errors import GraphDefinitionError
 from headwater.expr import Expr
-from headwater.types import Schema
 
 DAY_US = 86_400_000_000
 
 
 @dataclass(frozen=True)
-class SessionWindowEngine(OneInputEngine):
+class SessionWindowEngine(WindowEngine, OneInputEngine):
     """Parameters of ``session_window_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.SESSION_WINDOW
@@ -92,9 +91,6 @@ class SessionWindowEngine(OneInputEngine):
             raise GraphDefinitionError(f"{where}: force_trigger_time must not be negative, got "
                                        f"{format_duration(self.force_trigger_time)}")
         resolve_window_engine(self, where=where)
-
-    def output_schema(self) -> Schema:
-        return window_output_schema(self, where=self.where)
 
     def properties(self) -> dict[str, Any]:
         return {"sessionGap": format_duration(self.session_gap), "metrics": [str(m) for m in self.metrics],

@@ -48,10 +48,9 @@ from headwater.engines.calendar_windows import (
     check_key_purge_freq,
     parse_time_of_day,
 )
-from headwater.engines.window_metrics import resolve_window_engine, window_output_schema
+from headwater.engines.window_metrics import WindowEngine, resolve_window_engine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
-from headwater.types import Schema
 
 FILL_MODES = ("none", "null", "ffill")
 
@@ -76,7 +75,7 @@ def check_timestamp(spec: Any, *, where: str) -> None:
 
 
 @dataclass(frozen=True)
-class TimeBucketEngine(OneInputEngine):
+class TimeBucketEngine(WindowEngine, OneInputEngine):
     """Parameters of ``time_bucket_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.TIME_BUCKET
@@ -121,9 +120,6 @@ class TimeBucketEngine(OneInputEngine):
         object.__setattr__(self, "_unit", units.pop())
         resolve_window_engine(self, where=where)
         check_timestamp(self, where=where)
-
-    def output_schema(self) -> Schema:
-        return window_output_schema(self, where=self.where)
 
     def properties(self) -> dict[str, Any]:
         return {"timeCutPoints": list(self.time_cut_points), "metrics": [str(m) for m in self.metrics],

@@ -34,14 +34,13 @@ from headwater.engines.base import SEQ, EngineKind, KeyTable, OneInputEngine, Pr
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
     SeveralWindows,
+    WindowEngine,
     WindowMetrics,
     resolve_window_engine,
-    window_output_schema,
 )
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
 from headwater.kernels.windows import WindowSpec
-from headwater.types import Schema
 
 FILL_MODES = ("none", "null", "ffill")
 
@@ -74,7 +73,7 @@ def alignment_micros(step_us: int, *, round_time: bool) -> int:
 
 
 @dataclass(frozen=True)
-class TimeSeriesEngine(SeveralWindows, OneInputEngine):
+class TimeSeriesEngine(SeveralWindows, WindowEngine, OneInputEngine):
     """Parameters of ``time_series_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.TIME_SERIES
@@ -192,9 +191,6 @@ class TimeSeriesEngine(SeveralWindows, OneInputEngine):
             sub_window=None if self.sub_window is None else (to_micros(self.sub_window[0]),
                                                               to_micros(self.sub_window[1])),
         )
-
-    def output_schema(self) -> Schema:
-        return window_output_schema(self, where=self.where)
 
     def properties(self) -> dict[str, Any]:
         return {
