@@ -708,9 +708,11 @@ class DStream(JoinMethods):
         return self._table(name, TableRole.BUFFER, TableKind.PLAIN)
 
     def keyed_buffer(self, name: str, key_column: str | Sequence[str]) -> DStream:
+        """A buffer whose table keeps the first row of every key (later rows with that key are dropped)."""
         return self._table(name, TableRole.BUFFER, TableKind.KEYED, key_column)
 
     def latest_keyed_buffer(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
+        """A buffer whose table accepts a row only if it is newer than the stored row of its key."""
         return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, key_column, time_column)
 
     def sink(self, name: str) -> DStream:
@@ -718,9 +720,11 @@ class DStream(JoinMethods):
         return self._table(name, TableRole.SINK, TableKind.PLAIN)
 
     def keyed_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
+        """A sink whose table keeps the first row of every key (later rows with that key are dropped)."""
         return self._table(name, TableRole.SINK, TableKind.KEYED, key_column)
 
     def latest_keyed_sink(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
+        """A sink whose table accepts a row only if it is newer than the stored row of its key."""
         return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, key_column, time_column)
 
 

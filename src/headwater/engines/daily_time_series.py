@@ -74,14 +74,13 @@ from headwater.durations import format_duration, to_micros
 from headwater.engines.arguments import (
     arg,
     columns,
-    duration,
     duration_or_zero,
     duration_pair,
     optional,
     times_of_day_or,
     windows_and_metrics,
 )
-from headwater.engines.base import SEQ, EngineKind, OneInputEngine, Processor
+from headwater.engines.base import SEQ, EngineKind, Processor
 from headwater.engines.calendar_windows import (
     DAY_US,
     CalendarWindowProcessor,
@@ -90,7 +89,8 @@ from headwater.engines.calendar_windows import (
     parse_time_of_day,
 )
 from headwater.engines.time_bucket import check_fill, check_timestamp
-from headwater.engines.window_metrics import SeveralWindows, WindowEngine, resolve_window_engine
+from headwater.engines.time_series import StepWindows
+from headwater.engines.window_metrics import resolve_window_engine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
 
@@ -137,14 +137,10 @@ def session_offsets(begins: list[int], ends: list[int], *, where: str) -> list[t
 
 
 @dataclass(frozen=True)
-class DailyTimeSeriesEngine(SeveralWindows, WindowEngine, OneInputEngine):
+class DailyTimeSeriesEngine(StepWindows):
     """Parameters of ``daily_time_series_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.DAILY_TIME_SERIES
-    # several windows: Orca's vector windowSize, one step
-    window: timedelta | tuple[timedelta, ...] = field(metadata=arg(windows_and_metrics))
-    step: timedelta = field(metadata=arg(duration))
-    metrics: tuple[Expr, ...] = field(metadata=arg(windows_and_metrics))
     time_column: str | None  # None: use_system_time
     key_column: tuple[str, ...] = field(default=(), metadata=arg(columns))
     session_begin: tuple[str, ...] = field(default=("00:00",), metadata=arg(times_of_day_or(("00:00",))))

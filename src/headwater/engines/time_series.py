@@ -73,14 +73,20 @@ def alignment_micros(step_us: int, *, round_time: bool) -> int:
 
 
 @dataclass(frozen=True)
-class TimeSeriesEngine(SeveralWindows, WindowEngine, OneInputEngine):
-    """Parameters of ``time_series_engine`` (validated against the input schema on creation)."""
+class StepWindows(SeveralWindows, WindowEngine, OneInputEngine):
+    """The fields the time-series and the daily time-series engine share: windows every ``step``, each with its
+    metrics; several window sizes (Orca's vector windowSize) share the step."""
 
-    kind: ClassVar[EngineKind] = EngineKind.TIME_SERIES
-    # several windows: Orca's vector windowSize, one step
     window: timedelta | tuple[timedelta, ...] = field(metadata=arg(windows_and_metrics))
     step: timedelta = field(metadata=arg(duration))
     metrics: tuple[Expr, ...] = field(metadata=arg(windows_and_metrics))
+
+
+@dataclass(frozen=True)
+class TimeSeriesEngine(StepWindows):
+    """Parameters of ``time_series_engine`` (validated against the input schema on creation)."""
+
+    kind: ClassVar[EngineKind] = EngineKind.TIME_SERIES
     time_column: str | None = None
     key_column: tuple[str, ...] = field(default=(), metadata=arg(columns))
     accepted_delay: timedelta = field(default=timedelta(0), metadata=arg(duration_or_zero))

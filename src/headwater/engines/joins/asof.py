@@ -53,6 +53,8 @@ from headwater.errors import GraphDefinitionError
 
 @dataclass(frozen=True)
 class AsofJoinEngine(JoinEngine):
+    """Parameters of ``asof_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.ASOF_JOIN
     use_system_time: bool = False
     delayed_time: timedelta | None = field(default=None, metadata=arg(optional(duration)))

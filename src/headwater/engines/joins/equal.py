@@ -30,6 +30,8 @@ from headwater.errors import GraphDefinitionError
 
 @dataclass(frozen=True)
 class EqualJoinEngine(JoinEngine):
+    """Parameters of ``equal_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.EQUAL_JOIN
     garbage_size: int = 5000
     max_delayed_time: timedelta = field(default=timedelta(seconds=3), metadata=arg(duration_or_zero))

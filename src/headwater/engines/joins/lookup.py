@@ -25,6 +25,8 @@ from headwater.engines.joins.base import SLOT, TIME, JoinEngine, Sides, concat, 
 
 @dataclass(frozen=True)
 class LookupJoinEngine(JoinEngine):
+    """Parameters of ``lookup_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.LOOKUP_JOIN
     prefix_time: ClassVar[bool] = False
     keep_duplicates: bool = False

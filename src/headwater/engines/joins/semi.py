@@ -23,6 +23,8 @@ from headwater.engines.joins.base import SLOT, JoinEngine, Sides, concat, frame,
 
 @dataclass(frozen=True)
 class LeftSemiJoinEngine(JoinEngine):
+    """Parameters of ``left_semi_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.LEFT_SEMI_JOIN
     prefix_time: ClassVar[bool] = False
     garbage_size: int = 5000

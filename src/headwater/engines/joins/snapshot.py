@@ -36,6 +36,8 @@ from headwater.engines.joins.base import (
 
 @dataclass(frozen=True)
 class SnapshotJoinEngine(JoinEngine):
+    """Parameters of ``snapshot_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.SNAPSHOT_JOIN
     prefix_time: ClassVar[bool] = False
     keep_left_duplicates: bool = False

@@ -62,6 +62,8 @@ SUPPORTED = frozenset({"first", "last", "sum", "count", "avg", "std", "var", "ma
 
 @dataclass(frozen=True)
 class WindowJoinEngine(JoinEngine):
+    """Parameters of ``window_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.WINDOW_JOIN
     metric_kinds: ClassVar[frozenset[str]] = frozenset({"scalar", "aggregate", "collect"})
     window: tuple[timedelta, timedelta] = field(default=(timedelta(0), timedelta(0)), metadata=arg(signed_duration_pair))
