@@ -3,13 +3,18 @@ with a Headwater error (a named node and value), never with a raw ``TypeError`` 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import inspect
 import itertools
 
 import pytest
 
 import headwater as hw
+from headwater.api.graph import DStream
+from headwater.engines.base import EngineSpec
 from headwater.errors import MAX_MESSAGE_CHARS, HeadwaterError
+from headwater.plan.codec import TYPES
 
 HOSTILE = [None, 5, -1, 0, 2.5, float("nan"), float("inf"), "", "nonexistent", "-5s", "0s", "abc:def", "5s:1s",
            ["x"], [], ["price", "price"], [["sym"], ["sym"]], [["sym"]], {"a": 1}, ("2s", "1s"), (1, 2, 3), True,
@@ -86,3 +91,23 @@ def test_each_argument_replaced_by_a_hostile_value_stands_or_fails_with_a_headwa
         except Exception as error:  # what this test looks for
             raw.append(f"{argument}={value!r:.40}: {type(error).__name__}: {error}")
     assert not raw, "\n".join(raw)
+
+
+def _engine_methods() -> list[tuple[str, type[EngineSpec]]]:
+    specs = {cls.kind.lower(): cls for cls in TYPES.values() if isinstance(cls, type) and issubclass(cls, EngineSpec)}
+    methods = sorted(name for name in dir(DStream) if name.endswith("_engine") and not name.startswith("_"))
+    assert sorted(specs) == methods, "every engine has one DStream method named after its kind"
+    return [(name, specs[name]) for name in methods]
+
+
+@pytest.mark.parametrize(("method", "spec"), _engine_methods())
+def test_each_engine_method_takes_its_specs_arguments(method, spec):
+    """An engine method's signature is checked against its spec, where each argument is declared (its field): every
+    parameter fills a field, and a field no parameter fills has a default or is filled by the graph."""
+    by_graph = {"name", "input_schema", "left_schema", "right_schema", "right_matching_column", "right_time_column"}
+    fields = {f.metadata.get("argument") or f.name: f for f in dataclasses.fields(spec) if f.init}
+    parameters = [p for p in inspect.signature(getattr(DStream, method)).parameters if p not in ("self", "right")]
+    assert [p for p in parameters if p not in fields] == (["callback"] if method == "rule_engine" else [])
+    unfilled = [f.name for a, f in fields.items() if a not in parameters and f.name not in by_graph
+                and f.default is dataclasses.MISSING]
+    assert not unfilled

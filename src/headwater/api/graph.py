@@ -20,21 +20,17 @@ import pandas as pd
 
 from headwater.api.joins import JoinMethods
 from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
-from headwater.durations import parse_duration
 from headwater.engines.anomaly import AnomalyDetectionEngine
-from headwater.engines.calendar_windows import time_of_day_text
-from headwater.engines.cross_sectional import (
-    DATA_TIME_TRIGGERS,
-    CrossSectionalEngine,
-    triggering_interval_arg,
-)
+from headwater.engines.arguments import as_tuple, from_arguments
+from headwater.engines.base import EngineSpec
+from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
     NarrowReactiveStateEngine,
     ReactiveStateEngine,
 )
-from headwater.engines.reactive_stateless import ReactiveStatelessEngine, formulas_from
+from headwater.engines.reactive_stateless import ReactiveStatelessEngine
 from headwater.engines.rule import RuleEngine
 from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_bucket import TimeBucketEngine
@@ -42,7 +38,7 @@ from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Alias, Expr
 from headwater.functions import default_name, infer_type
-from headwater.parse import metric_items, parse_expr, to_metric, to_metrics
+from headwater.parse import metric_items, parse_expr, to_metric
 from headwater.plan.document import dumps, from_json, to_json
 from headwater.plan.logical import (
     MAX_TASKS,
@@ -71,45 +67,6 @@ class GraphSession(Protocol):
 
     def _submit(self, logical: LogicalGraph, physical: PhysicalGraph, compute_group: str | None = None,
                 checkpoint_config: CheckpointConfig | None = None) -> None: ...
-
-
-def _window_metrics(window: Any, metrics: Any, *, where: str) -> tuple[Any, tuple[Expr, ...], tuple[int, ...]]:
-    """One window and its metrics, or (Orca's vector windowSize) a list of windows and a list of metric lists,
-    flattened with the window index of each metric."""
-    if not isinstance(window, list | tuple):
-        return (parse_duration(window, where=f"{where} window"),
-                to_metrics(metrics, where=where), ())
-    windows = tuple(parse_duration(w, where=f"{where} window") for w in window)
-    if not windows:
-        raise GraphDefinitionError(f"{where}: window is an empty list; give a duration or a list of them")
-    groups = list(metrics) if not isinstance(metrics, str) else [metrics]
-    if len(groups) != len(windows) or any(isinstance(g, str | Expr) for g in groups):
-        raise GraphDefinitionError(
-            f"{where}: with {len(windows)} windows, metrics must be a list of {len(windows)} lists, one per window; "
-            "e.g. window=['1m', '5m'], metrics=[['sum(v) as v1'], ['sum(v) as v5']]"
-        )
-    flat = [(to_metric(m, where=where), i) for i, group in enumerate(groups) for m in metric_items(group, where=where)]
-    return windows, tuple(m for m, _ in flat), tuple(i for _, i in flat)
-
-
-def _duration_pair(value: str | tuple[str | timedelta, str | timedelta], *, where: str) -> tuple[timedelta, timedelta]:
-    """``"0s:10s"`` or ``("0s", "10s")`` (Orca's ``0s:10s``)."""
-    parts = value.split(":") if isinstance(value, str) else list(value) if isinstance(value, tuple | list) else []
-    if len(parts) != 2:
-        raise GraphDefinitionError(f"{where}: expected a pair like '0s:10s' or ('0s', '10s'), got {clip(value)}")
-    lo, hi = (parse_duration(p.strip() if isinstance(p, str) else p, where=where, allow_zero=True) for p in parts)
-    return lo, hi
-
-
-def _as_tuple(value: str | Sequence[str] | None, where: str) -> tuple[str, ...]:
-    """A column name or a list of names (None: none) as a tuple; anything else is refused naming ``where``."""
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise GraphDefinitionError(f"{where} must be a column name or a list of names, got {clip(value)}")
 
 
 class StreamGraph:
@@ -161,8 +118,9 @@ class StreamGraph:
         return name
 
     # -- sources -----------------------------------------------------------------------------------
-    def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: TableKind, keys: tuple[str, ...],
-                time_column: str | None) -> DStream:
+    def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: TableKind,
+                key_column: str | Sequence[str] | None = None, time_column: str | None = None) -> DStream:
+        keys = as_tuple(key_column, f"{_table_method(TableRole.SOURCE, kind)} {clip(name)} key_column")
         fqn = self._table_fqn(name)
         parsed = Schema.parse(schema, where=f"source {clip(name)}")
         for k in (*keys, *([time_column] if time_column else [])):
@@ -178,18 +136,16 @@ class StreamGraph:
 
     def source(self, name: str, schema: Mapping[str, str] | Schema) -> DStream:
         """Declare a public stream table as the graph's input: ``g.source("trade", schema={...})``."""
-        return self._source(name, schema, TableKind.PLAIN, (), None)
+        return self._source(name, schema, TableKind.PLAIN)
 
     def keyed_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table keeps the first row of every key (later rows with that key are dropped)."""
-        keys = _as_tuple(key_column, f"keyed_source {clip(name)} key_column")
-        return self._source(name, schema, TableKind.KEYED, keys, None)
+        return self._source(name, schema, TableKind.KEYED, key_column)
 
     def latest_keyed_source(self, name: str, key_column: str | Sequence[str], time_column: str,
                             schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table accepts a row only if it is newer than the stored row of its key."""
-        keys = _as_tuple(key_column, f"latest_keyed_source {clip(name)} key_column")
-        return self._source(name, schema, TableKind.LATEST_KEYED, keys, time_column)
+        return self._source(name, schema, TableKind.LATEST_KEYED, key_column, time_column)
 
     def source_by_name(self, name: str) -> DStream:
         """Read an existing public stream table (another graph's sink, a standalone table, or this graph's)."""
@@ -354,24 +310,25 @@ class DStream(JoinMethods):
         return self
 
     # -- engines -----------------------------------------------------------------------------------
-    def _engine(self, kind: str, make: Callable[[str], Any]) -> DStream:
-        name = self.graph._engine_name(kind, self.node_id)
-        spec = make(name)
+    def _engine(self, spec: type[EngineSpec], arguments: Mapping[str, Any]) -> DStream:
+        """Declare the engine ``spec`` builds from an engine method's ``arguments`` (its ``locals()``): each argument
+        converted as the spec's field declares (``headwater.engines.arguments``)."""
+        name = self.graph._engine_name(spec.kind, self.node_id)
+        late_rows_table = arguments.get("late_rows_table")
+        late = None if late_rows_table is None else self.graph._table_fqn(late_rows_table)
+        engine = from_arguments(spec, {**arguments, "late_rows_table": None if late is None else str(late)},
+                                name=name, input_schema=self.node.schema)
         fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
-        node = EngineNode(self.graph._graph.next_id(), name, spec.output_schema(), parallelism=self.parallelism,
-                          spec=spec, fqn=str(fqn))
-        late = None if spec.late_rows_fqn is None else self.graph._table_fqn(spec.late_rows_fqn)
+        node = EngineNode(self.graph._graph.next_id(), name, engine.output_schema(), parallelism=self.parallelism,
+                          spec=engine, fqn=str(fqn))
         if late is not None and self.graph._find_table(late) is not None:
-            raise GraphDefinitionError(f"{kind} {clip(name)}: late_rows_table {clip(late.name)} is already a table "
+            raise GraphDefinitionError(f"{spec.kind} {clip(name)}: late_rows_table {clip(late.name)} is already a table "
                                        "of this graph; give the engine's late rows a table of their own")
         stream = self._add(node)
         if late is not None:  # beside the engine, not downstream of it: no edge, no stream task of its own
             self.graph._graph.add(TableNode(self.graph._graph.next_id(), late.name, self.node.schema, fqn=str(late),
                                             role=TableRole.LATE_ROWS))
         return stream
-
-    def _late_rows_fqn(self, table: str | None) -> str | None:
-        return None if table is None else str(self.graph._table_fqn(table))
 
     def time_series_engine(
         self,
@@ -416,36 +373,7 @@ class DStream(JoinMethods):
         ('time', 'sym', 'close')
         >>> session.close()
         """
-
-        def make(name: str) -> TimeSeriesEngine:
-            where = f"time_series_engine {clip(name)}"
-            windows, flat, metric_windows = _window_metrics(window, metrics, where=where)
-            return TimeSeriesEngine(
-                name=name,
-                input_schema=self.node.schema,
-                window=windows,
-                step=parse_duration(step, where=f"{where} step"),
-                metrics=flat,
-                metric_windows=metric_windows,
-                time_column=time_column,
-                key_column=_as_tuple(key_column, f"{where} key_column"),
-                accepted_delay=parse_duration(accepted_delay, where=f"{where} accepted_delay", allow_zero=True),
-                closed=closed,
-                use_window_start_time=use_window_start_time,
-                fill=_fill_arg(fill, where=f"{where} fill"),
-                round_time=round_time,
-                update_time=None if update_time is None else parse_duration(
-                    update_time, where=f"{where} update_time", allow_zero=True),
-                force_trigger_time=None if force_trigger_time is None else parse_duration(
-                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
-                sub_window=None if sub_window is None else _duration_pair(sub_window, where=f"{where} sub_window"),
-                key_purge_freq=None if key_purge_freq is None else parse_duration(
-                    key_purge_freq, where=f"{where} key_purge_freq"),
-                use_system_time=use_system_time,
-                late_rows_table=self._late_rows_fqn(late_rows_table),
-            )
-
-        return self._engine(TimeSeriesEngine.kind, make)
+        return self._engine(TimeSeriesEngine, locals())
 
     def session_window_engine(
         self,
@@ -472,22 +400,7 @@ class DStream(JoinMethods):
         ``update_time`` also emits sessions as they grow, as in ``time_series_engine`` (``0``: after every
         micro-batch).
         """
-
-        def make(name: str) -> SessionWindowEngine:
-            where = f"session_window_engine {clip(name)}"
-            return SessionWindowEngine(
-                name=name, input_schema=self.node.schema,
-                session_gap=parse_duration(session_gap, where=f"{where} session_gap"),
-                metrics=to_metrics(metrics, where=where),
-                time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
-                use_session_start_time=use_session_start_time,
-                force_trigger_time=None if force_trigger_time is None else parse_duration(
-                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
-                late_rows_table=self._late_rows_fqn(late_rows_table), use_system_time=use_system_time,
-                update_time=None if update_time is None else parse_duration(
-                    update_time, where=f"{where} update_time", allow_zero=True))
-
-        return self._engine(SessionWindowEngine.kind, make)
+        return self._engine(SessionWindowEngine, locals())
 
     def time_bucket_engine(
         self,
@@ -525,19 +438,7 @@ class DStream(JoinMethods):
         {'time': [Timestamp('2026-01-05 09:35:00'), Timestamp('2026-01-05 09:40:00')], 'sym': ['a', 'a'], 'volume': [10, 35]}
         >>> s.close()
         """
-
-        def make(name: str) -> TimeBucketEngine:
-            where = f"time_bucket_engine {clip(name)}"
-            return TimeBucketEngine(
-                name=name, input_schema=self.node.schema,
-                time_cut_points=_times_of_day(time_cut_points, where=f"{where} time_cut_points"),
-                metrics=to_metrics(metrics, where=where),
-                time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
-                use_window_start_time=use_window_start_time, closed=closed, fill=fill,
-                key_purge_freq_in_second=key_purge_freq_in_second,
-                late_rows_table=self._late_rows_fqn(late_rows_table))
-
-        return self._engine(TimeBucketEngine.kind, make)
+        return self._engine(TimeBucketEngine, locals())
 
     def daily_time_series_engine(
         self,
@@ -599,36 +500,7 @@ class DStream(JoinMethods):
         {'time': [Timestamp('2018-10-08 09:31:00'), Timestamp('2018-10-08 11:30:00')], 'sym': ['A', 'A'], 'volume': [34, 44]}
         >>> s.close()
         """
-
-        def make(name: str) -> DailyTimeSeriesEngine:
-            where = f"daily_time_series_engine {clip(name)}"
-            windows, flat, metric_windows = _window_metrics(window, metrics, where=where)
-            return DailyTimeSeriesEngine(
-                name=name, input_schema=self.node.schema, window=windows,
-                step=parse_duration(step, where=f"{where} step"), metrics=flat, metric_windows=metric_windows,
-                time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
-                session_begin=("00:00",) if session_begin is None else _times_of_day(
-                    [session_begin] if isinstance(session_begin, str | dt.time) else session_begin,
-                    where=f"{where} session_begin"),
-                session_end=() if session_end is None else _times_of_day(
-                    [session_end] if isinstance(session_end, str | dt.time) else session_end,
-                    where=f"{where} session_end"),
-                merge_session_end=merge_session_end,
-                accepted_delay=parse_duration(accepted_delay, where=f"{where} accepted_delay", allow_zero=True),
-                closed=closed, use_window_start_time=use_window_start_time, fill=fill,
-                key_purge_daily=key_purge_daily,
-                force_trigger_session_end_time=None if force_trigger_session_end_time is None else parse_duration(
-                    force_trigger_session_end_time, where=f"{where} force_trigger_session_end_time", allow_zero=True),
-                late_rows_table=self._late_rows_fqn(late_rows_table), key_purge_freq_in_second=key_purge_freq_in_second,
-                force_trigger_time=None if force_trigger_time is None else parse_duration(
-                    force_trigger_time, where=f"{where} force_trigger_time", allow_zero=True),
-                use_system_time=use_system_time,
-                update_time=None if update_time is None else parse_duration(
-                    update_time, where=f"{where} update_time", allow_zero=True),
-                round_time=round_time,
-                sub_window=None if sub_window is None else _duration_pair(sub_window, where=f"{where} sub_window"))
-
-        return self._engine(DailyTimeSeriesEngine.kind, make)
+        return self._engine(DailyTimeSeriesEngine, locals())
 
     def cross_sectional_engine(
         self,
@@ -660,23 +532,7 @@ class DStream(JoinMethods):
             raise GraphDefinitionError(
                 f"cross_sectional_engine after parallelize({self.parallelism.key!r}, {self.parallelism.count}): the "
                 "engine needs the latest row of every key in one task; call it before parallelize, or after sync()")
-
-        def make(name: str) -> CrossSectionalEngine:
-            where = f"cross_sectional_engine {clip(name)}"
-            return CrossSectionalEngine(
-                name=name, input_schema=self.node.schema,
-                metrics=to_metrics(metrics, where=where),
-                key_column=_as_tuple(key_column, f"{where} key_column"), triggering_pattern=triggering_pattern,
-                triggering_interval=triggering_interval_arg(triggering_pattern, triggering_interval, where=where),
-                time_column=time_column,
-                use_system_time=triggering_pattern not in DATA_TIME_TRIGGERS if use_system_time is None
-                else use_system_time,
-                context_by_column=context_by_column, last_batch_only=last_batch_only, round_time=round_time,
-                key_filter=key_filter if key_filter is None or isinstance(key_filter, Expr)
-                else parse_expr(key_filter, where=f"{where} key_filter"),
-                updated_context_groups_only=updated_context_groups_only)
-
-        return self._engine(CrossSectionalEngine.kind, make)
+        return self._engine(CrossSectionalEngine, locals())
 
     def anomaly_detection_engine(
         self,
@@ -693,19 +549,7 @@ class DStream(JoinMethods):
         """One row per true condition: per row (``qty < 4``), per window (``sum(qty) > 5``) or per row against
         its key's last window (``avg(qty) > qty``) (Orca's anomalyDetectionEngine); see
         ``headwater.engines.anomaly``."""
-
-        def make(name: str) -> AnomalyDetectionEngine:
-            where = f"anomaly_detection_engine {clip(name)}"
-            return AnomalyDetectionEngine(
-                name=name, input_schema=self.node.schema,
-                metrics=to_metrics(metrics, where=where),
-                time_column=time_column, key_column=_as_tuple(key_column, f"{where} key_column"),
-                window=None if window is None else parse_duration(window, where=f"{where} window"),
-                step=None if step is None else parse_duration(step, where=f"{where} step"),
-                garbage_size=garbage_size, round_time=round_time,
-                anomaly_description=_as_tuple(anomaly_description, f"{where} anomaly_description"))
-
-        return self._engine(AnomalyDetectionEngine.kind, make)
+        return self._engine(AnomalyDetectionEngine, locals())
 
     def rule_engine(
         self,
@@ -724,17 +568,7 @@ class DStream(JoinMethods):
             raise GraphDefinitionError(
                 "rule_engine: callback is not supported (a callback inside a task would run again when a "
                 "micro-batch is replayed); read the engine's output table instead, e.g. with a sink and SQL")
-        if not isinstance(rule_sets, Mapping):
-            raise GraphDefinitionError(f"rule_engine: rule_sets must be a dict of key to rules, got {clip(rule_sets)}")
-
-        def make(name: str) -> RuleEngine:
-            return RuleEngine(name=name, input_schema=self.node.schema,
-                              rule_sets=tuple((k, tuple(v) if isinstance(v, list | tuple) else (v,))
-                                              for k, v in rule_sets.items()),
-                              output_columns=_as_tuple(output_columns, "rule_engine output_columns"), policy=policy,
-                              rule_set_column=rule_set_column)
-
-        return self._engine(RuleEngine.kind, make)
+        return self._engine(RuleEngine, locals())
 
     def reactive_state_engine(
         self,
@@ -753,8 +587,7 @@ class DStream(JoinMethods):
         matches are dropped from state at most once per ``key_purge_freq``, when they are at least
         10% of the keys (Orca's rule). Output is always in input order.
         """
-        return self._engine(ReactiveStateEngine.kind, lambda name: ReactiveStateEngine(**self._rse_args(
-            name, "reactive_state_engine", metrics, key_column, filter, keep_order, key_purge_filter, key_purge_freq)))
+        return self._engine(ReactiveStateEngine, locals())
 
     def narrow_reactive_state_engine(
         self,
@@ -771,9 +604,7 @@ class DStream(JoinMethods):
 
         Columns: key columns, pass-through metrics (plain columns), ``metricName``, ``value``.
         """
-        return self._engine(NarrowReactiveStateEngine.kind, lambda name: NarrowReactiveStateEngine(**self._rse_args(
-            name, "narrow_reactive_state_engine", metrics, key_column, filter, keep_order, key_purge_filter,
-            key_purge_freq), metric_names=tuple(metric_names)))
+        return self._engine(NarrowReactiveStateEngine, locals())
 
     def dual_ownership_reactive_state_engine(
         self,
@@ -785,25 +616,15 @@ class DStream(JoinMethods):
     ) -> DStream:
         """Two reactive state engines over the same rows, grouped by ``key_column1`` and ``key_column2``."""
         if self.parallelism is not None and not (
-            self.parallelism.key in _as_tuple(key_column1, "dual_ownership_reactive_state_engine key_column1")
-            and self.parallelism.key in _as_tuple(key_column2, "dual_ownership_reactive_state_engine key_column2")
+            self.parallelism.key in as_tuple(key_column1, "dual_ownership_reactive_state_engine key_column1")
+            and self.parallelism.key in as_tuple(key_column2, "dual_ownership_reactive_state_engine key_column2")
         ):
             raise GraphDefinitionError(
                 f"dual_ownership_reactive_state_engine after parallelize({clip(self.parallelism.key)}, "
                 f"{self.parallelism.count}): rows must be partitioned by a column both key columns contain; "
                 "remove parallelize or partition by a common key"
             )
-
-        def make(name: str) -> DualOwnershipReactiveStateEngine:
-            where = f"dual_ownership_reactive_state_engine {clip(name)}"
-            return DualOwnershipReactiveStateEngine(
-                name=name, input_schema=self.node.schema,
-                metrics1=to_metrics(metrics1, where=where),
-                metrics2=to_metrics(metrics2, where=where),
-                key_column1=_as_tuple(key_column1, f"{where} key_column1"),
-                key_column2=_as_tuple(key_column2, f"{where} key_column2"))
-
-        return self._engine(DualOwnershipReactiveStateEngine.kind, make)
+        return self._engine(DualOwnershipReactiveStateEngine, locals())
 
     def reactive_stateless_engine(
         self,
@@ -823,36 +644,7 @@ class DStream(JoinMethods):
             raise GraphDefinitionError(
                 "reactive_stateless_engine: formulas read cells of any key, so it runs as one task; remove parallelize"
             )
-
-        def make(name: str) -> ReactiveStatelessEngine:
-            where = f"reactive_stateless_engine {clip(name)}"
-            return ReactiveStatelessEngine(
-                name=name, input_schema=self.node.schema, formulas=formulas_from(metrics, where=where),
-                key_column=_as_tuple(key_column, f"{where} key_column"), value_column=value_column, time_column=time_column,
-                filter=None if filter is None else (float(filter[0]), float(filter[1])))
-
-        return self._engine(ReactiveStatelessEngine.kind, make)
-
-    def _rse_args(self, name: str, label: str, metrics: Any, key_column: Any, filter: Any, keep_order: bool,
-                  key_purge_filter: Any, key_purge_freq: Any) -> dict[str, Any]:
-        where = f"{label} {clip(name)}"
-
-        def expr(value: Any, what: str) -> Expr | None:
-            if value is None or isinstance(value, Expr):
-                return value
-            return parse_expr(value, where=f"{where} {what}")
-
-        return {
-            "name": name,
-            "input_schema": self.node.schema,
-            "metrics": to_metrics(metrics, where=where),
-            "key_column": _as_tuple(key_column, f"{where} key_column"),
-            "filter": expr(filter, "filter"),
-            "keep_order": keep_order,
-            "key_purge_filter": expr(key_purge_filter, "key_purge_filter"),
-            "key_purge_freq": None if key_purge_freq is None else parse_duration(
-                key_purge_freq, where=f"{where} key_purge_freq"),
-        }
+        return self._engine(ReactiveStatelessEngine, locals())
 
     # -- edges -------------------------------------------------------------------------------------
     def map(self, func: Callable[[pd.DataFrame], pd.DataFrame] | Sequence[Expr | str] | None = None, *,
@@ -892,7 +684,9 @@ class DStream(JoinMethods):
         return [self] * count
 
     # -- tables ------------------------------------------------------------------------------------
-    def _table(self, name: str, role: TableRole, kind: TableKind, keys: tuple[str, ...], time_column: str | None) -> DStream:
+    def _table(self, name: str, role: TableRole, kind: TableKind, key_column: str | Sequence[str] | None = None,
+               time_column: str | None = None) -> DStream:
+        keys = as_tuple(key_column, f"{_table_method(role, kind)} {clip(name)} key_column")
         fqn = self.graph._table_fqn(name)
         schema = self.node.schema
         for k in (*keys, *([time_column] if time_column else [])):
@@ -911,45 +705,32 @@ class DStream(JoinMethods):
 
     def buffer(self, name: str) -> DStream:
         """Store the stream in a public table, queryable with SQL; the chain continues from it."""
-        return self._table(name, TableRole.BUFFER, TableKind.PLAIN, (), None)
+        return self._table(name, TableRole.BUFFER, TableKind.PLAIN)
 
     def keyed_buffer(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        keys = _as_tuple(key_column, f"keyed_buffer {clip(name)} key_column")
-        return self._table(name, TableRole.BUFFER, TableKind.KEYED, keys, None)
+        """A buffer whose table keeps the first row of every key (later rows with that key are dropped)."""
+        return self._table(name, TableRole.BUFFER, TableKind.KEYED, key_column)
 
     def latest_keyed_buffer(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        keys = _as_tuple(key_column, f"latest_keyed_buffer {clip(name)} key_column")
-        return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, keys, time_column)
+        """A buffer whose table accepts a row only if it is newer than the stored row of its key."""
+        return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, key_column, time_column)
 
     def sink(self, name: str) -> DStream:
         """Write the stream to a public table (the end of a chain)."""
-        return self._table(name, TableRole.SINK, TableKind.PLAIN, (), None)
+        return self._table(name, TableRole.SINK, TableKind.PLAIN)
 
     def keyed_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        keys = _as_tuple(key_column, f"keyed_sink {clip(name)} key_column")
-        return self._table(name, TableRole.SINK, TableKind.KEYED, keys, None)
+        """A sink whose table keeps the first row of every key (later rows with that key are dropped)."""
+        return self._table(name, TableRole.SINK, TableKind.KEYED, key_column)
 
     def latest_keyed_sink(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        keys = _as_tuple(key_column, f"latest_keyed_sink {clip(name)} key_column")
-        return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, keys, time_column)
+        """A sink whose table accepts a row only if it is newer than the stored row of its key."""
+        return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, key_column, time_column)
 
 
-def _fill_arg(value: Any, *, where: str) -> str | float | tuple[Any, ...]:
-    """One fill mode or value for every metric, or a list of them, one per metric (checked by the engine)."""
-    if isinstance(value, str | int | float):
-        return value
-    if isinstance(value, Sequence):
-        return tuple(value)
-    raise GraphDefinitionError(f"{where}: expected a fill mode ('none', 'null', 'ffill'), a number, or a "
-                               f"list of them, got {clip(value)}")
-
-
-def _times_of_day(value: Any, *, where: str) -> tuple[str, ...]:
-    """A list of times of day (``"09:30"``, ``"09:30:00"``, ``datetime.time``) as their canonical texts."""
-    if isinstance(value, str | dt.time) or not isinstance(value, Sequence):
-        raise GraphDefinitionError(f"{where}: expected a list of times of day, got {clip(value)}; "
-                                   "e.g. ['09:30', '11:30']")
-    return tuple(time_of_day_text(v, where=f"{where}[{i}]") for i, v in enumerate(value))
+def _table_method(role: TableRole, kind: TableKind) -> str:
+    """The method that declares such a table: ``keyed_sink``, ``latest_keyed_source``, ``buffer``."""
+    return str(role) if kind is TableKind.PLAIN else f"{kind}_{role}"
 
 
 def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str) -> Schema:

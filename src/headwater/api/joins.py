@@ -8,12 +8,12 @@ many tasks with both sides partitioned by that column.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 from headwater.catalog import resolve
-from headwater.durations import parse_duration
+from headwater.engines.arguments import from_arguments
 from headwater.engines.joins import (
     AsofJoinEngine,
     EqualJoinEngine,
@@ -48,21 +48,22 @@ class JoinMethods:
         @property
         def node(self) -> Node: ...
 
-    def _join(self, right: Self, kind: str, make: Callable[[str, dict[str, Any]], JoinEngine],
-              matching_column: Any, metrics: Metrics, time_column: Any = None) -> Self:
+    def _join(self, right: Self, engine: type[JoinEngine], arguments: Mapping[str, Any]) -> Self:
+        """Declare the join ``engine`` builds from a join method's ``arguments`` (its ``locals()``), with its
+        feeders; each argument converted as the spec's field declares (``headwater.engines.arguments``)."""
         left = self
-        name = left.graph._engine_name(kind, left.node_id)
-        where = f"{kind.lower()} {clip(name)}"
+        name = left.graph._engine_name(engine.kind, left.node_id)
+        where = f"{engine.kind.lower()} {clip(name)}"
         if not isinstance(right, JoinMethods) or right.graph is not left.graph:
             raise GraphDefinitionError(f"{where}: the right input must be a DStream of the same stream graph "
                                        f"{left.graph.fqn}, got {clip(right)}")
-        left_keys, right_keys = _pair(matching_column, "matching_column", where)
+        left_keys, right_keys = _pair(arguments["matching_column"], "matching_column", where)
         times: dict[str, Any] = {}
-        if time_column is not None:
-            times["time_column"], times["right_time_column"] = time_pair(time_column, where)
-        spec = make(name, {"name": name, "left_schema": left.node.schema, "right_schema": right.node.schema,
-                           "metrics": to_metrics(metrics, where=where),
-                           "matching_column": left_keys, "right_matching_column": right_keys, **times})
+        if arguments.get("time_column") is not None:
+            times["time_column"], times["right_time_column"] = time_pair(arguments["time_column"], where)
+        spec = from_arguments(engine, arguments, name=name, left_schema=left.node.schema, right_schema=right.node.schema,
+                              metrics=to_metrics(arguments["metrics"], where=where),
+                              matching_column=left_keys, right_matching_column=right_keys, **times)
         parallelism = None
         if left.parallelism is not None:
             if spec.needs_one_task:
@@ -88,9 +89,9 @@ class JoinMethods:
         table = TableNode(graph.next_id(), table_name, layout.merged(), fqn=f"{left.graph.fqn}.{table_name}",
                           role=TableRole.BUFFER, private=True)
         graph.add(table, inputs=tuple(feeders))
-        engine = EngineNode(graph.next_id(), name, spec.output_schema(), parallelism=parallelism, spec=spec, fqn=str(fqn))
-        graph.add(engine, inputs=(table.id,))
-        return type(self)(left.graph, engine.id, parallelism)
+        node = EngineNode(graph.next_id(), name, spec.output_schema(), parallelism=parallelism, spec=spec, fqn=str(fqn))
+        graph.add(node, inputs=(table.id,))
+        return type(self)(left.graph, node.id, parallelism)
 
     def asof_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any,
                          time_column: Any = None, use_system_time: bool = False,
@@ -103,53 +104,33 @@ class JoinMethods:
         left has no such column). ``sort_by_time=True``: inputs in time order across keys, output too (one task).
         See :mod:`headwater.engines.joins.asof`.
         """
-        def make(name: str, common: dict[str, Any]) -> JoinEngine:
-            delay = None if delayed_time is None else parse_duration(delayed_time, where=f"asof_join_engine {clip(name)} delayed_time")
-            return AsofJoinEngine(**common, use_system_time=use_system_time, delayed_time=delay,
-                                  garbage_size=garbage_size, sort_by_time=sort_by_time)
-
-        return self._join(right, AsofJoinEngine.kind, make, matching_column, metrics, time_column)
+        return self._join(right, AsofJoinEngine, locals())
 
     def equal_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any, time_column: Any,
                           garbage_size: int = 5000, max_delayed_time: str | timedelta = timedelta(seconds=3)) -> Self:
         """Join rows of the two sides with equal key and time, once (Orca's equalJoinEngine); see
         :mod:`headwater.engines.joins.equal`."""
-        def make(name: str, common: dict[str, Any]) -> JoinEngine:
-            delay = parse_duration(max_delayed_time, where=f"equal_join_engine {clip(name)} max_delayed_time", allow_zero=True)
-            return EqualJoinEngine(**common, garbage_size=garbage_size, max_delayed_time=delay)
-
-        return self._join(right, EqualJoinEngine.kind, make, matching_column, metrics, time_column)
+        return self._join(right, EqualJoinEngine, locals())
 
     def lookup_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any,
                            right_time_column: str | None = None, keep_duplicates: bool = False,
                            is_inner_join: bool = False) -> Self:
         """Join each left row at once with the right side's latest row of its key (Orca's lookupJoinEngine); see
         :mod:`headwater.engines.joins.lookup`."""
-        def make(name: str, common: dict[str, Any]) -> JoinEngine:
-            return LookupJoinEngine(**common, right_time_column=right_time_column, keep_duplicates=keep_duplicates,
-                                    is_inner_join=is_inner_join)
-
-        return self._join(right, LookupJoinEngine.kind, make, matching_column, metrics)
+        return self._join(right, LookupJoinEngine, locals())
 
     def left_semi_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any,
                               garbage_size: int = 5000, update_right_table: bool = False) -> Self:
         """Emit each left row once its key has a right row (Orca's leftSemiJoinEngine); see
         :mod:`headwater.engines.joins.semi`."""
-        def make(name: str, common: dict[str, Any]) -> JoinEngine:
-            return LeftSemiJoinEngine(**common, garbage_size=garbage_size, update_right_table=update_right_table)
-
-        return self._join(right, LeftSemiJoinEngine.kind, make, matching_column, metrics)
+        return self._join(right, LeftSemiJoinEngine, locals())
 
     def snapshot_join_engine(self, right: Self, *, metrics: Metrics, matching_column: Any,
                              time_column: Any = None, keep_left_duplicates: bool = False,
                              keep_right_duplicates: bool = False, is_inner_join: bool = True) -> Self:
         """Join a row arriving on either side with the other side's cached rows of its key (Orca's
         snapshotJoinEngine); see :mod:`headwater.engines.joins.snapshot`."""
-        def make(name: str, common: dict[str, Any]) -> JoinEngine:
-            return SnapshotJoinEngine(**common, keep_left_duplicates=keep_left_duplicates,
-                                      keep_right_duplicates=keep_right_duplicates, is_inner_join=is_inner_join)
-
-        return self._join(right, SnapshotJoinEngine.kind, make, matching_column, metrics, time_column)
+        return self._join(right, SnapshotJoinEngine, locals())
 
     def window_join_engine(self, right: Self, *, window: Any, metrics: Metrics, matching_column: Any,
                            time_column: Any = None, use_system_time: bool = False, garbage_size: int = 5000,
@@ -163,38 +144,5 @@ class JoinMethods:
         that clock is past it; a ``(0, 0)`` window is computed at each left row over the right rows that arrived
         since the key's previous one. ``garbage_size`` is accepted and has no effect (right rows no window can
         reach are purged). See :mod:`headwater.engines.joins.window`."""
-        def make(name: str, common: dict[str, Any]) -> JoinEngine:
-            where = f"window_join_engine {clip(name)}"
-            delay = None if max_delayed_time is None else \
-                parse_duration(max_delayed_time, where=f"{where} max_delayed_time", allow_zero=True)
-            return WindowJoinEngine(**common, window=_window(window, where), max_delayed_time=delay, closed=closed,
-                                    null_fill=_fill_values(null_fill, where=f"window_join_engine {clip(name)}"), sort_by_time=sort_by_time,
-                                    use_system_time=use_system_time, garbage_size=garbage_size)
+        return self._join(right, WindowJoinEngine, locals())
 
-        return self._join(right, WindowJoinEngine.kind, make, matching_column, metrics, time_column)
-
-
-def _window(value: Any, where: str) -> tuple[timedelta, timedelta]:
-    """``"a:b"`` or ``(a, b)``: two signed durations (``"-5s"``, ``"0s"``, ``timedelta``) or 0."""
-    parts = value.split(":") if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else []
-    if len(parts) != 2:
-        raise GraphDefinitionError(f"{where}: window must be 'a:b' or (a, b), e.g. '-5s:0s' or (0, 0); got {clip(value)}")
-
-    def one(part: Any) -> timedelta:
-        if (isinstance(part, int) and not isinstance(part, bool) and part == 0) or part in ("0", " 0"):
-            return timedelta(0)
-        if isinstance(part, timedelta):
-            return part
-        text = str(part).strip()
-        sign = -1 if text.startswith("-") else 1
-        return sign * parse_duration(text.lstrip("-+"), where=f"{where} window", allow_zero=True)
-
-    return one(parts[0]), one(parts[1])
-
-
-def _fill_values(value: Any, *, where: str) -> tuple[Any, ...]:
-    """``null_fill`` as a tuple: a list or tuple of values, one per output column."""
-    if not isinstance(value, list | tuple):
-        raise GraphDefinitionError(f"{where}: null_fill must be a list with one value per output column (None keeps "
-                                   f"its NULLs), got {clip(value)}")
-    return tuple(value)

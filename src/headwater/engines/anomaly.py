@@ -28,13 +28,13 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.durations import format_duration
+from headwater.engines.arguments import arg, columns, duration, metric_list, optional
 from headwater.engines.base import (
     SEQ,
     EngineKind,
-    EngineSpec,
     KeyTable,
+    OneInputEngine,
     Processor,
-    check_flags,
     resolve_columns,
     resolve_expr,
 )
@@ -67,23 +67,22 @@ def _check_sequence_functions(metric: Expr, *, where: str) -> None:
 
 
 @dataclass(frozen=True)
-class AnomalyDetectionEngine(EngineSpec):
+class AnomalyDetectionEngine(OneInputEngine):
+    """Parameters of ``anomaly_detection_engine`` (validated against the input schema on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.ANOMALY_DETECTION
-    name: str
-    input_schema: Schema
-    metrics: tuple[Expr, ...]
+    metrics: tuple[Expr, ...] = field(metadata=arg(metric_list))
     time_column: str
-    key_column: tuple[str, ...] = ()
-    window: timedelta | None = None
-    step: timedelta | None = None
+    key_column: tuple[str, ...] = field(default=(), metadata=arg(columns))
+    window: timedelta | None = field(default=None, metadata=arg(optional(duration)))
+    step: timedelta | None = field(default=None, metadata=arg(optional(duration)))
     garbage_size: int = 2000
     round_time: bool = True
-    anomaly_description: tuple[str, ...] = ()
+    anomaly_description: tuple[str, ...] = field(default=(), metadata=arg(columns))
     _kinds: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        where = f"anomaly_detection_engine {clip(self.name)}"
-        check_flags(self, where=where)
+    def validate(self) -> None:
+        where = self.where
         schema = self.input_schema
         (time_col,) = resolve_columns((self.time_column,), schema, what="time_column", where=where)
         if schema[time_col] not in TEMPORAL:
@@ -142,11 +141,7 @@ class AnomalyDetectionEngine(EngineSpec):
             metrics=tuple(Alias(a, (f"agg__{i}",)) for i, a in enumerate(aggs)), time_column=self.time_column,
             key_column=self.key_column, round_time=self.round_time)
 
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return self.key_column
-
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+    def output_schema(self) -> Schema:
         schema = self.input_schema
         cols = [(self.time_column, schema[self.time_column])] + [(k, schema[k]) for k in self.key_column]
         return Schema(tuple([*cols, ("type", "int"), ("metric", "string")]))
@@ -160,11 +155,9 @@ class AnomalyDetectionEngine(EngineSpec):
             props["anomalyDescription"] = list(self.anomaly_description)
         return props
 
-    def processor(self, input_schema: Schema | None = None) -> AnomalyDetectionProcessor:
-        return AnomalyDetectionProcessor(self)
 
 
-class AnomalyDetectionProcessor(Processor):
+class AnomalyDetectionProcessor(Processor, runs=AnomalyDetectionEngine):
     def __init__(self, spec: AnomalyDetectionEngine) -> None:
         self.spec = spec
         self.out_schema = spec.output_schema().to_arrow().append(pa.field(SEQ, pa.int64()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -52,7 +52,13 @@ SEQ = "_hw_seq"  # total order of rows within a stream (append order); reserved 
 
 
 class Processor(abc.ABC):
-    """Runs one engine over the micro-batches of one stream task."""
+    """Runs one engine over the micro-batches of one stream task: ``class P(Processor, runs=SomeEngine)`` makes
+    ``P(spec)`` what ``SomeEngine.processor()`` returns."""
+
+    def __init_subclass__(cls, *, runs: type[EngineSpec] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if runs is not None:
+            runs.processor_type = cls
 
     @abc.abstractmethod
     def new_state(self) -> Any:
@@ -95,28 +101,47 @@ class Processor(abc.ABC):
 
 @dataclass(frozen=True)
 class EngineSpec(abc.ABC):
-    """Base of engine descriptions; subclasses are frozen dataclasses that validate themselves."""
+    """Base of engine descriptions; subclasses are frozen dataclasses that validate themselves in :meth:`validate`."""
 
     kind: ClassVar[EngineKind]
+    processor_type: ClassVar[Callable[[Any], Processor]]  # set by ``class P(Processor, runs=TheEngine)``
+    name: str
+
+    def __post_init__(self) -> None:
+        check_flags(self, where=self.where)
+        self.validate()
+
+    @property
+    def where(self) -> str:
+        """The engine as errors name it: ``time_series_engine 'bars'``."""
+        return f"{self.kind.lower()} {clip(self.name)}"
 
     @abc.abstractmethod
-    def output_schema(self, input_schema: Schema | None = None) -> Schema: ...
+    def validate(self) -> None:
+        """Check the parameters (against the input schema); store names in their real spelling."""
 
     @abc.abstractmethod
-    def processor(self, input_schema: Schema | None = None) -> Processor: ...
+    def output_schema(self) -> Schema: ...
+
+    def processor(self) -> Processor:
+        """What runs the engine over one stream task's micro-batches, with its state."""
+        return type(self).processor_type(self)
 
     @abc.abstractmethod
     def properties(self) -> dict[str, Any]:
         """JSON-ready parameters, shown by explain() and stored with the graph."""
 
     @property
-    def key_columns(self) -> tuple[str, ...]:
-        return ()
-
-    @property
     def late_rows_fqn(self) -> str | None:
-        """The public table the engine's late rows go to (engines with ``late_rows_table``), else None."""
-        return None
+        """The public table the engine's late rows go to (engines with a ``late_rows_table``), else None."""
+        return getattr(self, "late_rows_table", None)
+
+
+@dataclass(frozen=True)
+class OneInputEngine(EngineSpec):
+    """An engine over one input stream (the joins have two)."""
+
+    input_schema: Schema
 
 
 def check_flags(spec: Any, *, where: str) -> None:

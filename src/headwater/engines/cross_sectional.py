@@ -59,13 +59,13 @@ import pyarrow as pa
 from headwater.aggregates.groups import over_groups
 from headwater.aggregates.rules import CATALOG, METRIC_AGGREGATES
 from headwater.durations import format_duration, parse_duration, to_micros
+from headwater.engines.arguments import Argument, arg, columns, expression, metric_list
 from headwater.engines.base import (
     SEQ,
     EngineKind,
-    EngineSpec,
     KeyTable,
+    OneInputEngine,
     Processor,
-    check_flags,
     metric_outputs,
     resolve_columns,
     resolve_expr,
@@ -85,13 +85,13 @@ SEQ_SHIFT = 32  # _hw_seq = (input version << 32) | row: the append a row came i
 TriggeringInterval = int | tuple[Any, ...] | timedelta | None
 
 
-def triggering_interval_arg(pattern: str, value: Any, *, where: str) -> TriggeringInterval:
+def triggering_interval_arg(a: Argument) -> TriggeringInterval:
     """``triggering_interval`` as given to ``cross_sectional_engine``, in the engine's form: a ``timedelta``
     for ``data_interval`` (from ``"1s"`` or a ``timedelta``), a count or a pair of counts for ``key_count``."""
+    value, what = a.value, a.where
     if value is None:
         return None
-    what = f"{where} triggering_interval"
-    if pattern in ("data_interval", "interval"):
+    if a.arguments["triggering_pattern"] in ("data_interval", "interval"):
         if isinstance(value, int | float) and not isinstance(value, bool):
             raise GraphDefinitionError(
                 f"{what}: got the bare number {clip(value)}; give a duration of the time column, e.g. '1s' (Orca "
@@ -102,33 +102,35 @@ def triggering_interval_arg(pattern: str, value: Any, *, where: str) -> Triggeri
     return value
 
 
+def system_time_arg(a: Argument) -> bool:
+    """``use_system_time``; None: True unless the triggering pattern works on data time."""
+    return a.arguments["triggering_pattern"] not in DATA_TIME_TRIGGERS if a.value is None else a.value
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool) and bool(value >= 1)
 
 
 @dataclass(frozen=True)
-class CrossSectionalEngine(EngineSpec):
+class CrossSectionalEngine(OneInputEngine):
     """Parameters of ``cross_sectional_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.CROSS_SECTIONAL
-    name: str
-    input_schema: Schema
-    metrics: tuple[Expr, ...]
-    key_column: tuple[str, ...]
+    metrics: tuple[Expr, ...] = field(metadata=arg(metric_list))
+    key_column: tuple[str, ...] = field(metadata=arg(columns))
     triggering_pattern: str = "per_batch"
     time_column: str | None = None
-    use_system_time: bool = True
+    use_system_time: bool = field(default=True, metadata=arg(system_time_arg))
     context_by_column: str | None = None
-    triggering_interval: TriggeringInterval = None
+    triggering_interval: TriggeringInterval = field(default=None, metadata=arg(triggering_interval_arg))
     last_batch_only: bool = False
     round_time: bool = True
-    key_filter: Expr | None = None
+    key_filter: Expr | None = field(default=None, metadata=arg(expression))
     updated_context_groups_only: bool = False
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        where = f"cross_sectional_engine {clip(self.name)}"
-        check_flags(self, where=where)
+    def validate(self) -> None:
+        where = self.where
         schema = self.input_schema
         self._check_trigger(where)
         if not self.key_column:
@@ -215,23 +217,18 @@ class CrossSectionalEngine(EngineSpec):
                            else int(counts[0]))
 
     @property
-    def key_columns(self) -> tuple[str, ...]:
-        return self.key_column
-
-    @property
     def per_key(self) -> bool:
         """Metrics with per-key values (a column outside aggregates, ``rank``): one output row per key (Orca's
         ``context by`` form), aggregates repeated on each."""
         return any(_per_key(expr) for _, expr in self._outputs)
 
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+    def output_schema(self) -> Schema:
         cols = [("time", "timestamp")]
         if self.context_by_column:
             cols.append((self.context_by_column, self.input_schema[self.context_by_column]))
         if self.per_key:
             cols += [(k, self.input_schema[k]) for k in self.key_column]
-        where = f"cross_sectional_engine {clip(self.name)}"
-        return Schema(tuple(cols + [(n, infer_type(e, self.input_schema, where=where, kinds=CROSS_KINDS))
+        return Schema(tuple(cols + [(n, infer_type(e, self.input_schema, where=self.where, kinds=CROSS_KINDS))
                                     for n, e in self._outputs]))
 
     def properties(self) -> dict[str, Any]:
@@ -246,8 +243,6 @@ class CrossSectionalEngine(EngineSpec):
                 # absent when False, so graphs stored before it existed resume with an unchanged plan
                 **({"updatedContextGroupsOnly": True} if self.updated_context_groups_only else {})}
 
-    def processor(self, input_schema: Schema | None = None) -> CrossSectionalProcessor:
-        return CrossSectionalProcessor(self)
 
 
 CROSS_KINDS = frozenset({"scalar", "aggregate", "cross_section"})
@@ -415,7 +410,7 @@ class _Section:
                 "passes": self.passes, "time": self.time, "touched": sorted(self.touched, key=lambda g: (g is None, g))}
 
 
-class CrossSectionalProcessor(Processor):
+class CrossSectionalProcessor(Processor, runs=CrossSectionalEngine):
     def __init__(self, spec: CrossSectionalEngine) -> None:
         self.spec = spec
         self.out_schema = spec.output_schema()

@@ -71,7 +71,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headwater.durations import format_duration, to_micros
-from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor, check_flags
+from headwater.engines.arguments import (
+    arg,
+    columns,
+    duration_or_zero,
+    duration_pair,
+    optional,
+    times_of_day_or,
+    windows_and_metrics,
+)
+from headwater.engines.base import SEQ, EngineKind, Processor
 from headwater.engines.calendar_windows import (
     DAY_US,
     CalendarWindowProcessor,
@@ -80,10 +89,10 @@ from headwater.engines.calendar_windows import (
     parse_time_of_day,
 )
 from headwater.engines.time_bucket import check_fill, check_timestamp
-from headwater.engines.window_metrics import SeveralWindows, resolve_window_engine, window_output_schema
+from headwater.engines.time_series import StepWindows
+from headwater.engines.window_metrics import resolve_window_engine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
-from headwater.types import Schema
 
 
 def _hhmm(us: int) -> str:
@@ -128,40 +137,36 @@ def session_offsets(begins: list[int], ends: list[int], *, where: str) -> list[t
 
 
 @dataclass(frozen=True)
-class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
+class DailyTimeSeriesEngine(StepWindows):
     """Parameters of ``daily_time_series_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.DAILY_TIME_SERIES
-    name: str
-    input_schema: Schema
-    window: timedelta | tuple[timedelta, ...]  # several: Orca's vector windowSize, one step
-    step: timedelta
-    metrics: tuple[Expr, ...]
     time_column: str | None  # None: use_system_time
-    key_column: tuple[str, ...] = ()
-    session_begin: tuple[str, ...] = ("00:00",)
-    session_end: tuple[str, ...] = ()
+    key_column: tuple[str, ...] = field(default=(), metadata=arg(columns))
+    session_begin: tuple[str, ...] = field(default=("00:00",), metadata=arg(times_of_day_or(("00:00",))))
+    session_end: tuple[str, ...] = field(default=(), metadata=arg(times_of_day_or(())))
     merge_session_end: bool = False
-    accepted_delay: timedelta = timedelta(0)
+    accepted_delay: timedelta = field(default=timedelta(0), metadata=arg(duration_or_zero))
     closed: str = "left"
     use_window_start_time: bool = False
     fill: str | float = "none"
     key_purge_daily: bool = True
-    force_trigger_session_end_time: timedelta | None = None
+    force_trigger_session_end_time: timedelta | None = field(default=None, metadata=arg(optional(duration_or_zero)))
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
     key_purge_freq_in_second: float | None = None
-    force_trigger_time: timedelta | None = None
+    force_trigger_time: timedelta | None = field(default=None, metadata=arg(optional(duration_or_zero)))
     use_system_time: bool = False
-    update_time: timedelta | None = None
-    metric_windows: tuple[int, ...] = ()  # with several windows: the window of each metric, by position
+    update_time: timedelta | None = field(default=None, metadata=arg(optional(duration_or_zero)))
+    # with several windows: the window of each metric, by position
+    metric_windows: tuple[int, ...] = field(default=(), metadata=arg(windows_and_metrics, name="window"))
     round_time: bool = True  # accepted for Orca's signature; no effect (windows start at session begins)
-    sub_window: tuple[timedelta, timedelta] | None = None  # (start, end) from each window's start
+    # (start, end) from each window's start
+    sub_window: tuple[timedelta, timedelta] | None = field(default=None, metadata=arg(optional(duration_pair)))
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
     _sessions: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        where = f"daily_time_series_engine {clip(self.name)}"
-        check_flags(self, where=where)
+    def validate(self) -> None:
+        where = self.where
         step = to_micros(self.step)
         for w in self.windows:
             if to_micros(w) <= 0 or step <= 0:
@@ -270,17 +275,6 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
             raise GraphDefinitionError(f"{where}: several windows exclude use_window_start_time (Orca's rule), "
                                        "update_time and key_purge_freq_in_second (as in time_series_engine)")
 
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return self.key_column
-
-    @property
-    def late_rows_fqn(self) -> str | None:
-        return self.late_rows_table
-
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
-        return window_output_schema(self, where=f"daily_time_series_engine {clip(self.name)}")
-
     def properties(self) -> dict[str, Any]:
         return {
             "windowSize": (format_duration(self.window) if not isinstance(self.window, tuple)
@@ -351,7 +345,7 @@ class DailyTimeSeriesEngine(SeveralWindows, EngineSpec):
                          first=first, last=last, start=day_start, shift=1 if self.closed == "right" else 0,
                          session_end=[e for _, e in sessions], session_last=session_last, due=due)
 
-    def processor(self, input_schema: Schema | None = None) -> CalendarWindowProcessor | SeveralWindowsProcessor:
+    def processor(self) -> CalendarWindowProcessor | SeveralWindowsProcessor:
         groups = [(positions, self._window_processor(w, positions)) for w, positions in self.metric_groups()]
         return groups[0][1] if not isinstance(self.window, tuple) else SeveralWindowsProcessor(self, groups)
 

@@ -19,13 +19,13 @@ import numpy as np
 import pyarrow as pa
 
 from headwater.durations import format_duration
+from headwater.engines.arguments import arg, as_given, columns, duration, expression, metric_list, optional
 from headwater.engines.base import (
     SEQ,
     EngineKind,
-    EngineSpec,
     KeyTable,
+    OneInputEngine,
     Processor,
-    check_flags,
     metric_outputs,
     resolve_columns,
     resolve_expr,
@@ -47,23 +47,20 @@ RSE_KINDS = frozenset({"scalar", "state"})
 
 
 @dataclass(frozen=True)
-class ReactiveStateEngine(EngineSpec):
+class ReactiveStateEngine(OneInputEngine):
     """Parameters of ``reactive_state_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.REACTIVE_STATE
-    name: str
-    input_schema: Schema
-    metrics: tuple[Expr, ...]
-    key_column: tuple[str, ...] = ()
-    filter: Expr | None = None
+    metrics: tuple[Expr, ...] = field(metadata=arg(metric_list))
+    key_column: tuple[str, ...] = field(default=(), metadata=arg(columns))
+    filter: Expr | None = field(default=None, metadata=arg(expression))
     keep_order: bool = True
-    key_purge_filter: Expr | None = None
-    key_purge_freq: timedelta | None = None
+    key_purge_filter: Expr | None = field(default=None, metadata=arg(expression))
+    key_purge_freq: timedelta | None = field(default=None, metadata=arg(optional(duration)))
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        where = f"{self.kind.lower()} {clip(self.name)}"
-        check_flags(self, where=where)
+    def validate(self) -> None:
+        where = self.where
         if (self.key_purge_filter is None) != (self.key_purge_freq is None):
             raise GraphDefinitionError(
                 f"{where}: pass both key_purge_filter= and key_purge_freq= (or neither); "
@@ -90,15 +87,10 @@ class ReactiveStateEngine(EngineSpec):
             infer_type(self.key_purge_filter, self.output_schema(), where=f"{where} key_purge_filter",
                        kinds=frozenset({"scalar"}))
 
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return self.key_column
-
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+    def output_schema(self) -> Schema:
         schema = self.input_schema
         cols = [(k, schema[k]) for k in self.key_column]
-        where = f"reactive_state_engine {clip(self.name)}"
-        cols += [(n, infer_type(e, schema, where=where, kinds=RSE_KINDS)) for n, e in self._outputs]
+        cols += [(n, infer_type(e, schema, where=self.where, kinds=RSE_KINDS)) for n, e in self._outputs]
         return Schema(tuple(cols))
 
     def properties(self) -> dict[str, Any]:
@@ -113,8 +105,6 @@ class ReactiveStateEngine(EngineSpec):
             props["keyPurgeFreq"] = format_duration(self.key_purge_freq)
         return props
 
-    def processor(self, input_schema: Schema | None = None) -> ReactiveStateProcessor:
-        return ReactiveStateProcessor(self)
 
 
 
@@ -168,7 +158,7 @@ class MetricDag:
         return values[self.index[expr.key()]]
 
 
-class ReactiveStateProcessor(Processor):
+class ReactiveStateProcessor(Processor, runs=ReactiveStateEngine):
     def __init__(self, spec: ReactiveStateEngine) -> None:
         self.spec = spec
         schema = spec.input_schema
@@ -266,11 +256,11 @@ class NarrowReactiveStateEngine(ReactiveStateEngine):
     """
 
     kind: ClassVar[EngineKind] = EngineKind.NARROW_REACTIVE_STATE
-    metric_names: tuple[str, ...] = ()
+    metric_names: tuple[str, ...] = field(default=(), metadata=arg(as_given(tuple)))
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        where = f"narrow_reactive_state_engine {clip(self.name)}"
+    def validate(self) -> None:
+        super().validate()
+        where = self.where
         computed = [n for n, e in self._outputs if not isinstance(e, Col)]
         if len(computed) != len(self.metric_names):
             raise GraphDefinitionError(
@@ -281,7 +271,7 @@ class NarrowReactiveStateEngine(ReactiveStateEngine):
             if not isinstance(expr, Col) and infer_type(expr, self.input_schema, where=where, kinds=RSE_KINDS) == "string":
                 raise GraphDefinitionError(f"{where}: metric {clip(name)} is a string; narrow output values are numbers")
 
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+    def output_schema(self) -> Schema:
         wide = super().output_schema()
         keep = [(n, t) for n, t in wide.columns[len(self.key_column):] if isinstance(dict(self._outputs)[n], Col)]
         return Schema(tuple([*wide.columns[: len(self.key_column)], *keep, ("metricName", "string"), ("value", "double")]))
@@ -289,11 +279,9 @@ class NarrowReactiveStateEngine(ReactiveStateEngine):
     def properties(self) -> dict[str, Any]:
         return {**super().properties(), "metricNames": list(self.metric_names)}
 
-    def processor(self, input_schema: Schema | None = None) -> NarrowProcessor:
-        return NarrowProcessor(self)
 
 
-class NarrowProcessor(ReactiveStateProcessor):
+class NarrowProcessor(ReactiveStateProcessor, runs=NarrowReactiveStateEngine):
     def __init__(self, spec: NarrowReactiveStateEngine) -> None:
         wide = ReactiveStateEngine(spec.name, spec.input_schema, spec.metrics, spec.key_column, spec.filter,
                                    spec.keep_order, spec.key_purge_filter, spec.key_purge_freq)
@@ -322,7 +310,7 @@ class NarrowProcessor(ReactiveStateProcessor):
 
 
 @dataclass(frozen=True)
-class DualOwnershipReactiveStateEngine(EngineSpec):
+class DualOwnershipReactiveStateEngine(OneInputEngine):
     """``dual_ownership_reactive_state_engine``: two reactive state engines over one input, keyed differently.
 
     Output (Orca C.7): common key columns, key_column1-only, key_column2-only, metrics1, metrics2 — one row per
@@ -330,14 +318,12 @@ class DualOwnershipReactiveStateEngine(EngineSpec):
     """
 
     kind: ClassVar[EngineKind] = EngineKind.DUAL_OWNERSHIP_REACTIVE_STATE
-    name: str
-    input_schema: Schema
-    metrics1: tuple[Expr, ...]
-    metrics2: tuple[Expr, ...]
-    key_column1: tuple[str, ...]
-    key_column2: tuple[str, ...]
+    metrics1: tuple[Expr, ...] = field(metadata=arg(metric_list))
+    metrics2: tuple[Expr, ...] = field(metadata=arg(metric_list))
+    key_column1: tuple[str, ...] = field(metadata=arg(columns))
+    key_column2: tuple[str, ...] = field(metadata=arg(columns))
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         self._engines()  # validates both halves
         names = self.output_schema().names  # validates unique names
         del names
@@ -346,11 +332,7 @@ class DualOwnershipReactiveStateEngine(EngineSpec):
         return (ReactiveStateEngine(f"{self.name}.1", self.input_schema, self.metrics1, self.key_column1),
                 ReactiveStateEngine(f"{self.name}.2", self.input_schema, self.metrics2, self.key_column2))
 
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return tuple(k for k in self.key_column1 if k in self.key_column2)
-
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+    def output_schema(self) -> Schema:
         e1, e2 = self._engines()
         s1, s2 = e1.output_schema(), e2.output_schema()
         k1, k2 = e1.key_column, e2.key_column
@@ -367,11 +349,9 @@ class DualOwnershipReactiveStateEngine(EngineSpec):
         return {"metrics1": [str(m) for m in self.metrics1], "metrics2": [str(m) for m in self.metrics2],
                 "keyColumn1": list(self.key_column1), "keyColumn2": list(self.key_column2)}
 
-    def processor(self, input_schema: Schema | None = None) -> DualOwnershipProcessor:
-        return DualOwnershipProcessor(self)
 
 
-class DualOwnershipProcessor(Processor):
+class DualOwnershipProcessor(Processor, runs=DualOwnershipReactiveStateEngine):
     def __init__(self, spec: DualOwnershipReactiveStateEngine) -> None:
         e1, e2 = spec._engines()
         self.first, self.second = e1.processor(), e2.processor()

@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from headwater.engines.base import SEQ, EngineKind, EngineSpec, Processor, check_flags
+from headwater.engines.arguments import Argument, arg, columns
+from headwater.engines.base import SEQ, EngineKind, OneInputEngine, Processor
 from headwater.engines.columns import evaluate_rowwise
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
@@ -63,21 +64,28 @@ class Formula:
         return {cell for _, cell in self.variables}
 
 
+def _formulas(a: Argument) -> tuple[Formula, ...]:
+    return formulas_from(a.value, where=a.engine)
+
+
+def _range(a: Argument) -> tuple[float, float] | None:
+    return None if a.value is None else (float(a.value[0]), float(a.value[1]))
+
+
 @dataclass(frozen=True)
-class ReactiveStatelessEngine(EngineSpec):
+class ReactiveStatelessEngine(OneInputEngine):
+    """Parameters of ``reactive_stateless_engine`` (validated against the input schema on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.REACTIVE_STATELESS
-    name: str
-    input_schema: Schema
-    formulas: tuple[Formula, ...]
-    key_column: tuple[str, ...]
+    formulas: tuple[Formula, ...] = field(metadata=arg(_formulas, name="metrics"))
+    key_column: tuple[str, ...] = field(metadata=arg(columns))
     value_column: str
     time_column: str | None = None
-    filter: tuple[float, float] | None = None
+    filter: tuple[float, float] | None = field(default=None, metadata=arg(_range))
     _order: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        where = f"reactive_stateless_engine {clip(self.name)}"
-        check_flags(self, where=where)
+    def validate(self) -> None:
+        where = self.where
         for c in (*self.key_column, self.value_column, *([self.time_column] if self.time_column else [])):
             if c not in self.input_schema:
                 raise GraphDefinitionError(f"{where}: column {clip(c)} is not an input column {self.input_schema}")
@@ -114,7 +122,7 @@ class ReactiveStatelessEngine(EngineSpec):
             visit(i, [self.formulas[i].output])
         return tuple(order)
 
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+    def output_schema(self) -> Schema:
         cols = [(k, "string") for k in self.key_column]
         if self.time_column:
             cols.append((self.time_column, self.input_schema[self.time_column]))
@@ -124,11 +132,9 @@ class ReactiveStatelessEngine(EngineSpec):
         return {"formulas": [f"{f.output} = {f.formula}" for f in self.formulas], "keyColumn": list(self.key_column),
                 "valueColumn": self.value_column}
 
-    def processor(self, input_schema: Schema | None = None) -> ReactiveStatelessProcessor:
-        return ReactiveStatelessProcessor(self)
 
 
-class ReactiveStatelessProcessor(Processor):
+class ReactiveStatelessProcessor(Processor, runs=ReactiveStatelessEngine):
     def __init__(self, spec: ReactiveStatelessEngine) -> None:
         self.spec = spec
         self.schema = spec.output_schema().to_arrow().append(pa.field(SEQ, pa.int64()))

@@ -33,15 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headwater.engines.base import (
-    SEQ,
-    EngineKind,
-    EngineSpec,
-    Processor,
-    check_flags,
-    resolve_columns,
-    resolve_expr,
-)
+from headwater.engines.arguments import Argument, arg, as_tuple
+from headwater.engines.base import SEQ, EngineKind, OneInputEngine, Processor, resolve_columns, resolve_expr
 from headwater.engines.columns import evaluate_rowwise, filter_mask, to_numpy
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
@@ -79,24 +72,27 @@ def compile_rules(rules: Any, schema: Schema, *, where: str) -> tuple[Expr, ...]
     return tuple(out)
 
 
+def _rule_sets(a: Argument) -> tuple[tuple[Any, tuple[Any, ...]], ...]:
+    """``{key: rules}``, a rule alone standing for a list of one."""
+    if not isinstance(a.value, Mapping):
+        raise GraphDefinitionError(f"rule_engine: rule_sets must be a dict of key to rules, got {clip(a.value)}")
+    return tuple((k, tuple(v) if isinstance(v, list | tuple) else (v,)) for k, v in a.value.items())
+
+
 @dataclass(frozen=True)
-class RuleEngine(EngineSpec):
+class RuleEngine(OneInputEngine):
+    """Parameters of ``rule_engine`` (validated against the input schema on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.RULE
-    name: str
-    input_schema: Schema
-    rule_sets: tuple[tuple[Any, tuple[Any, ...]], ...]  # (key or None, conditions); compiled on creation
-    output_columns: tuple[str, ...]
+    # (key or None, conditions); compiled on creation
+    rule_sets: tuple[tuple[Any, tuple[Any, ...]], ...] = field(metadata=arg(_rule_sets))
+    output_columns: tuple[str, ...] = field(metadata=arg(lambda a: as_tuple(a.value, f"rule_engine {a.name}")))
     policy: str = "shortcut"
     rule_set_column: str | None = None
     _sets: dict[Any, tuple[Expr, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    @property
-    def where(self) -> str:
-        return f"rule_engine {clip(self.name)}"
-
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         where, schema = self.where, self.input_schema
-        check_flags(self, where=where)
         if self.policy not in POLICIES:
             raise GraphDefinitionError(f"{where}: policy must be one of {', '.join(POLICIES)}, got {clip(self.policy)}")
         if self.rule_set_column is not None:
@@ -121,7 +117,7 @@ class RuleEngine(EngineSpec):
         object.__setattr__(self, "rule_sets", tuple((k, v) for k, v in sets.items()))
         object.__setattr__(self, "_sets", sets)
 
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+    def output_schema(self) -> Schema:
         cols = [(c, self.input_schema[c]) for c in self.output_columns]
         return Schema(tuple([*cols, (RESULT, "int" if self.policy == "shortcut" else "bool[]")]))
 
@@ -144,11 +140,9 @@ class RuleEngine(EngineSpec):
             return {"op": kind, "key": key}
         raise GraphDefinitionError(f"{self.where}: unknown rule change {clip(kind)}; expected update_rule or delete_rule")
 
-    def processor(self, input_schema: Schema | None = None) -> RuleProcessor:
-        return RuleProcessor(self)
 
 
-class RuleProcessor(Processor):
+class RuleProcessor(Processor, runs=RuleEngine):
     def __init__(self, spec: RuleEngine) -> None:
         self.spec = spec
         self.out_schema = spec.output_schema().to_arrow().append(pa.field(SEQ, pa.int64()))

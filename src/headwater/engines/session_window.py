@@ -47,48 +47,38 @@ import pyarrow as pa
 from headwater.aggregates.groups import over_groups
 from headwater.aggregates.prefix import running
 from headwater.durations import format_duration, to_micros
-from headwater.engines.base import (
-    SEQ,
-    EngineKind,
-    EngineSpec,
-    KeyTable,
-    Processor,
-    check_flags,
-)
+from headwater.engines.arguments import arg, columns, duration, duration_or_zero, metric_list, optional
+from headwater.engines.base import SEQ, EngineKind, KeyTable, OneInputEngine, Processor
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
+    WindowEngine,
     WindowMetrics,
     resolve_window_engine,
-    window_output_schema,
 )
-from headwater.errors import GraphDefinitionError, clip
+from headwater.errors import GraphDefinitionError
 from headwater.expr import Expr
-from headwater.types import Schema
 
 DAY_US = 86_400_000_000
 
 
 @dataclass(frozen=True)
-class SessionWindowEngine(EngineSpec):
+class SessionWindowEngine(WindowEngine, OneInputEngine):
     """Parameters of ``session_window_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.SESSION_WINDOW
-    name: str
-    input_schema: Schema
-    session_gap: timedelta
-    metrics: tuple[Expr, ...]
+    session_gap: timedelta = field(metadata=arg(duration))
+    metrics: tuple[Expr, ...] = field(metadata=arg(metric_list))
     time_column: str | None  # None with use_system_time
-    key_column: tuple[str, ...] = ()
+    key_column: tuple[str, ...] = field(default=(), metadata=arg(columns))
     use_session_start_time: bool = True
-    force_trigger_time: timedelta | None = None
+    force_trigger_time: timedelta | None = field(default=None, metadata=arg(optional(duration_or_zero)))
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
     use_system_time: bool = False
-    update_time: timedelta | None = None
+    update_time: timedelta | None = field(default=None, metadata=arg(optional(duration_or_zero)))
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        where = f"session_window_engine {clip(self.name)}"
-        check_flags(self, where=where)
+    def validate(self) -> None:
+        where = self.where
         if self.session_gap <= timedelta(0):
             raise GraphDefinitionError(f"{where}: session_gap must be positive, got {format_duration(self.session_gap)}")
         if self.update_time is not None:
@@ -103,17 +93,6 @@ class SessionWindowEngine(EngineSpec):
                                        f"{format_duration(self.force_trigger_time)}")
         resolve_window_engine(self, where=where)
 
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return self.key_column
-
-    @property
-    def late_rows_fqn(self) -> str | None:
-        return self.late_rows_table
-
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
-        return window_output_schema(self, where=f"session_window_engine {clip(self.name)}")
-
     def properties(self) -> dict[str, Any]:
         return {"sessionGap": format_duration(self.session_gap), "metrics": [str(m) for m in self.metrics],
                 "timeColumn": self.time_column, "keyColumn": list(self.key_column),
@@ -122,11 +101,9 @@ class SessionWindowEngine(EngineSpec):
                 "lateRowsTable": self.late_rows_table, **({"useSystemTime": True} if self.use_system_time else {}),
                 **({"updateTime": format_duration(self.update_time)} if self.update_time is not None else {})}
 
-    def processor(self, input_schema: Schema | None = None) -> SessionWindowProcessor:
-        return SessionWindowProcessor(self)
 
 
-class SessionWindowProcessor(Processor):
+class SessionWindowProcessor(Processor, runs=SessionWindowEngine):
     def __init__(self, spec: SessionWindowEngine) -> None:
         self.spec = spec
         self.out_schema = spec.output_schema()

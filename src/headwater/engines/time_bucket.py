@@ -38,7 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from headwater.engines.base import EngineKind, EngineSpec, check_flags
+from headwater.engines.arguments import arg, columns, metric_list, times_of_day
+from headwater.engines.base import EngineKind, OneInputEngine
 from headwater.engines.calendar_windows import (
     MINUTE_US,
     SECOND_US,
@@ -47,10 +48,9 @@ from headwater.engines.calendar_windows import (
     check_key_purge_freq,
     parse_time_of_day,
 )
-from headwater.engines.window_metrics import resolve_window_engine, window_output_schema
+from headwater.engines.window_metrics import WindowEngine, resolve_window_engine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
-from headwater.types import Schema
 
 FILL_MODES = ("none", "null", "ffill")
 
@@ -75,16 +75,14 @@ def check_timestamp(spec: Any, *, where: str) -> None:
 
 
 @dataclass(frozen=True)
-class TimeBucketEngine(EngineSpec):
+class TimeBucketEngine(WindowEngine, OneInputEngine):
     """Parameters of ``time_bucket_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.TIME_BUCKET
-    name: str
-    input_schema: Schema
-    time_cut_points: tuple[str, ...]
-    metrics: tuple[Expr, ...]
+    time_cut_points: tuple[str, ...] = field(metadata=arg(times_of_day))
+    metrics: tuple[Expr, ...] = field(metadata=arg(metric_list))
     time_column: str
-    key_column: tuple[str, ...] = ()
+    key_column: tuple[str, ...] = field(default=(), metadata=arg(columns))
     use_window_start_time: bool = False
     closed: str = "left"
     fill: str | float = "none"
@@ -94,9 +92,8 @@ class TimeBucketEngine(EngineSpec):
     _cuts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
     _unit: int = field(default=0, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        where = f"time_bucket_engine {clip(self.name)}"
-        check_flags(self, where=where)
+    def validate(self) -> None:
+        where = self.where
         points = self.time_cut_points
         if not isinstance(points, tuple | list) or len(points) < 2:
             raise GraphDefinitionError(
@@ -124,17 +121,6 @@ class TimeBucketEngine(EngineSpec):
         resolve_window_engine(self, where=where)
         check_timestamp(self, where=where)
 
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return self.key_column
-
-    @property
-    def late_rows_fqn(self) -> str | None:
-        return self.late_rows_table
-
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
-        return window_output_schema(self, where=f"time_bucket_engine {clip(self.name)}")
-
     def properties(self) -> dict[str, Any]:
         return {"timeCutPoints": list(self.time_cut_points), "metrics": [str(m) for m in self.metrics],
                 "timeColumn": self.time_column, "keyColumn": list(self.key_column),
@@ -149,11 +135,9 @@ class TimeBucketEngine(EngineSpec):
             return DayLayout.from_panes(lo=a, hi=[x - u + 1 for x in b], close_at=[x - u for x in b], out_end=b)
         return DayLayout.from_panes(lo=[x + 1 for x in a], hi=[x + 1 for x in b], close_at=b, out_end=b, out_start=a)
 
-    def processor(self, input_schema: Schema | None = None) -> TimeBucketProcessor:
-        return TimeBucketProcessor(self)
 
 
-class TimeBucketProcessor(CalendarWindowProcessor):
+class TimeBucketProcessor(CalendarWindowProcessor, runs=TimeBucketEngine):
     def __init__(self, spec: TimeBucketEngine) -> None:
         super().__init__(spec, spec.layout(), fill=spec.fill, use_window_start_time=spec.use_window_start_time,
                          purge_every=spec.key_purge_freq_in_second)

@@ -20,18 +20,27 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.durations import format_duration, to_micros
-from headwater.engines.base import SEQ, EngineKind, EngineSpec, KeyTable, Processor, check_flags
+from headwater.engines.arguments import (
+    arg,
+    columns,
+    duration,
+    duration_or_zero,
+    duration_pair,
+    fill_modes,
+    optional,
+    windows_and_metrics,
+)
+from headwater.engines.base import SEQ, EngineKind, KeyTable, OneInputEngine, Processor
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
     SeveralWindows,
+    WindowEngine,
     WindowMetrics,
     resolve_window_engine,
-    window_output_schema,
 )
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
 from headwater.kernels.windows import WindowSpec
-from headwater.types import Schema
 
 FILL_MODES = ("none", "null", "ffill")
 
@@ -64,34 +73,39 @@ def alignment_micros(step_us: int, *, round_time: bool) -> int:
 
 
 @dataclass(frozen=True)
-class TimeSeriesEngine(SeveralWindows, EngineSpec):
+class StepWindows(SeveralWindows, WindowEngine, OneInputEngine):
+    """The fields the time-series and the daily time-series engine share: windows every ``step``, each with its
+    metrics; several window sizes (Orca's vector windowSize) share the step."""
+
+    window: timedelta | tuple[timedelta, ...] = field(metadata=arg(windows_and_metrics))
+    step: timedelta = field(metadata=arg(duration))
+    metrics: tuple[Expr, ...] = field(metadata=arg(windows_and_metrics))
+
+
+@dataclass(frozen=True)
+class TimeSeriesEngine(StepWindows):
     """Parameters of ``time_series_engine`` (validated against the input schema on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.TIME_SERIES
-    name: str
-    input_schema: Schema
-    window: timedelta | tuple[timedelta, ...]  # several: Orca's vector windowSize, one step
-    step: timedelta
-    metrics: tuple[Expr, ...]
     time_column: str | None = None
-    key_column: tuple[str, ...] = ()
-    accepted_delay: timedelta = timedelta(0)
+    key_column: tuple[str, ...] = field(default=(), metadata=arg(columns))
+    accepted_delay: timedelta = field(default=timedelta(0), metadata=arg(duration_or_zero))
     closed: str = "left"
     use_window_start_time: bool = False
-    fill: str | float | tuple[str | float, ...] = "none"
+    fill: str | float | tuple[str | float, ...] = field(default="none", metadata=arg(fill_modes))
     round_time: bool = True
-    update_time: timedelta | None = None
-    force_trigger_time: timedelta | None = None
-    sub_window: tuple[timedelta, timedelta] | None = None
-    key_purge_freq: timedelta | None = None
+    update_time: timedelta | None = field(default=None, metadata=arg(optional(duration_or_zero)))
+    force_trigger_time: timedelta | None = field(default=None, metadata=arg(optional(duration_or_zero)))
+    sub_window: tuple[timedelta, timedelta] | None = field(default=None, metadata=arg(optional(duration_pair)))
+    key_purge_freq: timedelta | None = field(default=None, metadata=arg(optional(duration)))
     use_system_time: bool = False
     late_rows_table: str | None = None  # the FQN of the table the late rows go to
-    metric_windows: tuple[int, ...] = ()  # with several windows: the window of each metric, by position
+    # with several windows: the window of each metric, by position
+    metric_windows: tuple[int, ...] = field(default=(), metadata=arg(windows_and_metrics, name="window"))
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        where = f"time_series_engine {clip(self.name)}"
-        check_flags(self, where=where)
+    def validate(self) -> None:
+        where = self.where
         for window in self.windows:
             if to_micros(window) % to_micros(self.step):
                 raise GraphDefinitionError(
@@ -184,13 +198,6 @@ class TimeSeriesEngine(SeveralWindows, EngineSpec):
                                                               to_micros(self.sub_window[1])),
         )
 
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return self.key_column
-
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
-        return window_output_schema(self, where=f"time_series_engine {clip(self.name)}")
-
     def properties(self) -> dict[str, Any]:
         return {
             "windowSize": (format_duration(self.window) if not isinstance(self.window, tuple)
@@ -215,15 +222,9 @@ class TimeSeriesEngine(SeveralWindows, EngineSpec):
             **({"lateRowsTable": self.late_rows_table} if self.late_rows_table else {}),
         }
 
-    @property
-    def late_rows_fqn(self) -> str | None:
-        return self.late_rows_table
-
-    def processor(self, input_schema: Schema | None = None) -> TimeSeriesProcessor:
-        return TimeSeriesProcessor(self)
 
 
-class TimeSeriesProcessor(Processor):
+class TimeSeriesProcessor(Processor, runs=TimeSeriesEngine):
     def __init__(self, spec: TimeSeriesEngine) -> None:
         from headwater.kernels.windows import WindowAggregator
 

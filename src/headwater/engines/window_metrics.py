@@ -111,12 +111,15 @@ def resolve_window_engine(spec: Any, *, where: str) -> None:
     object.__setattr__(spec, "_outputs", tuple(outputs))
 
 
-def window_output_schema(spec: Any, *, where: str) -> Schema:
-    """A window engine's output: its time column, its key columns, then one column per metric."""
-    schema: Schema = spec.input_schema
-    time = (SYSTEM_TIME, "timestamp") if spec.time_column is None else (spec.time_column, schema[spec.time_column])
-    cols = [time] + [(k, schema[k]) for k in spec.key_column]
-    return Schema(tuple(cols + metric_types(spec._outputs, schema, where=where)))
+class WindowEngine:
+    """What the window engines' specs share (frozen dataclasses checked by :func:`resolve_window_engine`)."""
+
+    def output_schema(self: Any) -> Schema:
+        """The time column, the key columns, then one column per metric."""
+        schema: Schema = self.input_schema
+        time = (SYSTEM_TIME, "timestamp") if self.time_column is None else (self.time_column, schema[self.time_column])
+        cols = [time] + [(k, schema[k]) for k in self.key_column]
+        return Schema(tuple(cols + metric_types(self._outputs, schema, where=self.where)))
 
 
 class WindowMetrics:

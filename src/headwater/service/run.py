@@ -14,8 +14,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from headwater.service import tls
 from headwater.service.leader import LEASE_SECONDS, MIN_LEASE_SECONDS
@@ -24,6 +25,7 @@ from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 log = logging.getLogger(__name__)
 
 # what --spark may name: a local Spark, or a standalone cluster's master (host names and IPv4 addresses)
+N = TypeVar("N", int, float)
 SPARK_MASTER = re.compile(r"local(\[(\*|[1-9][0-9]{0,3})\])?|spark://[A-Za-z0-9.-]{1,253}:[0-9]{1,5}")
 
 
@@ -41,22 +43,22 @@ def positive(text: str) -> int:
 
 
 def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
-    return value
+    return _number(text, int, lambda v: v >= 0, "a whole number >= 0")
 
 
 def lease_seconds(text: str) -> float:
+    return _number(text, float, lambda v: MIN_LEASE_SECONDS <= v <= 3600,
+                   f"a lease length in seconds from {MIN_LEASE_SECONDS:g} to 3600")
+
+
+def _number(text: str, kind: Callable[[str], N], accept: Callable[[N], bool], expected: str) -> N:
+    """``text`` read as a ``kind`` that passes ``accept``, else argparse's error saying what was ``expected``."""
     try:
-        value = float(text)
+        value = kind(text)
     except ValueError:
-        value = -1.0
-    if not MIN_LEASE_SECONDS <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a lease length in seconds from {MIN_LEASE_SECONDS:g} to 3600")
+        value = None
+    if value is None or not accept(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {expected}")
     return value
 
 

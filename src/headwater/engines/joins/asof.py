@@ -24,7 +24,7 @@ effect on memory or results.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -33,6 +33,7 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.durations import format_duration, to_micros
+from headwater.engines.arguments import arg, duration, optional
 from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
 from headwater.engines.columns import to_arrow
 from headwater.engines.joins.base import (
@@ -52,9 +53,11 @@ from headwater.errors import GraphDefinitionError
 
 @dataclass(frozen=True)
 class AsofJoinEngine(JoinEngine):
+    """Parameters of ``asof_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.ASOF_JOIN
     use_system_time: bool = False
-    delayed_time: timedelta | None = None
+    delayed_time: timedelta | None = field(default=None, metadata=arg(optional(duration)))
     garbage_size: int = 5000
     sort_by_time: bool = False
 
@@ -87,11 +90,9 @@ class AsofJoinEngine(JoinEngine):
             props["sortByTime"] = True
         return props
 
-    def processor(self, input_schema: Any = None) -> AsofJoinProcessor:
-        return AsofJoinProcessor(self)
 
 
-class AsofJoinProcessor(Processor):
+class AsofJoinProcessor(Processor, runs=AsofJoinEngine):
     def __init__(self, spec: AsofJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)

@@ -26,15 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headwater.engines.base import (
-    SEQ,
-    EngineSpec,
-    KeyTable,
-    check_flags,
-    metric_outputs,
-    resolve_columns,
-    resolve_expr,
-)
+from headwater.engines.base import SEQ, EngineSpec, KeyTable, metric_outputs, resolve_columns, resolve_expr
 from headwater.engines.columns import evaluate_rowwise, times_us, to_arrow, to_numpy
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Col, Expr, Lit
@@ -125,7 +117,6 @@ class JoinEngine(EngineSpec):
 
     prefix_time: ClassVar[bool] = True  # output starts with the left time column
     metric_kinds: ClassVar[frozenset[str]] = frozenset({"scalar"})  # the window join adds aggregates
-    name: str
     left_schema: Schema
     right_schema: Schema
     metrics: tuple[Expr, ...]
@@ -135,11 +126,7 @@ class JoinEngine(EngineSpec):
     right_time_column: str | None = None
     _outputs: tuple[tuple[str, Expr], ...] = field(default=(), init=False, repr=False, compare=False)
 
-    @property
-    def where(self) -> str:
-        return f"{self.kind.lower()} {clip(self.name)}"
-
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         where = self.where
         left = resolve_columns(self.matching_column, self.left_schema, what="matching column", where=f"{where} (left)")
         right = resolve_columns(self.right_matching_column, self.right_schema, what="matching column",
@@ -174,12 +161,11 @@ class JoinEngine(EngineSpec):
                                            "of the output; rename it with 'as'")
             infer_type(expr, scope, where=f"{where} metric {clip(name)}", kinds=self.metric_kinds)
         object.__setattr__(self, "_outputs", tuple((n, resolve_expr(e, scope)) for n, e in outputs))
-        self._check_options()
+        self._check_garbage_size()
         self.check()
 
-    def _check_options(self) -> None:
-        """Flags are True or False; a garbage_size is a positive int."""
-        check_flags(self, where=self.where)
+    def _check_garbage_size(self) -> None:
+        """A garbage_size (the engines that take one) is a positive int."""
         size = getattr(self, "garbage_size", 1)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise GraphDefinitionError(f"{self.where}: garbage_size must be a positive int, got {clip(size)}")
@@ -203,10 +189,6 @@ class JoinEngine(EngineSpec):
     @property
     def input_schema(self) -> Schema:
         return self.layout.merged()
-
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return tuple(f"k{i}" for i in range(len(self.matching_column)))
 
     def scope(self) -> Schema:
         """The names a metric may use: left columns, right-only columns, and ``left.x`` / ``right.x``."""
@@ -239,7 +221,7 @@ class JoinEngine(EngineSpec):
         cols = [(self.time_column, self.left_schema[self.time_column])] if self.prefix_time and self.time_column else []
         return cols + [(k, self.left_schema[k]) for k in self.matching_column]
 
-    def output_schema(self, input_schema: Schema | None = None) -> Schema:
+    def output_schema(self) -> Schema:
         scope = self.scope()
         metric_types = [(n, infer_type(e, scope, where=self.where, kinds=self.metric_kinds)) for n, e in self._outputs]
         return Schema(tuple(self.prefix() + metric_types))

@@ -13,7 +13,7 @@ then differ from a SQL equi-join); the (key, time) pairs already joined are forg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.durations import format_duration, to_micros
+from headwater.engines.arguments import arg, duration_or_zero
 from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
 from headwater.engines.joins.base import SLOT, TIME, JoinEngine, Sides, concat, frame, with_work_columns
 from headwater.errors import GraphDefinitionError
@@ -29,9 +30,11 @@ from headwater.errors import GraphDefinitionError
 
 @dataclass(frozen=True)
 class EqualJoinEngine(JoinEngine):
+    """Parameters of ``equal_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.EQUAL_JOIN
     garbage_size: int = 5000
-    max_delayed_time: timedelta = timedelta(seconds=3)
+    max_delayed_time: timedelta = field(default=timedelta(seconds=3), metadata=arg(duration_or_zero))
 
     def check(self) -> None:
         if not self.time_column:
@@ -43,11 +46,9 @@ class EqualJoinEngine(JoinEngine):
         return {**super().properties(), "garbageSize": self.garbage_size,
                 "maxDelayedTime": format_duration(self.max_delayed_time)}
 
-    def processor(self, input_schema: Any = None) -> EqualJoinProcessor:
-        return EqualJoinProcessor(self)
 
 
-class EqualJoinProcessor(Processor):
+class EqualJoinProcessor(Processor, runs=EqualJoinEngine):
     def __init__(self, spec: EqualJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)

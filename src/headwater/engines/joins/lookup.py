@@ -25,6 +25,8 @@ from headwater.engines.joins.base import SLOT, TIME, JoinEngine, Sides, concat, 
 
 @dataclass(frozen=True)
 class LookupJoinEngine(JoinEngine):
+    """Parameters of ``lookup_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.LOOKUP_JOIN
     prefix_time: ClassVar[bool] = False
     keep_duplicates: bool = False
@@ -40,11 +42,9 @@ class LookupJoinEngine(JoinEngine):
             props["rightTimeColumn"] = self.right_time_column
         return props
 
-    def processor(self, input_schema: Any = None) -> LookupJoinProcessor:
-        return LookupJoinProcessor(self)
 
 
-class LookupJoinProcessor(Processor):
+class LookupJoinProcessor(Processor, runs=LookupJoinEngine):
     def __init__(self, spec: LookupJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)

@@ -23,6 +23,8 @@ from headwater.engines.joins.base import SLOT, JoinEngine, Sides, concat, frame,
 
 @dataclass(frozen=True)
 class LeftSemiJoinEngine(JoinEngine):
+    """Parameters of ``left_semi_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.LEFT_SEMI_JOIN
     prefix_time: ClassVar[bool] = False
     garbage_size: int = 5000
@@ -31,11 +33,9 @@ class LeftSemiJoinEngine(JoinEngine):
     def properties(self) -> dict[str, Any]:
         return {**super().properties(), "updateRightTable": self.update_right_table}
 
-    def processor(self, input_schema: Any = None) -> LeftSemiJoinProcessor:
-        return LeftSemiJoinProcessor(self)
 
 
-class LeftSemiJoinProcessor(Processor):
+class LeftSemiJoinProcessor(Processor, runs=LeftSemiJoinEngine):
     def __init__(self, spec: LeftSemiJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)

@@ -36,6 +36,8 @@ from headwater.engines.joins.base import (
 
 @dataclass(frozen=True)
 class SnapshotJoinEngine(JoinEngine):
+    """Parameters of ``snapshot_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.SNAPSHOT_JOIN
     prefix_time: ClassVar[bool] = False
     keep_left_duplicates: bool = False
@@ -58,11 +60,9 @@ class SnapshotJoinEngine(JoinEngine):
         return {**super().properties(), "keepLeftDuplicates": self.keep_left_duplicates,
                 "keepRightDuplicates": self.keep_right_duplicates, "isInnerJoin": self.is_inner_join}
 
-    def processor(self, input_schema: Any = None) -> SnapshotJoinProcessor:
-        return SnapshotJoinProcessor(self)
 
 
-class SnapshotJoinProcessor(Processor):
+class SnapshotJoinProcessor(Processor, runs=SnapshotJoinEngine):
     def __init__(self, spec: SnapshotJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)

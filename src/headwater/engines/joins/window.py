@@ -25,7 +25,7 @@ rules are the time-series engine's; an empty window gives NULL (``count``: 0).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from headwater.aggregates.groups import over_groups
 from headwater.aggregates.rules import METRIC_AGGREGATES
 from headwater.durations import format_duration, to_micros
+from headwater.engines.arguments import arg, duration_or_zero, fill_values, optional, signed_duration_pair
 from headwater.engines.base import SEQ, EngineKind, KeyTable, Processor
 from headwater.engines.columns import evaluate_rowwise, to_arrow, to_numpy
 from headwater.engines.joins.base import (
@@ -62,12 +63,15 @@ LOW, HIGH = "_hw_low", "_hw_high"  # a waiting left row's window, inclusive, in 
 
 @dataclass(frozen=True)
 class WindowJoinEngine(JoinEngine):
+    """Parameters of ``window_join_engine`` (validated against both input schemas on creation)."""
+
     kind: ClassVar[EngineKind] = EngineKind.WINDOW_JOIN
     metric_kinds: ClassVar[frozenset[str]] = frozenset({"scalar", "aggregate", "collect"})
-    window: tuple[timedelta, timedelta] = (timedelta(0), timedelta(0))
-    max_delayed_time: timedelta | None = timedelta(seconds=3)
+    window: tuple[timedelta, timedelta] = field(default=(timedelta(0), timedelta(0)), metadata=arg(signed_duration_pair))
+    max_delayed_time: timedelta | None = field(default=timedelta(seconds=3), metadata=arg(optional(duration_or_zero)))
     closed: str = "left"
-    null_fill: tuple[Any, ...] = ()  # per output column: what replaces its NULLs (None: keep them)
+    # per output column: what replaces its NULLs (None: keep them)
+    null_fill: tuple[Any, ...] = field(default=(), metadata=arg(fill_values))
     sort_by_time: bool = False
     use_system_time: bool = False
     garbage_size: int = 5000  # Orca's cache limit: accepted; right rows no window can reach are purged anyway
@@ -162,8 +166,6 @@ class WindowJoinEngine(JoinEngine):
             props["sortByTime"] = True
         return props
 
-    def processor(self, input_schema: Any = None) -> WindowJoinProcessor:
-        return WindowJoinProcessor(self)
 
 
 def window_calls(expr: Expr) -> list[Call]:
@@ -175,7 +177,7 @@ def format_duration_signed(delta: timedelta) -> str:
     return f"-{format_duration(-delta)}" if delta < timedelta(0) else format_duration(delta) if delta else "0"
 
 
-class WindowJoinProcessor(Processor):
+class WindowJoinProcessor(Processor, runs=WindowJoinEngine):
     def __init__(self, spec: WindowJoinEngine) -> None:
         self.spec = spec
         self.sides = Sides(spec)
