@@ -302,6 +302,7 @@ def test_nulls_are_skipped() -> None:
         "varp": [1.0, nan],
         "sum2": [20.0, nan],
         "first_not": [2.0, nan],
+        "prod": [8.0, nan],
         "last_not": [4.0, nan],
     }
     for name in aggs:
@@ -502,6 +503,7 @@ def naive_aggregate(name: str, vals: np.ndarray) -> float:
             "stdp": np.std,
             "varp": np.var,
             "sum2": lambda v: np.sum(v * v),
+            "prod": np.prod,
             "first_not": lambda v: v[0],
             "last_not": lambda v: v[-1],
         }[name](nn)

@@ -3,16 +3,12 @@ built, merged and finished.
 
 A **summary** of rows is three numbers per aggregate, ``(x, n, z)``:
 
-=====================================  ===================  ====================  =========================
-aggregate                              ``x``                ``n``                 ``z``
-=====================================  ===================  ====================  =========================
-``first`` / ``last``                   the first/last row   rows (NULLs count)    that row's arrival number
-``first_not`` / ``last_not``           that non-NULL value  non-NULL values       that value's arrival number
-``sum`` / ``avg`` / ``sum2``           the sum (of squares) non-NULL values       --
-``count``                              --                   non-NULL values       --
-``max`` / ``min``                      the extreme          non-NULL values       --
-``std`` / ``var`` / ``stdp`` / ``varp``  the mean           non-NULL values       the sum of squared deviations
-=====================================  ===================  ====================  =========================
+* ``first``/``last``: the first/last row's value, the rows (NULLs count), that row's arrival number;
+* ``first_not``/``last_not``: the first/last non-NULL value, the non-NULL values, that value's arrival;
+* ``sum``/``avg``, ``sum2``, ``prod``: the sum, the sum of squares, the product; the non-NULL values; --;
+* ``count``: --, the non-NULL values, --;
+* ``max``/``min``: the extreme, the non-NULL values, --;
+* ``std``/``var``/``stdp``/``varp``: the mean, the non-NULL values, the sum of squared deviations.
 
 The rules, the same in every engine and every form:
 
@@ -74,7 +70,7 @@ CATALOG: dict[str, Aggregate] = {a.name: a for a in (
     Aggregate("varp", VARP, "double"),
     Aggregate("range", RANGE, "double", mergeable=False),
     Aggregate("med", MED, "double", mergeable=False),
-    Aggregate("prod", PROD, "double", mergeable=False),
+    Aggregate("prod", PROD, "double"),
 )}
 
 METRIC_AGGREGATES: tuple[str, ...] = ("first", "last", "max", "min", "sum", "count", "avg", "std", "var",
@@ -111,6 +107,8 @@ def add(code, x, n, z, v, seq):  # type: ignore[no-untyped-def]  # pragma: no co
         return (v if v < x else x), n + 1, z
     if code == SUM2:
         return x + v * v, n + 1, z
+    if code == PROD:
+        return x * v, n + 1, z
     if code in (STD, VAR, STDP, VARP):
         k = n + 1
         d = v - x
@@ -134,6 +132,8 @@ def merge(code, x, n, z, xb, nb, zb):  # type: ignore[no-untyped-def]  # pragma:
         return max(x, xb), n + nb, z
     if code == MIN:
         return min(x, xb), n + nb, z
+    if code == PROD:
+        return x * xb, n + nb, z
     if code in (STD, VAR, STDP, VARP):
         tot = n + nb
         d = xb - x

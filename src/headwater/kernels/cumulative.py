@@ -17,6 +17,19 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.aggregates.rules import (
+    AVG,
+    CATALOG,
+    COUNT,
+    FIRST_NOT,
+    LAST_NOT,
+    MAX,
+    MIN,
+    PROD,
+    SUM,
+    add,
+    finish,
+)
 from headwater.kernels.base.numeric import _INTERPOLATIONS, _quantile
 from headwater.kernels.base.operators import (
     State,
@@ -36,10 +49,6 @@ from headwater.kernels.base.operators import (
 )
 
 __all__ = ["SPECS", "CumNunique", "CumPercentile", "CumSimple", "CumVar", "Cumulative"]
-
-
-# Operations of cumulative.
-CUM_SUM, CUM_AVG, CUM_MAX, CUM_MIN, CUM_COUNT, CUM_PROD, CUM_FIRST, CUM_LAST = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 @dataclass(frozen=True)
@@ -62,14 +71,14 @@ class Cumulative(_KernelOp):
     name: str
 
     _OPS: ClassVar[dict[str, int]] = {
-        "cumsum": CUM_SUM,
-        "cumavg": CUM_AVG,
-        "cummax": CUM_MAX,
-        "cummin": CUM_MIN,
-        "cumcount": CUM_COUNT,
-        "cumprod": CUM_PROD,
-        "cumfirst_not": CUM_FIRST,
-        "cumlast_not": CUM_LAST,
+        "cumsum": SUM,
+        "cumavg": AVG,
+        "cummax": MAX,
+        "cummin": MIN,
+        "cumcount": COUNT,
+        "cumprod": PROD,
+        "cumfirst_not": FIRST_NOT,
+        "cumlast_not": LAST_NOT,
     }
 
     def __post_init__(self) -> None:
@@ -109,8 +118,8 @@ class CumVar(_KernelOp):
         return {"count": _i64(), "mean": _f64(0.0), "ssqdm": _f64(0.0)}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
-        ddof = 0 if self.name.endswith("p") else 1
-        return cum_var(slots, x, ddof, self.name.startswith("cumstd"), st["count"], st["mean"], st["ssqdm"])
+        code = CATALOG[self.name[len("cum"):]].code  # cumvar -> var, ...
+        return cum_var(code, slots, x, st["count"], st["mean"], st["ssqdm"])
 
 
 @dataclass(frozen=True)
@@ -281,65 +290,31 @@ class CumNunique(StateOp):
 
 
 @njit(cache=True)
-def cumulative(op, slots, x, acc, count):  # pragma: no cover - numba
-    """cumsum / cumavg / cummax / cummin / cumcount / cumprod; NULL rows carry the last result."""
+def cumulative(code, slots, x, acc, count):  # pragma: no cover - numba
+    """Running aggregate ``code`` (:mod:`headwater.aggregates.rules`) per key; NULL rows carry the last result."""
     n = x.shape[0]
     out = np.empty(n)
     for i in range(n):
         k = slots[i]
-        v = x[i]
-        c = count[k]
-        if v == v:
-            if c == 0:
-                a = v
-            elif op == CUM_MAX:
-                a = max(acc[k], v)
-            elif op == CUM_MIN:
-                a = min(acc[k], v)
-            elif op == CUM_PROD:
-                a = acc[k] * v
-            elif op == CUM_FIRST:
-                a = acc[k]
-            elif op == CUM_LAST:
-                a = v
-            elif op == CUM_COUNT:
-                a = 0.0
-            else:  # CUM_SUM, CUM_AVG
-                a = acc[k] + v
-            acc[k] = a
-            c += 1
-            count[k] = c
-        if op == CUM_COUNT:
-            out[i] = c
-        elif c == 0:
-            out[i] = np.nan
-        elif op == CUM_AVG:
-            out[i] = acc[k] / c
-        else:
-            out[i] = acc[k]
+        a, c, _ = add(code, acc[k], count[k], 0.0, x[i], i)
+        acc[k] = a
+        count[k] = c
+        out[i] = finish(code, a, c, 0.0)
     return out
 
 
 @njit(cache=True)
-def cum_var(slots, x, ddof, take_sqrt, count, mean, ssqdm):  # pragma: no cover - numba
-    """cumvar / cumstd (ddof=1) and cumvarp / cumstdp (ddof=0) by Welford; NULL rows carry."""
+def cum_var(code, slots, x, count, mean, ssqdm):  # pragma: no cover - numba
+    """cumvar / cumstd / cumvarp / cumstdp: the running moments of :mod:`headwater.aggregates.rules`."""
     n = x.shape[0]
     out = np.empty(n)
     for i in range(n):
         k = slots[i]
-        v = x[i]
-        c = count[k]
-        if v == v:
-            c += 1
-            count[k] = c
-            delta = v - mean[k]
-            mean[k] += delta / c
-            ssqdm[k] += delta * (v - mean[k])
-        if c == 0 or c <= ddof:
-            out[i] = np.nan
-        else:
-            var = max(ssqdm[k], 0.0) / (c - ddof)
-            out[i] = np.sqrt(var) if take_sqrt else var
+        a, c, z = add(code, mean[k], count[k], ssqdm[k], x[i], i)
+        mean[k] = a
+        count[k] = c
+        ssqdm[k] = z
+        out[i] = finish(code, a, c, z)
     return out
 
 
