@@ -13,7 +13,27 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from headwater.aggregates.rules import MED, PROD, RANGE, add, finish
+from headwater.aggregates.rules import (
+    AVG,
+    COUNT,
+    FIRST,
+    FIRST_NOT,
+    LAST,
+    LAST_NOT,
+    MAX,
+    MED,
+    MIN,
+    PROD,
+    RANGE,
+    STD,
+    STDP,
+    SUM,
+    SUM2,
+    VAR,
+    VARP,
+    add,
+    finish,
+)
 
 
 @numba.njit(cache=True)
@@ -28,15 +48,44 @@ def over_values(code, vals, m, buf):  # type: ignore[no-untyped-def]  # pragma: 
         if nn == 0:
             return np.nan
         if code == PROD:
-            p = 1.0
-            for j in range(nn):
-                p *= buf[j]
-            return p
+            return _fold(PROD, buf, nn)
         if code == RANGE:
             return buf[:nn].max() - buf[:nn].min()
         srt = np.sort(buf[:nn])
         h = nn // 2
         return srt[h] if nn % 2 == 1 else (srt[h - 1] + srt[h]) / 2.0
+    # one loop per aggregate, each calling add() with a constant code: the compiler drops the other branches
+    if code == FIRST:
+        return _fold(FIRST, vals, m)
+    if code == LAST:
+        return _fold(LAST, vals, m)
+    if code == FIRST_NOT:
+        return _fold(FIRST_NOT, vals, m)
+    if code == LAST_NOT:
+        return _fold(LAST_NOT, vals, m)
+    if code == MAX:
+        return _fold(MAX, vals, m)
+    if code == MIN:
+        return _fold(MIN, vals, m)
+    if code == SUM:
+        return _fold(SUM, vals, m)
+    if code == SUM2:
+        return _fold(SUM2, vals, m)
+    if code == AVG:
+        return _fold(AVG, vals, m)
+    if code == COUNT:
+        return _fold(COUNT, vals, m)
+    if code == STD:
+        return _fold(STD, vals, m)
+    if code == VAR:
+        return _fold(VAR, vals, m)
+    if code == STDP:
+        return _fold(STDP, vals, m)
+    return _fold(VARP, vals, m)
+
+
+@numba.njit(cache=True, inline="always")
+def _fold(code, vals, m):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
     x, n, z = 0.0, 0, 0.0
     for j in range(m):
         x, n, z = add(code, x, n, z, vals[j], j)
