@@ -1,4 +1,5 @@
-"""Aggregates as running prefixes: per row, the aggregate over its run's rows up to and including it.
+"""Aggregates as running prefixes: per row, the aggregate over its key's rows so far (the reactive engine's
+``cumsum``/``cumstd``/..., ``segmentby``) or over its run's rows so far (a session's updates).
 
 >>> import numpy as np
 >>> running(np.array([1.0, np.nan, 3.0, 5.0]), np.array([1, 1, 1, 2]), "sum").tolist()
@@ -16,16 +17,24 @@ from headwater.aggregates.rules import CATALOG, add, finish
 def running(values: np.ndarray, run: np.ndarray, func: str) -> np.ndarray:
     """``func`` of each row's run so far (NaN = NULL); a run is a stretch of equal consecutive ``run`` values
     (a session, say)."""
-    return _running(CATALOG[func].code, np.asarray(values, dtype=np.float64), np.asarray(run))
+    run = np.asarray(run)
+    restart = np.ones(len(run), dtype=np.bool_)
+    restart[1:] = run[1:] != run[:-1]
+    return running_by_key(CATALOG[func].code, np.zeros(len(run), np.int64), np.asarray(values, dtype=np.float64),
+                          np.zeros(1), np.zeros(1, np.int64), np.zeros(1), restart)
 
 
 @numba.njit(cache=True)
-def _running(code, values, run):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
-    out = np.empty(len(values))
-    x, n, z = 0.0, 0, 0.0
-    for i in range(len(values)):
-        if i == 0 or run[i] != run[i - 1]:
-            x, n, z = 0.0, 0, 0.0
-        x, n, z = add(code, x, n, z, values[i], i)
-        out[i] = finish(code, x, n, z)
+def running_by_key(code, slots, x, xs, ns, zs, restart):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """Per row, aggregate ``code`` of its key's rows so far: the keys' summaries ``(xs, ns, zs)`` (indexed by
+    ``slots``) take each row in turn; a row with ``restart`` set first empties its key's summary. NULL rows
+    carry the last result."""
+    out = np.empty(len(x))
+    for i in range(len(x)):
+        k = slots[i]
+        if restart[i]:
+            xs[k], ns[k], zs[k] = 0.0, 0, 0.0
+        a, c, z = add(code, xs[k], ns[k], zs[k], x[i], i)
+        xs[k], ns[k], zs[k] = a, c, z
+        out[i] = finish(code, a, c, z)
     return out

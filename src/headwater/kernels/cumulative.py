@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.aggregates.prefix import running_by_key
 from headwater.aggregates.rules import (
     AVG,
     CATALOG,
@@ -27,8 +28,6 @@ from headwater.aggregates.rules import (
     MIN,
     PROD,
     SUM,
-    add,
-    finish,
 )
 from headwater.kernels.base.numeric import _INTERPOLATIONS, _quantile
 from headwater.kernels.base.operators import (
@@ -88,7 +87,8 @@ class Cumulative(_KernelOp):
         return {"acc": _f64(), "count": _i64()}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
-        return cumulative(self._OPS[self.name], slots, x, st["acc"], st["count"])
+        return running_by_key(self._OPS[self.name], slots, x, st["acc"], st["count"], np.zeros(len(st["acc"])),
+                              np.zeros(len(x), np.bool_))
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class CumVar(_KernelOp):
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         code = CATALOG[self.name[len("cum"):]].code  # cumvar -> var, ...
-        return cum_var(code, slots, x, st["count"], st["mean"], st["ssqdm"])
+        return running_by_key(code, slots, x, st["mean"], st["count"], st["ssqdm"], np.zeros(len(x), np.bool_))
 
 
 @dataclass(frozen=True)
@@ -287,35 +287,6 @@ class CumNunique(StateOp):
 
 
 # ---------------------------------------------------------------- kernels
-
-
-@njit(cache=True)
-def cumulative(code, slots, x, acc, count):  # pragma: no cover - numba
-    """Running aggregate ``code`` (:mod:`headwater.aggregates.rules`) per key; NULL rows carry the last result."""
-    n = x.shape[0]
-    out = np.empty(n)
-    for i in range(n):
-        k = slots[i]
-        a, c, _ = add(code, acc[k], count[k], 0.0, x[i], i)
-        acc[k] = a
-        count[k] = c
-        out[i] = finish(code, a, c, 0.0)
-    return out
-
-
-@njit(cache=True)
-def cum_var(code, slots, x, count, mean, ssqdm):  # pragma: no cover - numba
-    """cumvar / cumstd / cumvarp / cumstdp: the running moments of :mod:`headwater.aggregates.rules`."""
-    n = x.shape[0]
-    out = np.empty(n)
-    for i in range(n):
-        k = slots[i]
-        a, c, z = add(code, mean[k], count[k], ssqdm[k], x[i], i)
-        mean[k] = a
-        count[k] = c
-        ssqdm[k] = z
-        out[i] = finish(code, a, c, z)
-    return out
 
 
 @njit(cache=True, error_model="numpy")

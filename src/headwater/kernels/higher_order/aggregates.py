@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from headwater.aggregates.rules import AVG, CATALOG, COUNT, MAX, MIN, STD, STDP, SUM, VAR, VARP, add, finish
+from headwater.aggregates.prefix import running_by_key
+from headwater.aggregates.rules import AVG, CATALOG, COUNT, MAX, MIN, STD, STDP, SUM, VAR, VARP
 from headwater.aggregates.values import over_values
 from headwater.kernels.base.operators import (
     MAX_WINDOW,
@@ -354,37 +355,25 @@ def window_agg(
     return out
 
 
-@njit(cache=True)
-def segment_cum(op, slots, x, seg, seg_last, n_rows, count, acc, mean, ssqdm):  # pragma: no cover - numba
+def segment_cum(op, slots, x, seg, seg_last, n_rows, count, acc, mean, ssqdm):  # type: ignore[no-untyped-def]
     """Cumulative aggregate ``op`` (a code of :mod:`headwater.aggregates.rules`) of ``x`` that restarts
-    whenever ``seg`` changes (NULL equals NULL): per key, the summary ``(acc or mean, count, ssqdm)``.
+    whenever ``seg`` changes (NULL equals NULL): per key, the summary ``(acc or mean, count, ssqdm)``."""
+    restart = segment_starts(slots, seg, seg_last, n_rows)
+    return running_by_key(op, slots, x, mean if op in (STD, VAR, STDP, VARP) else acc, count, ssqdm, restart)
 
-    Within a segment the aggregates' rules hold: NULL rows carry the last result, rows before the
-    segment's first value are NULL (``cumcount``: 0).
-    """
-    n = x.shape[0]
-    out = np.empty(n)
-    moments = op in (STD, VAR, STDP, VARP)
-    for i in range(n):
+
+@njit(cache=True)
+def segment_starts(slots, seg, seg_last, n_rows):  # pragma: no cover - numba
+    """Whether each row starts a segment of its key: its key's first row, or ``seg`` unlike the key's last."""
+    restart = np.empty(len(seg), dtype=np.bool_)
+    for i in range(len(seg)):
         k = slots[i]
         s = seg[i]
         last = seg_last[k]
-        if n_rows[k] == 0 or not (s == last or (s != s and last != last)):
-            count[k] = 0
-            acc[k] = np.nan
-            mean[k] = 0.0
-            ssqdm[k] = 0.0
-            seg_last[k] = s
+        restart[i] = n_rows[k] == 0 or not (s == last or (s != s and last != last))
+        seg_last[k] = s
         n_rows[k] += 1
-        a, c, z = add(op, mean[k] if moments else acc[k], count[k], ssqdm[k], x[i], i)
-        if moments:
-            mean[k] = a
-        else:
-            acc[k] = a
-        count[k] = c
-        ssqdm[k] = z
-        out[i] = finish(op, a, c, z)
-    return out
+    return restart
 
 
 @njit(cache=True)
