@@ -232,6 +232,18 @@ def test_any_split_into_appends_and_a_kill_give_the_reference(session, tmp_path_
     same(got, reference(rows, calendar, **kw))
 
 
+def test_a_forced_session_end_does_not_let_a_kick_close_a_key_not_seen_yet(session, tmp_path):
+    """Found by the property test below (seed 17314): the forced end of the previous day's session marked
+    every key slot closed, the unseen key 'a' included, so the kick of 'b''s row at 23:52:00 closed 'a''s
+    window just before 'a''s first row (same time) arrived, and that row was dropped."""
+    rows = make_rows(17314, "night")
+    kw = {"closed": "right", "merge": True, "window": M, "force": pd.Timedelta(seconds=40), "kick": ZERO, "purge": False}
+    got = run(graph(session, "night", **engine_kw(**kw)), tmp_path, rows)
+    want = reference(rows, "night", **kw)
+    assert ((want["k"] == "a") & (want["t"] == pd.Timestamp("2026-01-05 23:52"))).any()
+    same(got, want)
+
+
 def test_parallel_tasks_give_the_same_windows(session, tmp_path):
     rows = make_rows(13)
     got = run(graph(session, parallel=2), tmp_path, rows)

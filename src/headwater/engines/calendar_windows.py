@@ -358,8 +358,8 @@ def _calendar_pass(slots, pane, in_pane, close_to, force_to, kick_to, update, pe
         for t in range(targets):
             k = s if t == 0 else t - 1
             to = close_to[i] if t == 0 else glob[0]
-            if to <= closed[k]:
-                continue
+            if to <= closed[k] or (t > 0 and closed[k] == NONE):
+                continue  # a key not seen yet takes glob[0] when it is: marked closed now, a kick would close it
             out = _room(no, worst, out)
             no = _close(k, to, i, m, first, last, fill, closed, last_emit, pend, pend_n, part_of, out, no)
         if closed[s] != NONE:
