@@ -68,6 +68,8 @@ class Processor(abc.ABC):
     def process(self, state: Any, table: pa.Table, *, batch_time: float = 0.0) -> tuple[Any, pa.Table]:
         """Consume ``table`` (input columns + ``_hw_seq``, in stream order); return new state and output.
 
+        It may change ``state`` in place (a replay starts from the saved snapshot, never from that object).
+
         The output has the engine's output columns plus ``_hw_seq``, the order key of
         each output row (the sequence number of the input row that produced it).
         ``batch_time`` (seconds since the epoch) is when the micro-batch's input was committed: the same
@@ -86,6 +88,8 @@ class Processor(abc.ABC):
     def stats(self, state: Any) -> dict[str, int]:
         """Counters of one task's state for ``stream_engine_stat``: ``keys`` (groups kept) and ``late_rows``
         (rows dropped as late or out of order) where the engine has them."""
+        if isinstance(state, KeyedState):
+            return {"keys": len(state.keys)}
         if not isinstance(state, dict):
             return {}
         out = {"keys": len(state["keys"])} if isinstance(state.get("keys"), list) else {}
@@ -197,29 +201,59 @@ def metric_outputs(metrics: Sequence[Expr], *, where: str, aggregates: bool = Tr
 
 
 class KeyTable:
-    """Maps key values to dense slots 0..n-1 in first-seen order; slots index kernel state arrays."""
+    """Maps key values to dense slots 0..n-1 in first-seen order; slots index kernel state arrays.
+
+    Lookups cost the batch's distinct keys, not the table's size, and new keys are added in place: a table kept
+    across micro-batches (in a :class:`KeyedState`) is never rebuilt. NaN keys are one key, as in pandas.
+
+    >>> table = KeyTable()
+    >>> table.slots([np.array(["a", "b", "a"], dtype=object)]).tolist(), table.slots([np.array(["c", "a"])]).tolist()
+    ([0, 1, 0], [2, 0])
+    >>> table.keys
+    ['a', 'b', 'c']
+    """
 
     def __init__(self, keys: Sequence[Any] = ()) -> None:
         self.keys: list[Any] = list(keys)
-        self._index = pd.Index(self.keys, dtype=object)
+        self._slot: dict[Any, int] = dict(zip(_canonical(self.keys), range(len(self.keys)), strict=True))
 
     def __len__(self) -> int:
         return len(self.keys)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return KeyTable, (self.keys,)  # the index is rebuilt when loaded: a snapshot holds the keys once
+
+    def extend(self, keys: Sequence[Any]) -> None:
+        """Add ``keys``, none of them in the table yet, at the end."""
+        for key, canonical in zip(keys, _canonical(keys), strict=True):
+            self._slot[canonical] = len(self.keys)
+            self.keys.append(key)
+
     def slots(self, key_columns: Sequence[np.ndarray]) -> np.ndarray:
         """Slot of each row's key, adding unseen keys at the end."""
         if len(key_columns) == 1:
-            values = pd.Index(key_columns[0], dtype=object)
+            values = np.asarray(key_columns[0], dtype=object)
         else:
             values = pd.Index(list(zip(*key_columns, strict=True)), dtype=object, tupleize_cols=False)
-        found = self._index.get_indexer(values)
-        missing = found < 0
-        if missing.any():
-            new = pd.unique(values[missing])
-            self.keys.extend(new.tolist())
-            self._index = pd.Index(self.keys, dtype=object, tupleize_cols=False)
-            found[missing] = self._index.get_indexer(values[missing])
-        return found.astype(np.int64)
+        codes, uniques = pd.factorize(values)  # NaN and None rows get -1: they are looked up one by one
+        found = self._slots_of(list(uniques))[np.maximum(codes, 0)] if len(uniques) else codes.astype(np.int64)
+        missing = np.flatnonzero(codes < 0)
+        if missing.size:
+            found[missing] = self._slots_of([values[i] for i in missing.tolist()])
+        return found
+
+    def _slots_of(self, uniques: list[Any]) -> np.ndarray:
+        """The slot of each distinct key (unseen ones added in order)."""
+        canonical = _canonical(uniques)
+        get = self._slot.get
+        found = np.fromiter((get(k, -1) for k in canonical), dtype=np.int64, count=len(canonical))
+        for i in np.flatnonzero(found < 0).tolist():
+            slot = self._slot.get(canonical[i])  # listed twice (NaN rows looked up one by one)
+            if slot is None:
+                slot = self._slot[canonical[i]] = len(self.keys)
+                self.keys.append(uniques[i])
+            found[i] = slot
+        return found
 
     def slots_from_arrow(self, columns: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndarray:
         """Like :meth:`slots` for Arrow key columns; one key column is looked up once per distinct value."""
@@ -228,13 +262,107 @@ class KeyTable:
             if isinstance(column, pa.ChunkedArray):
                 column = column.combine_chunks()
             encoded = column.dictionary_encode(null_encoding="encode")  # NULL is a key of its own
-            uniques = np.asarray(encoded.dictionary.to_pandas(), dtype=object)
+            uniques = np.asarray(encoded.dictionary.to_pandas(), dtype=object).tolist()
             indices = encoded.indices.to_numpy(zero_copy_only=False)
-            return self.slots([uniques])[indices]
+            return self._slots_of(uniques)[indices]
         return self.slots([np.asarray(c.to_pandas(), dtype=object) for c in columns])
 
     def values(self, slots: np.ndarray, column: int, n_columns: int) -> np.ndarray:
         """The key column ``column`` of each slot in ``slots``."""
-        keys = np.empty(len(self.keys), dtype=object)
-        keys[:] = [k[column] if n_columns > 1 else k for k in self.keys]
-        return keys[slots]
+        unique, where = np.unique(slots, return_inverse=True)
+        keys = np.empty(len(unique), dtype=object)
+        keys[:] = [self.keys[s][column] if n_columns > 1 else self.keys[s] for s in unique.tolist()]
+        return keys[where]
+
+
+KEYED_STATE_FORMAT = 1  # of KeyedState's snapshot and changelog records; a newer one is refused when read
+
+
+class KeyedState:
+    """An engine's state whose bulk is per key, so that a micro-batch saves only the keys it touched.
+
+    ``columns`` hold one row per key slot (first axis ``len(keys)``); ``rest`` is the small remainder, saved
+    whole. A processor calls :meth:`touch` with the slots a batch changed, and :meth:`renumber` when it drops
+    or reorders slots (key purge). The state store (:mod:`headwater.dataplane.snapshots`) then saves
+    :meth:`changes` (those keys' rows) instead of the whole state, and :meth:`apply` replays them.
+
+    >>> state = KeyedState(KeyTable(["a", "b"]), {"total": np.array([1.0, 2.0])}, {})
+    >>> state.saved()
+    >>> state.columns["total"][state.keys.slots([np.array(["b"])])] += 5.0
+    >>> state.touch(state.keys.slots([np.array(["b"])]))
+    >>> state.changes()["slots"].tolist()
+    [1]
+    """
+
+    def __init__(self, keys: KeyTable, columns: dict[str, np.ndarray], rest: dict[str, Any]) -> None:
+        self.keys, self.columns, self.rest = keys, columns, rest
+        self._touched: list[np.ndarray] = []  # since the last save: slots changed,
+        self._saved_keys = 0  # the key count then,
+        self._renumbered = True  # and whether slots were renumbered (or never saved): the next save is whole
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _keyed_state, (KEYED_STATE_FORMAT, self.keys.keys, self.columns, self.rest)
+
+    def touch(self, slots: np.ndarray) -> None:
+        """Mark the rows of ``slots`` changed (new keys are changed without being marked)."""
+        self._touched.append(np.asarray(slots, dtype=np.int64))
+
+    def renumber(self) -> None:
+        """Slots were dropped or reordered: the next save writes the whole state."""
+        self._renumbered = True
+
+    def saved(self) -> None:
+        """The store saved (or loaded) this state: changes count from here."""
+        self._touched, self._saved_keys, self._renumbered = [], len(self.keys), False
+
+    def changes(self) -> dict[str, Any] | None:
+        """What changed since :meth:`saved`, as one changelog record; None when only a whole save will do."""
+        if self._renumbered:
+            return None
+        fresh = np.arange(self._saved_keys, len(self.keys), dtype=np.int64)
+        slots = np.unique(np.concatenate([*self._touched, fresh]))
+        return {"format": KEYED_STATE_FORMAT, "keys": len(self.keys), "new_keys": self.keys.keys[self._saved_keys:],
+                "slots": slots, "rows": {name: column[slots] for name, column in self.columns.items()},
+                "rest": self.rest}
+
+    def apply(self, record: Mapping[str, Any]) -> None:
+        """Replay a changelog record made by :meth:`changes` on the state it was made from."""
+        _check_format(record.get("format"))
+        if record["keys"] != len(self.keys) + len(record["new_keys"]) or set(record["rows"]) != set(self.columns):
+            raise ValueError("a state changelog record does not follow the state it is applied to")
+        self.keys.extend(record["new_keys"])
+        slots, n = record["slots"], len(self.keys)
+        for name, rows in record["rows"].items():
+            column = self.columns[name]
+            if len(column) < n:
+                grown = np.empty((n, *column.shape[1:]), dtype=column.dtype)
+                grown[: len(column)] = column
+                self.columns[name] = column = grown
+            column[slots] = rows
+        self.rest = record["rest"]
+
+
+def _keyed_state(version: int, keys: list[Any], columns: dict[str, np.ndarray], rest: dict[str, Any]) -> KeyedState:
+    _check_format(version)
+    return KeyedState(KeyTable(keys), columns, rest)
+
+
+def _check_format(version: Any) -> None:
+    if version != KEYED_STATE_FORMAT:
+        raise ValueError(f"engine state of format {version!r}: this Headwater reads format {KEYED_STATE_FORMAT} "
+                         "(saved by a newer version?)")
+
+
+_NAN = float("nan")
+
+
+def _canonical(keys: Sequence[Any]) -> list[Any]:
+    """``keys`` with every NaN (alone or in a tuple) the same object: a dict then finds NaN keys as one key."""
+    def one(key: Any) -> Any:
+        if isinstance(key, float) and key != key:
+            return _NAN
+        if isinstance(key, tuple):
+            return tuple(one(k) for k in key)
+        return key
+
+    return [k if type(k) is str else one(k) for k in keys]

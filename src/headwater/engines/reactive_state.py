@@ -23,6 +23,7 @@ from headwater.engines.arguments import arg, as_given, columns, duration, expres
 from headwater.engines.base import (
     SEQ,
     EngineKind,
+    KeyedState,
     KeyTable,
     OneInputEngine,
     Processor,
@@ -171,20 +172,24 @@ class ReactiveStateProcessor(Processor, runs=ReactiveStateEngine):
 
         self.purge_columns = sorted(set(spec.key_purge_filter.columns())) if spec.key_purge_filter is not None else []
 
-    def new_state(self) -> dict[str, Any]:
-        return {"keys": [], "ops": self.dag.new_state(), "last": {}, "last_purge": None}
+    def new_state(self) -> KeyedState:
+        return KeyedState(KeyTable(), _flat(self.dag.new_state()), {"last_purge": None})
 
-    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+    def process(self, state: KeyedState | dict[str, Any], table: pa.Table, *,
+                batch_time: float = 0.0) -> tuple[KeyedState, pa.Table]:
+        if isinstance(state, dict):  # as saved by 0.1.0
+            last = {f"last/{c}": v for c, v in state["last"].items()}
+            state = KeyedState(KeyTable(state["keys"]), {**_flat(state["ops"]), **last}, {"last_purge": state["last_purge"]})
         n = table.num_rows
         if n == 0:
             return state, self.empty_output()
         schema = self.spec.input_schema
-        keys = KeyTable(state["keys"])
+        keys = state.keys
         key_columns = [table[k] for k in self.spec.key_column]
         slots = keys.slots_from_arrow(key_columns) if key_columns else np.zeros(n, dtype=np.int64)
         n_keys = max(len(keys), 1)
         columns = {c: to_numpy(table[c], schema[c]) for c in self.needed}
-        ops_state, values = self.dag.evaluate(columns, n, slots, n_keys, state["ops"])
+        ops_state, values = self.dag.evaluate(columns, n, slots, n_keys, _nested(state.columns)["ops"])
         arrays: list[pa.Array | pa.ChunkedArray] = [table[k] for k in self.spec.key_column]
         for (_name, expr), (_, typ) in zip(self.outputs, self.out_schema.columns[len(self.spec.key_column):], strict=True):
             if isinstance(expr, Col):
@@ -195,50 +200,44 @@ class ReactiveStateProcessor(Processor, runs=ReactiveStateEngine):
         out = pa.table(arrays, schema=self._arrow_schema())
         if self.filter is not None:
             out = out.filter(pa.array(filter_mask(self.dag.value_of(values, self.filter))))
-        new_state = {"keys": keys.keys, "ops": ops_state, "last": state.get("last", {}),
-                     "last_purge": state.get("last_purge")}
+        state.columns.update(_flat(ops_state))
+        state.touch(slots)
         if self.purge_columns:
-            new_state = self._purge(new_state, slots, pa.table(arrays[:-1], schema=self.out_schema.to_arrow()),
-                                    batch_time)
-        return new_state, out
+            self._purge(state, slots, pa.table(arrays[:-1], schema=self.out_schema.to_arrow()), batch_time)
+        return state, out
 
-    def _purge(self, state: dict[str, Any], slots: np.ndarray, out: pa.Table, batch_time: float) -> dict[str, Any]:
+    def _purge(self, state: KeyedState, slots: np.ndarray, out: pa.Table, batch_time: float) -> None:
         """Orca's key purge: drop keys whose latest output matches the filter, if they are >= 10% of keys.
 
         Runs after a batch's output is computed, so a replayed batch still yields identical rows.
         """
-        n_keys = len(state["keys"])
+        n_keys = len(state.keys)
         # remember each key's latest output values of the columns the filter reads
         last_row = np.full(n_keys, -1, dtype=np.int64)
         last_row[slots[::-1]] = np.arange(len(slots) - 1, -1, -1)
         seen = np.flatnonzero(last_row >= 0)
-        last = dict(state["last"])
         for c in self.purge_columns:
             typ = self.out_schema[c]
             values = to_numpy(out[c], typ)
-            old = last.get(c, np.full(0, np.nan if typ != "string" else None, dtype=values.dtype))
+            old = state.columns.get(f"last/{c}", np.full(0, np.nan if typ != "string" else None, dtype=values.dtype))
             grown = np.full(n_keys, np.nan if typ != "string" else None, dtype=values.dtype)
             grown[: len(old)] = old
             grown[seen] = values[last_row[seen]]
-            last[c] = grown
-        state = {**state, "last": last}
+            state.columns[f"last/{c}"] = grown
         now = batch_time  # the input's commit time, not the wall clock: replays purge identically
-        if state["last_purge"] is None:
-            return {**state, "last_purge": now}
-        assert self.spec.key_purge_freq is not None and self.spec.key_purge_filter is not None
-        if now - state["last_purge"] < self.spec.key_purge_freq.total_seconds():
-            return state
-        purge = filter_mask(evaluate_rowwise(self.spec.key_purge_filter, last, n_keys))
-        state = {**state, "last_purge": now}
-        if purge.sum() < max(1, 0.1 * n_keys):
-            return state
-        keep = ~purge
-        return {
-            "keys": [k for k, kept in zip(state["keys"], keep, strict=True) if kept],
-            "ops": {i: {name: arr[keep] for name, arr in op.items()} for i, op in state["ops"].items()},
-            "last": {c: v[keep] for c, v in last.items()},
-            "last_purge": now,
-        }
+        last_purge = state.rest["last_purge"]
+        if last_purge is not None:
+            assert self.spec.key_purge_freq is not None and self.spec.key_purge_filter is not None
+            if now - last_purge < self.spec.key_purge_freq.total_seconds():
+                return
+            last = _nested(state.columns).get("last", {})
+            purge = filter_mask(evaluate_rowwise(self.spec.key_purge_filter, last, n_keys))
+            if purge.sum() >= max(1, 0.1 * n_keys):
+                keep = ~purge
+                state.keys = KeyTable([k for k, kept in zip(state.keys.keys, keep, strict=True) if kept])
+                state.columns = {name: column[keep] for name, column in state.columns.items()}
+                state.renumber()
+        state.rest = {"last_purge": now}
 
     def _arrow_schema(self) -> pa.Schema:
         return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
@@ -292,7 +291,8 @@ class NarrowProcessor(ReactiveStateProcessor, runs=NarrowReactiveStateEngine):
     def empty_output(self) -> pa.Table:
         return self.narrow_schema.to_arrow().append(pa.field(SEQ, pa.int64())).empty_table()
 
-    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
+    def process(self, state: KeyedState | dict[str, Any], table: pa.Table, *,
+                batch_time: float = 0.0) -> tuple[KeyedState, pa.Table]:
         state, wide = super().process(state, table, batch_time=batch_time)
         if wide.num_rows == 0:
             return state, self.empty_output()
@@ -368,3 +368,22 @@ class DualOwnershipProcessor(Processor, runs=DualOwnershipReactiveStateEngine):
         out = pa.table([columns[f.name] if f.name in columns else table[f.name] for f in self.schema],
                        schema=self.schema)
         return {"first": s1, "second": s2}, out
+
+
+def _flat(ops: dict[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The state functions' per-key arrays as a :class:`KeyedState`'s columns, ``ops/<node>/<array>`` (beside
+    them, ``last/<column>`` holds the key purge's latest outputs)."""
+    return {f"ops/{i}/{name}": arr for i, arrays in ops.items() for name, arr in arrays.items()}
+
+
+def _nested(columns: dict[str, np.ndarray]) -> dict[str, dict[Any, Any]]:
+    """The inverse of :func:`_flat`: ``{"ops": {node: {array: values}}, "last": {column: values}}``."""
+    out: dict[str, dict[Any, Any]] = {"ops": {}, "last": {}}
+    for name, column in columns.items():
+        kind, rest = name.split("/", 1)
+        if kind == "ops":
+            node, array = rest.split("/", 1)
+            out["ops"].setdefault(int(node), {})[array] = column
+        else:
+            out["last"][rest] = column
+    return out
