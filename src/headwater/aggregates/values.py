@@ -40,11 +40,7 @@ from headwater.aggregates.rules import (
 def over_values(code, vals, m, buf):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
     """Aggregate ``code`` of ``vals[:m]`` (NaN = NULL); ``buf``: scratch of at least ``m`` values."""
     if code in (RANGE, MED, PROD):
-        nn = 0
-        for j in range(m):
-            if vals[j] == vals[j]:
-                buf[nn] = vals[j]
-                nn += 1
+        nn = non_null(vals, m, buf)
         if nn == 0:
             return np.nan
         if code == PROD:
@@ -82,6 +78,17 @@ def over_values(code, vals, m, buf):  # type: ignore[no-untyped-def]  # pragma: 
     if code == STDP:
         return _fold(STDP, vals, m)
     return _fold(VARP, vals, m)
+
+
+@numba.njit(cache=True, inline="always")
+def non_null(vals, m, buf):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """Copy the non-NULL values of ``vals[:m]`` to the front of ``buf`` (which may be ``vals``); return their count."""
+    nn = 0
+    for j in range(m):
+        if vals[j] == vals[j]:
+            buf[nn] = vals[j]
+            nn += 1
+    return nn
 
 
 @numba.njit(cache=True, inline="always")
