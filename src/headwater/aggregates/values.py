@@ -40,15 +40,11 @@ from headwater.aggregates.rules import (
 def over_values(code, vals, m, buf):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
     """Aggregate ``code`` of ``vals[:m]`` (NaN = NULL); ``buf``: scratch of at least ``m`` values."""
     if code in (RANGE, MED, PROD):
-        nn = 0
-        for j in range(m):
-            if vals[j] == vals[j]:
-                buf[nn] = vals[j]
-                nn += 1
+        nn = non_null(vals, m, buf)
         if nn == 0:
             return np.nan
         if code == PROD:
-            return _fold(PROD, buf, nn)
+            return fold(PROD, buf, nn)
         if code == RANGE:
             return buf[:nn].max() - buf[:nn].min()
         srt = np.sort(buf[:nn])
@@ -56,36 +52,48 @@ def over_values(code, vals, m, buf):  # type: ignore[no-untyped-def]  # pragma: 
         return srt[h] if nn % 2 == 1 else (srt[h - 1] + srt[h]) / 2.0
     # one loop per aggregate, each calling add() with a constant code: the compiler drops the other branches
     if code == FIRST:
-        return _fold(FIRST, vals, m)
+        return fold(FIRST, vals, m)
     if code == LAST:
-        return _fold(LAST, vals, m)
+        return fold(LAST, vals, m)
     if code == FIRST_NOT:
-        return _fold(FIRST_NOT, vals, m)
+        return fold(FIRST_NOT, vals, m)
     if code == LAST_NOT:
-        return _fold(LAST_NOT, vals, m)
+        return fold(LAST_NOT, vals, m)
     if code == MAX:
-        return _fold(MAX, vals, m)
+        return fold(MAX, vals, m)
     if code == MIN:
-        return _fold(MIN, vals, m)
+        return fold(MIN, vals, m)
     if code == SUM:
-        return _fold(SUM, vals, m)
+        return fold(SUM, vals, m)
     if code == SUM2:
-        return _fold(SUM2, vals, m)
+        return fold(SUM2, vals, m)
     if code == AVG:
-        return _fold(AVG, vals, m)
+        return fold(AVG, vals, m)
     if code == COUNT:
-        return _fold(COUNT, vals, m)
+        return fold(COUNT, vals, m)
     if code == STD:
-        return _fold(STD, vals, m)
+        return fold(STD, vals, m)
     if code == VAR:
-        return _fold(VAR, vals, m)
+        return fold(VAR, vals, m)
     if code == STDP:
-        return _fold(STDP, vals, m)
-    return _fold(VARP, vals, m)
+        return fold(STDP, vals, m)
+    return fold(VARP, vals, m)
 
 
 @numba.njit(cache=True, inline="always")
-def _fold(code, vals, m):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+def non_null(vals, m, buf):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """Copy the non-NULL values of ``vals[:m]`` to the front of ``buf`` (which may be ``vals``); return their count."""
+    nn = 0
+    for j in range(m):
+        if vals[j] == vals[j]:
+            buf[nn] = vals[j]
+            nn += 1
+    return nn
+
+
+@numba.njit(cache=True, inline="always")
+def fold(code, vals, m):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """Aggregate ``code`` of ``vals[:m]`` by its rules (:mod:`.rules`), one value after the other."""
     x, n, z = 0.0, 0, 0.0
     for j in range(m):
         x, n, z = add(code, x, n, z, vals[j], j)

@@ -81,7 +81,7 @@ class Processor(abc.ABC):
                        batch_time: float = 0.0) -> tuple[Any, pa.Table, np.ndarray | None]:
         """:meth:`process`, and which input rows it dropped as late: a boolean mask over ``table``'s rows, or
         None when it drops none. The data plane calls this, and writes those rows to the engine's
-        ``late_rows_table`` if it has one; engines that drop late rows override it (and ``process`` calls it)."""
+        ``late_rows_table`` if it has one; engines that drop late rows derive from :class:`LateRowsProcessor`."""
         state, out = self.process(state, table, batch_time=batch_time)
         return state, out, None
 
@@ -101,6 +101,20 @@ class Processor(abc.ABC):
         """Apply a change the user asked for while the graph runs (e.g. the rule engine's ``update_rule``) to
         one task's state; the change is kept in the state snapshots. Engines without such changes refuse."""
         raise GraphDefinitionError(f"this engine accepts no changes while it runs (asked: {clip(op.get('op'))})")
+
+
+class LateRowsProcessor(Processor):
+    """A processor that drops late rows: it implements :meth:`process_routed`, and ``process`` is that without
+    the mask."""
+
+    def process(self, state: Any, table: pa.Table, *, batch_time: float = 0.0) -> tuple[Any, pa.Table]:
+        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
+        return state, out
+
+    @abc.abstractmethod
+    def process_routed(self, state: Any, table: pa.Table, *,
+                       batch_time: float = 0.0) -> tuple[Any, pa.Table, np.ndarray | None]:
+        """:meth:`Processor.process_routed`."""
 
 
 @dataclass(frozen=True)

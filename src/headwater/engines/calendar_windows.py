@@ -54,7 +54,7 @@ from headwater.aggregates.groups import (
     packed_keys,
     partials_of_rows,
 )
-from headwater.engines.base import SEQ, KeyTable, Processor
+from headwater.engines.base import SEQ, KeyTable, LateRowsProcessor
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import WindowMetrics
 from headwater.errors import GraphDefinitionError, clip
@@ -392,7 +392,7 @@ def check_key_purge_freq(freq: Any, key_column: Sequence[str], fill: Any, *, whe
             f"key_column={list(key_column)}, fill={clip(fill)}")
 
 
-class CalendarWindowProcessor(Processor):
+class CalendarWindowProcessor(LateRowsProcessor):
     """Run a calendar-window engine (spec with ``input_schema``, ``time_column``, ``key_column``,
     ``_outputs``, ``output_schema()``) over micro-batches; see the module docstring for the rules. Without a
     time column (system time) a row's time is its micro-batch's input commit time, in milliseconds.
@@ -448,10 +448,6 @@ class CalendarWindowProcessor(Processor):
             "pend_n": np.concatenate([state["pend_n"], np.zeros(extra, np.int64)]),
             "last_out": np.concatenate([state["last_out"], np.full((extra, len(self.funcs)), np.nan)]),
         }
-
-    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
-        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
-        return state, out
 
     def process_routed(self, state: dict[str, Any], table: pa.Table, *,
                        batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table, np.ndarray | None]:

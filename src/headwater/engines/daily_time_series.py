@@ -80,7 +80,7 @@ from headwater.engines.arguments import (
     times_of_day_or,
     windows_and_metrics,
 )
-from headwater.engines.base import SEQ, EngineKind, Processor
+from headwater.engines.base import SEQ, EngineKind, LateRowsProcessor
 from headwater.engines.calendar_windows import (
     DAY_US,
     CalendarWindowProcessor,
@@ -363,7 +363,7 @@ class DailyTimeSeriesEngine(StepWindows):
             max_open_panes=to_micros(window) // step + -(-delay // step) + 2, metrics=positions)
 
 
-class SeveralWindowsProcessor(Processor):
+class SeveralWindowsProcessor(LateRowsProcessor):
     """Orca's vector windowSize: one calendar-window processor per window size (each with its metrics) over
     the same rows. An output row is one (closing row, key, window end); a size that emitted no window there
     gives NULLs (as in the time-series engine). A row is late when every size dropped it."""
@@ -379,10 +379,6 @@ class SeveralWindowsProcessor(Processor):
 
     def stats(self, state: dict[str, Any]) -> dict[str, int]:
         return {"keys": len(state["groups"][0]["keys"]), "late_rows": state["late_rows"]}
-
-    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
-        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
-        return state, out
 
     def process_routed(self, state: dict[str, Any], table: pa.Table, *,
                        batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table, np.ndarray | None]:

@@ -48,7 +48,7 @@ from headwater.aggregates.groups import over_groups
 from headwater.aggregates.prefix import running
 from headwater.durations import format_duration, to_micros
 from headwater.engines.arguments import arg, columns, duration, duration_or_zero, metric_list, optional
-from headwater.engines.base import SEQ, EngineKind, KeyTable, OneInputEngine, Processor
+from headwater.engines.base import SEQ, EngineKind, KeyTable, LateRowsProcessor, OneInputEngine
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
     WindowEngine,
@@ -103,7 +103,7 @@ class SessionWindowEngine(WindowEngine, OneInputEngine):
 
 
 
-class SessionWindowProcessor(Processor, runs=SessionWindowEngine):
+class SessionWindowProcessor(LateRowsProcessor, runs=SessionWindowEngine):
     def __init__(self, spec: SessionWindowEngine) -> None:
         self.spec = spec
         self.out_schema = spec.output_schema()
@@ -122,10 +122,6 @@ class SessionWindowProcessor(Processor, runs=SessionWindowEngine):
 
     def _arrow_schema(self) -> pa.Schema:
         return self.out_schema.to_arrow().append(pa.field(SEQ, pa.int64()))
-
-    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
-        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
-        return state, out
 
     def process_routed(self, state: dict[str, Any], table: pa.Table, *,
                        batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table, np.ndarray | None]:

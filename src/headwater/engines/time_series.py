@@ -30,7 +30,7 @@ from headwater.engines.arguments import (
     optional,
     windows_and_metrics,
 )
-from headwater.engines.base import SEQ, EngineKind, KeyTable, OneInputEngine, Processor
+from headwater.engines.base import SEQ, EngineKind, KeyTable, LateRowsProcessor, OneInputEngine
 from headwater.engines.columns import times_us, to_arrow
 from headwater.engines.window_metrics import (
     SeveralWindows,
@@ -224,7 +224,7 @@ class TimeSeriesEngine(StepWindows):
 
 
 
-class TimeSeriesProcessor(Processor, runs=TimeSeriesEngine):
+class TimeSeriesProcessor(LateRowsProcessor, runs=TimeSeriesEngine):
     def __init__(self, spec: TimeSeriesEngine) -> None:
         from headwater.kernels.windows import WindowAggregator
 
@@ -272,10 +272,6 @@ class TimeSeriesProcessor(Processor, runs=TimeSeriesEngine):
 
     def empty_output(self) -> pa.Table:
         return self._arrow_schema().empty_table()
-
-    def process(self, state: dict[str, Any], table: pa.Table, *, batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table]:
-        state, out, _ = self.process_routed(state, table, batch_time=batch_time)
-        return state, out
 
     def process_routed(self, state: dict[str, Any], table: pa.Table, *,
                        batch_time: float = 0.0) -> tuple[dict[str, Any], pa.Table, np.ndarray | None]:

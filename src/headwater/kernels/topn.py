@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from headwater.aggregates.rules import AVG, STD, STDP, SUM, VAR, VARP
-from headwater.aggregates.values import over_values
+from headwater.aggregates.values import non_null, over_values
 from headwater.kernels.base.buffers import _Arr, _BufferedOp, _grown_copy
 from headwater.kernels.base.numeric import _moments
 from headwater.kernels.base.operators import (
@@ -329,8 +329,8 @@ def _select_top(key, xs, ys, m, top, ties, selx, sely, chosen):  # pragma: no co
 @njit(cache=True)
 def _aggregate(op, xs, ys, m, biased, buf):  # pragma: no cover - numba
     """Aggregate of the picked rows; NULL x (or x, y pairs with a NULL) are skipped."""
-    c = 0
     if op >= TOP_CORR:
+        c = 0
         for j in range(m):
             if xs[j] == xs[j] and ys[j] == ys[j]:
                 c += 1
@@ -371,10 +371,7 @@ def _aggregate(op, xs, ys, m, biased, buf):  # pragma: no cover - numba
         if sxx <= 0 or syy <= 0:
             return np.nan
         return min(1.0, max(-1.0, sxy / np.sqrt(sxx * syy)))
-    for j in range(m):
-        if xs[j] == xs[j]:
-            buf[c] = xs[j]
-            c += 1
+    c = non_null(xs, m, buf)
     if c == 0:
         return np.nan
     if op in (TOP_SKEW, TOP_KURT):

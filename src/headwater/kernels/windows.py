@@ -303,11 +303,11 @@ class WindowAggregator:
         spec = self.spec
         n_aggs = len(self.aggregates)
         cap = n + 16
-        o_slot = np.empty(cap, dtype=np.int64)
-        o_time = np.empty(cap, dtype=np.int64)
-        o_trig = np.empty(cap, dtype=np.int64)
-        o_vals = np.empty((cap, n_aggs), dtype=np.float64)
-        o_flags = np.empty((cap, 2), dtype=np.bool_)
+        # the output buffers: each window's key slot, time label, trigger row, values and (empty, final) flags
+        outs: tuple[np.ndarray, ...] = (
+            np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64),
+            np.empty((cap, n_aggs), dtype=np.float64), np.empty((cap, 2), dtype=np.bool_),
+        )  # fmt: skip
         close_off, force, update = spec.close_offset, spec.force_trigger, spec.update
         sub_lo = 0 if spec.sub_window is None else spec.sub_window[0]
         dropped = np.zeros(n, dtype=np.bool_)
@@ -345,11 +345,7 @@ class WindowAggregator:
                 new["mark"],
                 new["late"],
                 dropped,
-                o_slot,
-                o_time,
-                o_trig,
-                o_vals,
-                o_flags,
+                outs,
             )
             if row == n:
                 break
@@ -362,9 +358,8 @@ class WindowAggregator:
                     "windows); correct the row's time, or use fill='none'"
                 )
             cap *= 2
-            o_slot, o_time, o_trig = (np.resize(a, cap) for a in (o_slot, o_time, o_trig))
-            o_vals = np.concatenate([o_vals, np.empty_like(o_vals)])
-            o_flags = np.concatenate([o_flags, np.empty_like(o_flags)])
+            outs = tuple(np.concatenate([a, np.empty_like(a)]) for a in outs)
+        o_slot, o_time, o_trig, o_vals, o_flags = outs
         out = WindowOutput(
             slots=o_slot[:n_out].copy(),
             times=o_time[:n_out].copy(),
@@ -504,13 +499,25 @@ def _merge_window(s, m, codes, acc_f, acc_i, out, o):  # type: ignore[no-untyped
         out[o, a] = finish(codes[a], x, n, z)
 
 
+@numba.njit(cache=True, inline="always")
+def _emit(outs, no, s, label, i, empty, final):  # type: ignore[no-untyped-def]
+    """Write output ``no``'s key slot ``s``, time ``label``, trigger row ``i`` and flags (its values are in place)."""
+    o_slot, o_time, o_trig, _, o_flags = outs
+    o_slot[no] = s
+    o_time[no] = label
+    o_trig[no] = i
+    o_flags[no, 0] = empty
+    o_flags[no, 1] = final
+
+
 @numba.njit(cache=True, inline="always", error_model="numpy")
 def _close(  # type: ignore[no-untyped-def]
     s, n_close, i, no, codes, step, m, fill_mode, fill_value, label_off,
-    wstart, pane_rows, acc_f, acc_i, last_out, pending, o_slot, o_time, o_trig, o_vals, o_flags,
+    wstart, pane_rows, acc_f, acc_i, last_out, pending, outs,
 ):
     """Emit the next ``n_close`` windows of key ``s`` (trigger row ``i``); return the outputs written and
     whether every window went out (False: the output buffers are full; the state holds what was emitted)."""
+    o_vals = outs[3]
     n_aggs = codes.shape[0]
     n_panes = pane_rows.shape[1]
     done = 0
@@ -529,7 +536,7 @@ def _close(  # type: ignore[no-untyped-def]
             wstart[s] += adv * step
             done += adv
             continue
-        if no == o_slot.shape[0]:
+        if no == o_vals.shape[0]:
             return no, False
         if rows > 0:
             _merge_window(s, m, codes, acc_f, acc_i, o_vals, no)
@@ -543,11 +550,7 @@ def _close(  # type: ignore[no-untyped-def]
                     o_vals[no, a] = fill_value
         for a in range(n_aggs):
             last_out[s, a] = o_vals[no, a]
-        o_slot[no] = s
-        o_time[no] = wstart[s] + label_off
-        o_trig[no] = i
-        o_flags[no, 0] = rows == 0
-        o_flags[no, 1] = True
+        _emit(outs, no, s, wstart[s] + label_off, i, rows == 0, True)
         no += 1
         pending[s] = 0
         _retire_panes(s, 1, pane_rows, acc_f, acc_i)
@@ -589,11 +592,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
     mark,
     late,
     dropped,
-    o_slot,
-    o_time,
-    o_trig,
-    o_vals,
-    o_flags,
+    outs,
 ):
     """Process rows from ``row`` on; return where it stopped (a full output buffer) and the outputs written.
 
@@ -607,6 +606,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
     n_panes = pane_rows.shape[1]
     label_off = 0 if use_start else window
     no = n_out
+    o_vals = outs[3]
     for i in range(row, n):
         s = slots[i]
         if force >= 0 and times[i] - force >= due:
@@ -619,7 +619,7 @@ def _run_kernel(  # type: ignore[no-untyped-def]
                 if k != s and limit >= wstart[k] + close_off:
                     no, ok = _close(k, (limit - close_off - wstart[k]) // step + 1, i, no, codes, step, m,
                                     fill_mode, fill_value, label_off, wstart, pane_rows, acc_f, acc_i,
-                                    last_out, pending, o_slot, o_time, o_trig, o_vals, o_flags)
+                                    last_out, pending, outs)
                     if not ok:
                         return i, no
                 due = min(due, wstart[k] + close_off)
@@ -635,21 +635,16 @@ def _run_kernel(  # type: ignore[no-untyped-def]
         if t >= wstart[s] + close_off + delay:
             n_close = (t - delay - close_off - wstart[s]) // step + 1
             no, ok = _close(s, n_close, i, no, codes, step, m, fill_mode, fill_value, label_off, wstart,
-                            pane_rows, acc_f, acc_i, last_out, pending, o_slot, o_time, o_trig,
-                            o_vals, o_flags)
+                            pane_rows, acc_f, acc_i, last_out, pending, outs)
             if not ok:
                 return i, no
         j = (t - wstart[s]) // step
         if update > 0 and pending[s] == 1 and j >= 0 and (t - wstart[s]) // update > mark[s]:
             # emit on update: the open window over the rows before this one, as it enters a new period
-            if no == o_slot.shape[0]:
+            if no == o_vals.shape[0]:
                 return i, no
             _merge_window(s, m, codes, acc_f, acc_i, o_vals, no)
-            o_slot[no] = s
-            o_time[no] = wstart[s] + label_off
-            o_trig[no] = i
-            o_flags[no, 0] = False
-            o_flags[no, 1] = False
+            _emit(outs, no, s, wstart[s] + label_off, i, False, False)
             no += 1
             pending[s] = 0
         q = seq[s]

@@ -350,7 +350,13 @@ def serve_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_spark_ui_flag(p: argparse.ArgumentParser) -> None:
+def add_driver_flags(p: argparse.ArgumentParser, *, role: str, port: int) -> None:
+    """Where the ``role``'s API listens, and how the Spark driver that runs the queries runs."""
+    p.add_argument("--host", default="127.0.0.1", help=f"the address the {role}'s API listens on")
+    p.add_argument("--port", type=int, default=port, help=f"the port the {role}'s API listens on")
+    p.add_argument("--spark", default="local[*]", type=spark_master,
+                   help="the Spark master of the driver that runs the queries: local[*], local[N] or spark://host:port")
+    p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
     p.add_argument("--spark-ui", choices=["on", "off"], default="on",
                    help="Spark's web UI for this process's driver, on a free port of 127.0.0.1 (its URL: "
                         "`headwater workers`)")
@@ -367,13 +373,8 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
                    help="on a standalone cluster: the executor cores this worker's Spark driver takes (default: all)")
     p.add_argument("--driver-batch-rows", type=non_negative, default=DRIVER_BATCH_ROWS,
                    help="micro-batches up to this many input rows run in the driver; 0: always as Spark tasks")
-    p.add_argument("--host", default="127.0.0.1", help="the address the worker's API listens on")
-    p.add_argument("--port", type=int, default=8766, help="the port the worker's API listens on")
-    p.add_argument("--spark", default="local[*]", type=spark_master,
-                   help="the Spark master of this worker's driver: local[*], local[N] or spark://host:port")
-    p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
+    add_driver_flags(p, role="worker", port=8766)
     add_log_flags(p, access=False)
-    add_spark_ui_flag(p)
     from headwater.service.doors import add_limit_flags
 
     add_limit_flags(p, role="worker")
@@ -393,11 +394,7 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between a worker's health checks")
     p.add_argument("--heartbeat-deadline", type=float, default=5.0,
                    help="seconds without an answer after which a worker is down and its graphs move")
-    p.add_argument("--host", default="127.0.0.1", help="the address the master's API listens on")
-    p.add_argument("--port", type=int, default=8765, help="the port the master's API listens on")
-    p.add_argument("--spark", default="local[*]", type=spark_master,
-                   help="the Spark master of the worker's driver: local[*], local[N] or spark://host:port")
-    p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
+    add_driver_flags(p, role="master", port=8765)
     p.add_argument("--max-body-mb", type=int, default=512, help="the largest append or warm-up body accepted")
     add_sql_limit_flags(p)
     p.add_argument("--remote-workers", action="store_true",
@@ -416,7 +413,6 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--standby", action="store_true",
                    help="wait as a standby and take over when the active master on the same --metadata stops")
     add_log_flags(p, access=True)
-    add_spark_ui_flag(p)
     from headwater.service.doors import add_limit_flags
 
     add_limit_flags(p, role="master")

@@ -8,6 +8,7 @@ for the window rules.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -173,8 +174,26 @@ class MovingMad(_SortedWindowOp):
         return self._sorted(st, slots, args[0], MAD_MEDIAN if self.use_median else MAD_MEAN, self.min_periods)
 
 
+class _RescanOp(_ArrayOp):
+    """A count window kept in a ring and rescanned on every row: O(window) per row."""
+
+    window: int
+    min_periods: int | None
+
+    def _layout(self) -> dict[str, _Field]:
+        return ring_layout(self.window)
+
+    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
+        minp, full_only = _minp(self.min_periods)
+        return [self._rescan(slots, args[0], minp, full_only, st["ring"], st["n_rows"], st["wpos"], st["nobs"])]
+
+    @abc.abstractmethod
+    def _rescan(self, slots: np.ndarray, x: np.ndarray, minp: int, full_only: bool, *ring: np.ndarray) -> np.ndarray:
+        """Run the kernel over the rows; ``ring``: the state arrays of :func:`ring_layout`."""
+
+
 @dataclass(frozen=True)
-class MovingScan(_ArrayOp):
+class MovingScan(_RescanOp):
     """``mprod`` and ``mmax_positive_streak`` (largest sum of consecutive positive values in the window).
 
     Both scan the window per row (O(window)); in a streak a NULL counts as a
@@ -198,21 +217,12 @@ class MovingScan(_ArrayOp):
     def __post_init__(self) -> None:
         _check_moving(self, tuple(self._OPS))
 
-    def _layout(self) -> dict[str, _Field]:
-        return ring_layout(self.window)
-
-    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
-        minp, full_only = _minp(self.min_periods)
-        return [
-            window_scan(
-                self._OPS[self.name], slots, args[0], self.window, minp, full_only,
-                st["ring"], st["n_rows"], st["wpos"], st["nobs"],
-            )
-        ]  # fmt: skip
+    def _rescan(self, slots: np.ndarray, x: np.ndarray, minp: int, full_only: bool, *ring: np.ndarray) -> np.ndarray:
+        return window_scan(self._OPS[self.name], slots, x, self.window, minp, full_only, *ring)
 
 
 @dataclass(frozen=True)
-class MovingMoments(_ArrayOp):
+class MovingMoments(_RescanOp):
     """``mskew(x, window, biased=True)`` and ``mkurtosis(x, window, biased=True)``, O(window) per row.
 
     DolphinDB's definitions: biased skewness m3/m2^1.5 and moment kurtosis
@@ -241,17 +251,8 @@ class MovingMoments(_ArrayOp):
         _check_moving(self, tuple(self._OPS))
         _check_bool(self.name, "biased", self.biased)
 
-    def _layout(self) -> dict[str, _Field]:
-        return ring_layout(self.window)
-
-    def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
-        minp, full_only = _minp(self.min_periods)
-        return [
-            moving_moments(
-                self._OPS[self.name], slots, args[0], self.window, minp, full_only, self.biased,
-                st["ring"], st["n_rows"], st["wpos"], st["nobs"],
-            )
-        ]  # fmt: skip
+    def _rescan(self, slots: np.ndarray, x: np.ndarray, minp: int, full_only: bool, *ring: np.ndarray) -> np.ndarray:
+        return moving_moments(self._OPS[self.name], slots, x, self.window, minp, full_only, self.biased, *ring)
 
 
 # ---------------------------------------------------------------- kernels

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from headwater.aggregates.rules import PROD
+from headwater.aggregates.values import fold
 from headwater.kernels.base.buffers import ring_slot
 from headwater.kernels.base.numeric import _extend_run, _moments, _tied_rank
 
@@ -288,10 +290,7 @@ def _tw_scan(op, ring_x, k, start, count, cap, v, params, buf):  # pragma: no co
     if m == 0:
         return np.nan
     if op == TM_PROD:
-        p = 1.0
-        for j in range(m):
-            p *= buf[j]
-        return p
+        return fold(PROD, buf, m)
     if op in (TM_SKEW, TM_KURT):
         return _moments(buf, m, op == TM_KURT, params[0] != 0)
     srt = np.sort(buf[:m])
