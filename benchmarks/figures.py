@@ -147,6 +147,31 @@ def tasks(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def state(names: str) -> str:
+    """``state.json [before.json]``: per-append latency by state size, and the same run of an earlier version."""
+    now_name, *before_name = names.split()
+    now = load(now_name)
+    before = {s["keys"]: s for s in load(before_name[0])["sizes"]} if before_name else {}
+    lines = [f"Run of {when(now['created'])} (`results/{now_name}`): appends of {now['append_rows']:,} rows over "
+             f"{now['touched_keys']} keys, {now['appends']} per size; latency = append call → its rows visible in the "
+             "sink" + (f"; before: `results/{before_name[0]}`, whole snapshots" if before else "") + ".", "",
+             "| keys of state | p50 | p90 | max | p50 / smallest |" + (" before: p50 | before: p50 / smallest |"
+                                                                        if before else "") +
+             " state on disk | driver memory |",
+             "| ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if before else "") + " ---: | ---: |"]
+    for s in now["sizes"]:
+        b = before.get(s["keys"])
+        was = f" {b['p50_ms']:,.0f} ms | {ratio(b['p50_over_smallest'])} |" if b else (" — | — |" if before else "")
+        lines.append(f"| {s['keys']:,} | {s['p50_ms']:,.0f} ms | {s['p90_ms']:,.0f} ms | {s['max_ms']:,.0f} ms | "
+                     f"{ratio(s['p50_over_smallest'])} |{was} {s['disk_bytes_per_key']:.0f} B/key | "
+                     f"{s['driver_rss_bytes_per_key']:.0f} B/key |")
+    r = now["restart"]
+    lines += ["", f"Restart with {r['keys']:,} keys of state, in a new process: connect → graph running "
+              f"{r['connect_to_running_s']:.1f} s, its first append {r['first_append_after_restart_ms']:,.0f} ms "
+              "(it reads the state from disk)."]
+    return "\n".join(lines) + "\n"
+
+
 def summary(names: str) -> str:
     """The README's paragraph: the headline of the indicator, reactive and engine-family runs."""
     ind_name, rea_name, eng_name = names.split()
@@ -165,7 +190,8 @@ def summary(names: str) -> str:
 
 
 RENDER: dict[str, Callable[[str], str]] = {"reactive": reactive, "indicators": indicators, "engines": engines,
-                                           "chaos": chaos, "tasks": tasks, "summary": summary}
+                                           "chaos": chaos, "tasks": tasks, "summary": summary,
+                                           "state": state}
 
 
 def blocks(text: str) -> list[re.Match[str]]:
