@@ -103,10 +103,9 @@ def warm_up() -> None:
 
     for kind in ENGINES:
         run_engine(kind)
-    # every state function, called as the reactive engines call it (its operator makes the kernels' inputs
-    # read-only); the parameters only need to be valid
-    # two keys, 32 rows each, one a time unit apart; required numbers are 24: windows of more rows than a
-    # buffer's first width (8; top + 1 for a TopN), so that the buffers widen
+    # every state function through its operator, as the reactive engines call it (the operator makes the
+    # kernels' inputs read-only): two keys, 32 rows each, one time unit apart, and windows (required numbers:
+    # 24) of more rows than a buffer's first width (8; top + 1 for a TopN), so that the buffers widen
     slots = np.arange(64, dtype=np.int64) % 2
     values = np.arange(64, dtype=np.float64) // 2
     values[5] = np.nan
