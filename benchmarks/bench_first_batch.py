@@ -88,7 +88,8 @@ def first_batches(ticks: int, repeat: int) -> dict[str, Any]:
 
     minutes = max(ticks // (20 * 50), 1)
     rows = make_ticks(n_symbols=20, minutes=minutes, ticks_per_minute=50)
-    session = hw.connect(tempfile.mkdtemp(prefix="hw-bench-first-"))
+    data = tempfile.TemporaryDirectory(prefix="hw-bench-first-")
+    session = hw.connect(data.name)
     session.use_catalog("bench")
     seconds, kernel = [], []
     for i in range(1 + repeat):
@@ -105,11 +106,12 @@ def first_batches(ticks: int, repeat: int) -> dict[str, Any]:
         seconds.append(time.perf_counter() - started)
         kernel.append(sum(p["task_seconds"].get("kernel", 0.0) for p in session.progress(f"g{i}").values()))
     session.close()
+    data.cleanup()
     return {"rows": len(rows), "seconds": seconds, "kernel_task_seconds": kernel}
 
 
-def demo_run(tree: Path) -> dict[str, float]:
-    _, out = run([sys.executable, "-m", "headwater", "demo"], tree)
+def demo_run(tree: Path, data: Path) -> dict[str, float]:
+    _, out = run([sys.executable, "-m", "headwater", "demo", "--data-dir", str(data)], tree)
     speed = re.search(r"= ([\d,]+) ticks/s end to end", out)
     if speed is None:
         raise SystemExit(f"headwater demo printed no throughput:\n{out[-2000:]}")
@@ -148,7 +150,7 @@ def main() -> None:
         cold_s = statistics.median(s["seconds"][0] for s in sessions)
         warm_s = statistics.median(x for s in sessions for x in s["seconds"][1:])
         print(f"first batch: {cold_s:.2f}s cold, {warm_s:.2f}s warm", flush=True)
-        demos = [demo_run(other), demo_run(other)]
+        demos = [demo_run(other, scratch / f"demo{i}") for i in range(2)]
         print(f"demo: {demos[0]['ticks_per_s']:,.0f} ticks/s first run, {demos[1]['ticks_per_s']:,.0f} second",
               flush=True)
     finally:
