@@ -189,9 +189,28 @@ def summary(names: str) -> str:
             f"in PySpark ({eng_created[:10]}, `{eng_name}`).\n")
 
 
+def first_batch(names: str) -> str:
+    """``bench_first_batch.py`` runs, one row each (e.g. before and after a change)."""
+    lines = ["| run | sources | setup kernel step s (cold / warm) | first batch s (cold / warm) | cold ÷ warm | "
+             "demo ticks/s (first / second run) | second ÷ first | demo kernel task-s (first / second) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    clock: dict[str, str] = {}
+    for name in names.split():
+        r = load(name)
+        s, b, d = r["setup_warm_up_s"], r["first_batch"], r["demo"]
+        lines.append(f"| {when(r['created'])} (`results/{name}`) | {r['sources']} | {s['cold']:.1f} / {s['warm']:.1f} | "
+                     f"{b['cold_s']:.2f} / {b['warm_s']:.2f} | {ratio(b['cold_over_warm'])} | "
+                     f"{d['runs'][0]['ticks_per_s']:,.0f} / {d['runs'][1]['ticks_per_s']:,.0f} | "
+                     f"{ratio(d['second_over_first'])} | {d['runs'][0]['kernel_task_seconds']:.2f} / "
+                     f"{d['runs'][1]['kernel_task_seconds']:.2f} |")
+        clock = r["clock"]
+    lines += ["", "Clocks: " + "; ".join(f"{k}: {v}" for k, v in clock.items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
 RENDER: dict[str, Callable[[str], str]] = {"reactive": reactive, "indicators": indicators, "engines": engines,
                                            "chaos": chaos, "tasks": tasks, "summary": summary,
-                                           "state": state}
+                                           "state": state, "first-batch": first_batch}
 
 
 def blocks(text: str) -> list[re.Match[str]]:

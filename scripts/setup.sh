@@ -30,9 +30,9 @@ else
   .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[service,demo]"
 fi
 
-# Compile the Numba kernels once now (cached beside the sources), not during a graph's first micro-batch.
-echo "setup: compiling state kernels (first time only)"
-.venv/bin/python -c "from headwater.spark.daemon import warm_up; warm_up()"
+# Compile every Numba kernel once now (cached beside the sources), not during a graph's first micro-batch.
+echo "setup: compiling the kernels (a few minutes the first time, seconds after)"
+.venv/bin/python -m headwater.engines.warm
 
 # Java for Spark (17+).
 if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ] && [ ! -x .venv/headwater-java/bin/java ]; then

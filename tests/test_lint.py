@@ -48,7 +48,7 @@ LAYERS = (
     ("functions",),
     ("kernels", "storage"),
     ("aggregates", "catalog", "sql", "durations", "expr", "types"),
-    ("errors", "faults", "tuning"),
+    ("errors", "faults", "tuning", "kernel_inputs"),
 )
 SOURCE = ROOT / "src" / "headwater"
 

@@ -25,6 +25,7 @@ import numba
 import numpy as np
 
 from headwater.aggregates.rules import CATALOG, add, finish_all, merge
+from headwater.kernel_inputs import read_only
 
 Partials = dict[str, np.ndarray]
 
@@ -32,9 +33,9 @@ Partials = dict[str, np.ndarray]
 def over_groups(values: np.ndarray, group: np.ndarray, n_groups: int, func: str) -> np.ndarray:
     """Each group's ``func`` of ``values`` (NaN = NULL), the rows of a group counting in their order here
     (``group``: each row's, from 0 to ``n_groups - 1``; -1: in none). A group without rows is NULL (count 0)."""
-    order, starts = _by_group(np.asarray(group, dtype=np.int64), n_groups)
+    order, starts = _by_group(read_only(group, np.int64), n_groups)
     seq = np.arange(len(values), dtype=np.int64)
-    x, n, z = _summarise(CATALOG[func].code, order, starts, np.asarray(values, dtype=np.float64), seq)
+    x, n, z = _summarise(CATALOG[func].code, order, starts, read_only(values, np.float64), seq)
     return finish_all(CATALOG[func].code, x, n, z)
 
 
@@ -66,6 +67,7 @@ def partials_of_rows(group: np.ndarray, n_groups: int, keys: dict[str, np.ndarra
     argument, NaN = NULL). A group's rows count in ``seq`` order."""
     if n_groups == 0:
         return empty_partials(list(keys), funcs)
+    group, seq = read_only(group, np.int64), read_only(seq, np.int64)
     order, starts = _by_group(group, n_groups)
     if (seq[1:] < seq[:-1]).any() and not _ascend_in_groups(seq[order], starts):  # rows not in arrival order
         order = order[np.lexsort((seq[order], group[order]))]
@@ -74,7 +76,7 @@ def partials_of_rows(group: np.ndarray, n_groups: int, keys: dict[str, np.ndarra
     out.update(rows=np.diff(np.append(starts, len(order))), fseq=seq[order[starts]], lseq=seq[order[ends]])
     for i, (func, a) in enumerate(zip(funcs, args, strict=True)):
         out[f"x{i}"], out[f"n{i}"], out[f"z{i}"] = _summarise(CATALOG[func].code, order, starts,
-                                                              np.asarray(a, dtype=np.float64), seq)
+                                                              read_only(a, np.float64), seq)
     return out
 
 

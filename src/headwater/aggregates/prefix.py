@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 from headwater.aggregates.rules import CATALOG, add, finish
+from headwater.kernel_inputs import read_only
 
 
 def running(values: np.ndarray, run: np.ndarray, func: str) -> np.ndarray:
@@ -20,7 +21,7 @@ def running(values: np.ndarray, run: np.ndarray, func: str) -> np.ndarray:
     run = np.asarray(run)
     restart = np.ones(len(run), dtype=np.bool_)
     restart[1:] = run[1:] != run[:-1]
-    return running_by_key(CATALOG[func].code, np.zeros(len(run), np.int64), np.asarray(values, dtype=np.float64),
+    return running_by_key(CATALOG[func].code, np.zeros(len(run), np.int64), read_only(values, np.float64),
                           np.zeros(1), np.zeros(1, np.int64), np.zeros(1), restart)
 
 

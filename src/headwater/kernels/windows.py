@@ -56,6 +56,7 @@ import numpy as np
 
 from headwater.aggregates.rules import CATALOG, FIRST, FIRST_NOT, LAST, LAST_NOT, add, finish, merge
 from headwater.errors import ExecutionError, GraphDefinitionError
+from headwater.kernel_inputs import read_only
 
 AGGREGATES: tuple[str, ...] = tuple(name for name, agg in CATALOG.items() if agg.mergeable)
 _CODES: dict[str, int] = {name: CATALOG[name].code for name in AGGREGATES}
@@ -278,8 +279,8 @@ class WindowAggregator:
             times: int64 event time of each row.
             args: one float64 array per aggregate (NaN = NULL), each as long as ``times``.
         """
-        slots = np.ascontiguousarray(slots, dtype=np.int64)
-        times = np.ascontiguousarray(times, dtype=np.int64)
+        slots = read_only(slots, np.int64)
+        times = read_only(times, np.int64)
         n = len(times)
         if len(args) != len(self.aggregates):
             raise ValueError(

@@ -91,12 +91,17 @@ class Worker:
                 from headwater.spark.session import build_spark
 
                 began = time.monotonic()
+                # small micro-batches run in this process: load its kernels while the JVM starts
+                warming = threading.Thread(target=_warm_up_kernels, name="headwater-kernel-warm-up", daemon=True)
+                warming.start()
                 try:
                     spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores)
                     self._prime_python_workers(spark)
                 except Exception as exc:
                     self.spark_failure = _short(exc)
                     raise
+                finally:
+                    warming.join()
                 from headwater.spark.session import spark_ui_url
 
                 self._spark, self.spark_failure, self.spark_ui = spark, "", spark_ui_url(spark)
@@ -328,6 +333,16 @@ def _retrying(start: Callable[[], Any], what: str) -> Any:
                 raise
             log.warning("%s failed to start (%s); starting it again", what, _short(exc))
     raise AssertionError("unreachable")
+
+
+def _warm_up_kernels() -> None:
+    """:func:`headwater.engines.warm.warm_up` in this process; a kernel that fails here loads when first used."""
+    from headwater.engines.warm import warm_up
+
+    try:
+        warm_up()
+    except Exception:
+        log.warning("kernel warm-up failed; kernels load on first use", exc_info=True)
 
 
 def _short(exc: BaseException) -> str:

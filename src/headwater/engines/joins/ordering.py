@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from headwater.engines.base import SEQ
 from headwater.engines.joins.base import SLOT, TIME
+from headwater.kernel_inputs import read_only
 
 NO_TIME = np.iinfo(np.int64).min
 
@@ -40,7 +41,7 @@ def in_order(slots: np.ndarray, times: np.ndarray, latest: np.ndarray) -> np.nda
     """Which rows keep their key's time order: a row older than an earlier row of its key (in this batch
     or before, ``latest`` per slot) is out of order (time engines drop those, Orca C.0). Updates ``latest``."""
     keep = np.zeros(len(slots), dtype=np.bool_)
-    _keep_in_order(np.asarray(slots, np.int64), np.asarray(times, np.int64), latest, keep)
+    _keep_in_order(read_only(slots, np.int64), read_only(times, np.int64), latest, keep)
     return keep
 
 
@@ -106,7 +107,7 @@ class RightRows:
         return cls(*(cache[c].to_numpy() for c in (SLOT, TIME, SEQ)))
 
     def __init__(self, slots: np.ndarray, times: np.ndarray, seqs: np.ndarray) -> None:
-        slots, times, seqs = (np.asarray(a, np.int64) for a in (slots, times, seqs))
+        slots, times, seqs = (read_only(a, np.int64) for a in (slots, times, seqs))
         n_slots = int(slots.max()) + 1 if len(slots) else 0
         self.starts = np.zeros(n_slots + 1, dtype=np.int64)
         np.cumsum(np.bincount(slots, minlength=n_slots), out=self.starts[1:])
@@ -119,7 +120,7 @@ class RightRows:
         """Where each probe (slot, time) falls among its key's sorted rows: before the rows at that time
         (``side="left"``) or after them (``"right"``), as an index into the sorted arrays."""
         out = np.empty(len(slots), np.int64)
-        _search(self.starts, self.time, np.asarray(slots, np.int64), np.asarray(times, np.int64), side == "right", out)
+        _search(self.starts, self.time, read_only(slots, np.int64), read_only(times, np.int64), side == "right", out)
         return out
 
     def around(self, slots: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

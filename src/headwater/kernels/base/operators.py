@@ -44,6 +44,7 @@ import numpy as np
 
 from headwater.durations import parse_duration, to_micros
 from headwater.errors import GraphDefinitionError
+from headwater.kernel_inputs import read_only
 
 __all__ = ["MAX_WINDOW", "LayoutOp", "State", "StateOp", "StateOpSpec", "build_op"]
 
@@ -160,7 +161,7 @@ def _check_batch(
         raise GraphDefinitionError(
             f"state function {func!r}: got {len(args)} column arguments, expected {n_args}"
         )
-    slots_ = np.ascontiguousarray(slots, dtype=np.int64)
+    slots_ = read_only(slots, np.int64)
     if slots_.ndim != 1:
         raise ValueError(f"state function {func!r}: slots must be 1-D, got shape {slots_.shape}")
     if slots_.size and (slots_.min() < 0 or slots_.max() >= n_keys):
@@ -168,7 +169,7 @@ def _check_batch(
             f"state function {func!r}: key slots must lie in [0, n_keys={n_keys}); "
             f"got range [{slots_.min()}, {slots_.max()}]"
         )
-    cols = [np.ascontiguousarray(a, dtype=np.float64) for a in args]
+    cols = [read_only(a, np.float64) for a in args]
     for i, c in enumerate(cols):
         if c.shape != slots_.shape:
             raise ValueError(
