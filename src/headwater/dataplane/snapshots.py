@@ -237,6 +237,6 @@ class SnapshotStore:
             if v < version and name not in needed:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(d, name))
-                if files[v].name == name:
+                if v in files and files[v].name == name:  # the version's own file: its counters go too
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(os.path.join(d, f"{v}.stats.json"))
