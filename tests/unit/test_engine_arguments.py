@@ -13,8 +13,8 @@ import pytest
 import headwater as hw
 from headwater.api.graph import DStream
 from headwater.engines.base import EngineSpec
+from headwater.engines.catalog import SPECS
 from headwater.errors import MAX_MESSAGE_CHARS, HeadwaterError
-from headwater.plan.codec import TYPES
 
 HOSTILE = [None, 5, -1, 0, 2.5, float("nan"), float("inf"), "", "nonexistent", "-5s", "0s", "abc:def", "5s:1s",
            ["x"], [], ["price", "price"], [["sym"], ["sym"]], [["sym"]], {"a": 1}, ("2s", "1s"), (1, 2, 3), True,
@@ -94,7 +94,7 @@ def test_each_argument_replaced_by_a_hostile_value_stands_or_fails_with_a_headwa
 
 
 def _engine_methods() -> list[tuple[str, type[EngineSpec]]]:
-    specs = {cls.kind.lower(): cls for cls in TYPES.values() if isinstance(cls, type) and issubclass(cls, EngineSpec)}
+    specs = {kind.lower(): cls for kind, cls in SPECS.items()}
     methods = sorted(name for name in dir(DStream) if name.endswith("_engine") and not name.startswith("_"))
     assert sorted(specs) == methods, "every engine has one DStream method named after its kind"
     return [(name, specs[name]) for name in methods]

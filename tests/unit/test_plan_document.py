@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 import headwater as hw
 from headwater.engines.base import EngineKind
+from headwater.engines.catalog import SPECS
 from headwater.plan.codec import TYPES
 from headwater.plan.document import PLAN_VERSION, dumps, from_json, same_definition, to_json
 from headwater.plan.physical import Partitioning
@@ -133,8 +134,8 @@ def test_enums_name_kinds_and_partitioning(session):
 
 
 def test_every_engine_kind_can_be_stored():
-    stored = {cls.kind for cls in TYPES.values() if hasattr(cls, "kind") and isinstance(cls.kind, EngineKind)}
-    assert stored == set(EngineKind)
+    assert set(SPECS) == set(EngineKind)
+    assert all(TYPES[spec.__name__] is spec for spec in SPECS.values())
 
 
 def test_resubmitting_recognises_the_same_definition(session):

@@ -26,30 +26,10 @@ import headwater.aggregates
 import headwater.engines
 import headwater.kernels
 from headwater.aggregates.rules import CATALOG, METRIC_AGGREGATES
-from headwater.engines.anomaly import AnomalyDetectionEngine
 from headwater.engines.arguments import from_arguments
 from headwater.engines.base import SEQ, EngineKind, EngineSpec
-from headwater.engines.cross_sectional import CrossSectionalEngine
-from headwater.engines.daily_time_series import DailyTimeSeriesEngine
-from headwater.engines.joins import (
-    AsofJoinEngine,
-    EqualJoinEngine,
-    JoinEngine,
-    LeftSemiJoinEngine,
-    LookupJoinEngine,
-    SnapshotJoinEngine,
-    WindowJoinEngine,
-)
-from headwater.engines.reactive_state import (
-    DualOwnershipReactiveStateEngine,
-    NarrowReactiveStateEngine,
-    ReactiveStateEngine,
-)
-from headwater.engines.reactive_stateless import ReactiveStatelessEngine
-from headwater.engines.rule import RuleEngine
-from headwater.engines.session_window import SessionWindowEngine
-from headwater.engines.time_bucket import TimeBucketEngine
-from headwater.engines.time_series import TimeSeriesEngine
+from headwater.engines.catalog import SPECS
+from headwater.engines.joins import JoinEngine
 from headwater.parse import to_metrics
 from headwater.types import Schema
 
@@ -65,34 +45,31 @@ _UNORDERED = [f"{f}(x) as a_{f}" for f in METRIC_AGGREGATES if not CATALOG[f].or
 _RIGHT_AGGREGATES = [f"{f}(right.x) as a_{f}" for f in METRIC_AGGREGATES]
 _KEYED = {"time_column": "time", "key_column": "sym"}
 
-ENGINES: dict[EngineKind, tuple[type[EngineSpec], dict[str, Any]]] = {
-    EngineKind.TIME_SERIES: (TimeSeriesEngine, {"window": "60s", "step": "60s", "metrics": _AGGREGATES, **_KEYED}),
-    EngineKind.SESSION_WINDOW: (SessionWindowEngine, {"session_gap": "30s", "metrics": _AGGREGATES, **_KEYED}),
-    EngineKind.TIME_BUCKET: (TimeBucketEngine, {"time_cut_points": ["09:30", "09:32", "09:34"],
-                                                "metrics": _AGGREGATES, **_KEYED}),
-    EngineKind.DAILY_TIME_SERIES: (DailyTimeSeriesEngine, {"window": "60s", "step": "60s", "metrics": _AGGREGATES,
-                                                           **_KEYED}),
-    EngineKind.CROSS_SECTIONAL: (CrossSectionalEngine, {"metrics": [*_UNORDERED, "rank(x) as r"], "key_column": "v",
-                                                        "context_by_column": "sym", "triggering_pattern": "per_row"}),
-    EngineKind.REACTIVE_STATE: (ReactiveStateEngine, {"metrics": ["ewm_mean(x, span=3, adjust=false) as e",
-                                                                  "mmax(x, 3) as m"], "key_column": "sym"}),
-    EngineKind.NARROW_REACTIVE_STATE: (NarrowReactiveStateEngine, {"metrics": ["msum(x, 3)"], "metric_names": ["s"],
-                                                                   "key_column": "sym"}),
-    EngineKind.DUAL_OWNERSHIP_REACTIVE_STATE: (DualOwnershipReactiveStateEngine, {
-        "metrics1": ["cumsum(x) as c1"], "metrics2": ["cumsum(x) as c2"], "key_column1": "sym", "key_column2": "v"}),
-    EngineKind.REACTIVE_STATELESS: (ReactiveStatelessEngine, {
+ENGINES: dict[EngineKind, dict[str, Any]] = {
+    EngineKind.TIME_SERIES: {"window": "60s", "step": "60s", "metrics": _AGGREGATES, **_KEYED},
+    EngineKind.SESSION_WINDOW: {"session_gap": "30s", "metrics": _AGGREGATES, **_KEYED},
+    EngineKind.TIME_BUCKET: {"time_cut_points": ["09:30", "09:32", "09:34"], "metrics": _AGGREGATES, **_KEYED},
+    EngineKind.DAILY_TIME_SERIES: {"window": "60s", "step": "60s", "metrics": _AGGREGATES, **_KEYED},
+    EngineKind.CROSS_SECTIONAL: {"metrics": [*_UNORDERED, "rank(x) as r"], "key_column": "v",
+                                 "context_by_column": "sym", "triggering_pattern": "per_row"},
+    EngineKind.REACTIVE_STATE: {"metrics": ["ewm_mean(x, span=3, adjust=false) as e", "mmax(x, 3) as m"],
+                                "key_column": "sym"},
+    EngineKind.NARROW_REACTIVE_STATE: {"metrics": ["msum(x, 3)"], "metric_names": ["s"], "key_column": "sym"},
+    EngineKind.DUAL_OWNERSHIP_REACTIVE_STATE: {
+        "metrics1": ["cumsum(x) as c1"], "metrics2": ["cumsum(x) as c2"], "key_column1": "sym", "key_column2": "v"},
+    EngineKind.REACTIVE_STATELESS: {
         "metrics": [{"output": "b", "formula": "p + 1", "variables": {"p": "a"}}], "key_column": "sym",
-        "value_column": "x"}),
-    EngineKind.ANOMALY_DETECTION: (AnomalyDetectionEngine, {"metrics": ["x > 3", "sum(x) > 5", "avg(x) > x"],
-                                                            "window": "60s", "step": "60s", **_KEYED}),
-    EngineKind.RULE: (RuleEngine, {"rule_sets": {None: ["x > 0"]}, "output_columns": ["sym"]}),
-    EngineKind.ASOF_JOIN: (AsofJoinEngine, {"metrics": ["x", "right.x as rx"], "time_column": "time"}),
-    EngineKind.WINDOW_JOIN: (WindowJoinEngine, {"window": "-30s:0s", "metrics": ["x", *_RIGHT_AGGREGATES],
-                                                "time_column": "time", "max_delayed_time": None}),
-    EngineKind.EQUAL_JOIN: (EqualJoinEngine, {"metrics": ["x", "right.x as rx"], "time_column": "time"}),
-    EngineKind.LOOKUP_JOIN: (LookupJoinEngine, {"metrics": ["x", "right.x as rx"], "right_time_column": "time"}),
-    EngineKind.LEFT_SEMI_JOIN: (LeftSemiJoinEngine, {"metrics": ["x", "right.x as rx"]}),
-    EngineKind.SNAPSHOT_JOIN: (SnapshotJoinEngine, {"metrics": ["x", "right.x as rx"], "time_column": "time"}),
+        "value_column": "x"},
+    EngineKind.ANOMALY_DETECTION: {"metrics": ["x > 3", "sum(x) > 5", "avg(x) > x"], "window": "60s", "step": "60s",
+                                   **_KEYED},
+    EngineKind.RULE: {"rule_sets": {None: ["x > 0"]}, "output_columns": ["sym"]},
+    EngineKind.ASOF_JOIN: {"metrics": ["x", "right.x as rx"], "time_column": "time"},
+    EngineKind.WINDOW_JOIN: {"window": "-30s:0s", "metrics": ["x", *_RIGHT_AGGREGATES], "time_column": "time",
+                             "max_delayed_time": None},
+    EngineKind.EQUAL_JOIN: {"metrics": ["x", "right.x as rx"], "time_column": "time"},
+    EngineKind.LOOKUP_JOIN: {"metrics": ["x", "right.x as rx"], "right_time_column": "time"},
+    EngineKind.LEFT_SEMI_JOIN: {"metrics": ["x", "right.x as rx"]},
+    EngineKind.SNAPSHOT_JOIN: {"metrics": ["x", "right.x as rx"], "time_column": "time"},
 }
 """One small engine of each kind, as its ``DStream`` method's arguments (joins: both sides ``SCHEMA``, on ``sym``)."""
 
@@ -130,7 +107,7 @@ STATE_PARAMS: dict[str, dict[str, Any]] = {
 
 def engine_spec(kind: EngineKind) -> EngineSpec:
     """The small engine of ``kind`` that :func:`warm_up` runs."""
-    spec, arguments = ENGINES[kind]
+    spec, arguments = SPECS[kind], ENGINES[kind]
     name = f"warm_{kind.lower()}"
     if issubclass(spec, JoinEngine):
         time_column = arguments.get("time_column")

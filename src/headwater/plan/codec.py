@@ -34,27 +34,8 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from headwater.engines.anomaly import AnomalyDetectionEngine
-from headwater.engines.cross_sectional import CrossSectionalEngine
-from headwater.engines.daily_time_series import DailyTimeSeriesEngine
-from headwater.engines.joins import (
-    AsofJoinEngine,
-    EqualJoinEngine,
-    LeftSemiJoinEngine,
-    LookupJoinEngine,
-    SnapshotJoinEngine,
-    WindowJoinEngine,
-)
-from headwater.engines.reactive_state import (
-    DualOwnershipReactiveStateEngine,
-    NarrowReactiveStateEngine,
-    ReactiveStateEngine,
-)
-from headwater.engines.reactive_stateless import Formula, ReactiveStatelessEngine
-from headwater.engines.rule import RuleEngine
-from headwater.engines.session_window import SessionWindowEngine
-from headwater.engines.time_bucket import TimeBucketEngine
-from headwater.engines.time_series import TimeSeriesEngine
+from headwater.engines.catalog import SPECS
+from headwater.engines.reactive_stateless import Formula
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item, Lit, MultiExpr
 from headwater.parse import builtins_only, parse_metric
@@ -62,14 +43,10 @@ from headwater.plan.callables import OpaqueCallable
 from headwater.plan.logical import EngineNode, MapNode, Parallelism, TableNode
 from headwater.types import Schema
 
-# Everything a plan may hold. Adding an engine means adding its spec here (a test checks every EngineKind is).
+# Everything a plan may hold: every engine spec (headwater.engines.catalog) and the parts of a plan.
 TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    Schema, Parallelism, TableNode, EngineNode, MapNode,
-    Col, Lit, Call, Item, Alias, MultiExpr,
-    TimeSeriesEngine, SessionWindowEngine, CrossSectionalEngine, ReactiveStateEngine, NarrowReactiveStateEngine,
-    DualOwnershipReactiveStateEngine, ReactiveStatelessEngine, Formula,
-    AnomalyDetectionEngine, RuleEngine, AsofJoinEngine, EqualJoinEngine, LookupJoinEngine, LeftSemiJoinEngine, SnapshotJoinEngine,
-    WindowJoinEngine, TimeBucketEngine, DailyTimeSeriesEngine,
+    Schema, Parallelism, TableNode, EngineNode, MapNode, Col, Lit, Call, Item, Alias, MultiExpr, Formula,
+    *SPECS.values(),
 )}
 
 # Where a plan may hold a Python function: a MapNode's ``fn``, and the named parameter of the functions that
