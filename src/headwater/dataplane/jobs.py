@@ -15,6 +15,8 @@ for ``checkpoint_job_info``.
 >>> write_job(d, {"batch": 0, "input": [0, 3], "finished": 1.0})
 >>> [r["batch"] for r in read_jobs(d)], begin_job(d, 1, lambda start: start), committed_input_version(d)
 ([0], (3, 3), 3)
+>>> is_committed(d, 0), is_committed(d, 1)
+(True, False)
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ def begin_job(directory: Path, batch: int, latest: Callable[[int], int]) -> tupl
         tmp.unlink()
     start, end = json.loads(target.read_text())["input"]
     return int(start), int(end)
+
+
+def is_committed(directory: Path, batch: int) -> bool:
+    """Whether micro-batch ``batch`` was committed (its record completed): a replay of it has nothing to do."""
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        return "finished" in json.loads(_file(directory, batch).read_text())
+    return False
 
 
 def read_jobs(directory: Path) -> list[dict[str, Any]]:

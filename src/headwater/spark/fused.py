@@ -144,7 +144,7 @@ def start_fused_subgraph(
     placed the graph elsewhere (a newer epoch), this query fails instead of committing.
     ``driver_batch_rows``: a micro-batch with at most this many input rows runs on the driver (0: never).
     """
-    from headwater.dataplane.jobs import begin_job, write_job
+    from headwater.dataplane.jobs import begin_job, is_committed, write_job
     from headwater.dataplane.task import TaskReport
     from headwater.faults import fault_point
     from headwater.storage.table_log import Batch, latest_version, read_batch
@@ -167,6 +167,10 @@ def start_fused_subgraph(
         return TaskReport([f for r in reports for f in r.files], tasks), False
 
     def commit_batch(_: DataFrame, batch_id: int) -> None:
+        if is_committed(checkpoint, batch_id):
+            # Spark replays a batch whose own commit a stop or crash cut short after ours: its output and state
+            # are saved, and running it again would save its state over a change made since (update_rule)
+            return
         created = time.time()
         start, end = begin_job(checkpoint, batch_id, lambda known: latest_version(plan.input_path, known))
         report, on_driver = run_batch(read_batch(plan.input_path, start, end))  # the batch's one read of the log
