@@ -19,7 +19,7 @@ from headwater.dataplane import snapshots
 from headwater.dataplane.local import LocalRunner
 from headwater.dataplane.snapshots import SnapshotStore
 from headwater.engines.base import KeyedState, KeyTable
-from headwater.engines.reactive_state import ReactiveStateEngine
+from headwater.engines.reactive_state import ReactiveStateEngine, _nested
 from headwater.errors import ExecutionError
 from headwater.faults import on_fault_point
 from headwater.parse import parse_expr, parse_metric
@@ -197,14 +197,7 @@ def test_a_reactive_state_saved_by_0_1_0_continues(tmp_path):
     second = pd.DataFrame({"k": ["b", "a", "c"], "x": [4.0, 5.0, 6.0], "_hw_seq": [3, 4, 5]})
     import pyarrow as pa
     state, _ = proc.process(proc.new_state(), pa.Table.from_pandas(first), batch_time=10.0)
-    nested = {"ops": {}, "last": {}}
-    for name, column in state.columns.items():  # the 0.1.0 layout: {"keys", "ops": {node: {array}}, "last", ...}
-        kind, rest = name.split("/", 1)
-        if kind == "ops":
-            node, array = rest.split("/", 1)
-            nested["ops"].setdefault(int(node), {})[array] = column
-        else:
-            nested["last"][rest] = column
+    nested = _nested(state.columns)  # the 0.1.0 layout: {"keys", "ops": {node: {array}}, "last", ...}
     old = {"keys": list(state.keys.keys), **nested, "last_purge": state.rest["last_purge"]}
     _, expected = proc.process(pickle.loads(pickle.dumps(state)), pa.Table.from_pandas(second), batch_time=11.0)
     _, got = proc.process(old, pa.Table.from_pandas(second), batch_time=11.0)
