@@ -59,9 +59,6 @@ class PhysicalEdge:
     dst: int
     partition: Partitioning
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "partition", Partitioning(self.partition))
-
 
 @dataclass(frozen=True)
 class PhysicalGraph:
