@@ -11,6 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from headwater.storage.metadata import replace_row
+
 _meta = sa.MetaData()
 
 groups = sa.Table("access_groups", _meta, sa.Column("name", sa.String, primary_key=True))
@@ -58,7 +60,7 @@ class AccessStore:
     # -- groups ---------------------------------------------------------------------------------------
     def add_group(self, name: str) -> bool:
         with self.engine.begin() as c:
-            if c.execute(sa.select(groups.c.name).where(groups.c.name == name)).first() is not None:
+            if c.scalar(sa.select(groups.c.name).where(groups.c.name == name)) is not None:
                 return False
             c.execute(sa.insert(groups).values(name=name))
             return True
@@ -72,7 +74,7 @@ class AccessStore:
 
     def has_group(self, name: str) -> bool:
         with self.engine.connect() as c:
-            return c.execute(sa.select(groups.c.name).where(groups.c.name == name)).first() is not None
+            return c.scalar(sa.select(groups.c.name).where(groups.c.name == name)) is not None
 
     def set_member(self, group: str, user: str, member: bool) -> None:
         with self.engine.begin() as c:
@@ -82,7 +84,7 @@ class AccessStore:
 
     def groups_of(self, user: str) -> list[str]:
         with self.engine.connect() as c:
-            return [r[0] for r in c.execute(sa.select(members.c.group_name).where(members.c.user_name == user))]
+            return list(c.scalars(sa.select(members.c.group_name).where(members.c.user_name == user)))
 
     def forget_user(self, user: str) -> None:
         with self.engine.begin() as c:
@@ -111,8 +113,8 @@ class AccessStore:
     def effects(self, principals: list[str], privileges: list[str], objects: list[str]) -> set[str]:
         """The effects ("allow", "deny") of the entries that apply."""
         with self.engine.connect() as c:
-            return {r[0] for r in c.execute(sa.select(grants.c.effect).where(
-                grants.c.principal.in_(principals), grants.c.privilege.in_(privileges), grants.c.object.in_(objects)))}
+            return set(c.scalars(sa.select(grants.c.effect).where(
+                grants.c.principal.in_(principals), grants.c.privilege.in_(privileges), grants.c.object.in_(objects))))
 
     def grants_of(self, principals: list[str]) -> list[dict[str, Any]]:
         with self.engine.connect() as c:
@@ -123,13 +125,12 @@ class AccessStore:
     # -- owners ---------------------------------------------------------------------------------------
     def set_owner(self, obj: str, owner: str) -> None:
         with self.engine.begin() as c:
-            c.execute(sa.delete(owners).where(owners.c.object == obj))
-            c.execute(sa.insert(owners).values(object=obj, owner=owner))
+            replace_row(c, owners, object=obj, owner=owner)
 
     def owner(self, obj: str) -> str | None:
         with self.engine.connect() as c:
-            row = c.execute(sa.select(owners.c.owner).where(owners.c.object == obj)).first()
-        return None if row is None else str(row[0])
+            owner = c.scalar(sa.select(owners.c.owner).where(owners.c.object == obj))
+        return None if owner is None else str(owner)
 
     # -- audit ----------------------------------------------------------------------------------------
     def record(self, user: str, action: str, obj: str, outcome: str, detail: str) -> None:

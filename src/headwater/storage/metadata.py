@@ -238,8 +238,7 @@ class MetadataStore:
     # -- tables ---------------------------------------------------------------------------------------
     def put_table(self, rec: TableRecord) -> None:
         with self.engine.begin() as c:
-            c.execute(sa.delete(tables).where(tables.c.fqn == rec.fqn))
-            c.execute(sa.insert(tables).values(**_table_row(rec)))
+            replace_row(c, tables, **_table_row(rec))
 
     def get_table(self, fqn: str) -> TableRecord | None:
         with self.engine.connect() as c:
@@ -257,11 +256,11 @@ class MetadataStore:
 
     def refs_of_table(self, table_fqn: str) -> list[str]:
         with self.engine.connect() as c:
-            return [r[0] for r in c.execute(sa.select(table_refs.c.graph_fqn).where(table_refs.c.table_fqn == table_fqn))]
+            return list(c.scalars(sa.select(table_refs.c.graph_fqn).where(table_refs.c.table_fqn == table_fqn)))
 
     def refs_of_graph(self, graph_fqn: str) -> list[str]:
         with self.engine.connect() as c:
-            return [r[0] for r in c.execute(sa.select(table_refs.c.table_fqn).where(table_refs.c.graph_fqn == graph_fqn))]
+            return list(c.scalars(sa.select(table_refs.c.table_fqn).where(table_refs.c.graph_fqn == graph_fqn)))
 
     def drop_refs(self, graph_fqn: str) -> None:
         with self.engine.begin() as c:
@@ -323,18 +322,16 @@ class MetadataStore:
     # -- users and tokens (service mode) ---------------------------------------------------------------
     def put_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> None:
         with self.engine.begin() as c:
-            c.execute(sa.delete(users).where(users.c.name == name))
-            c.execute(sa.insert(users).values(name=name, password_hash=password_hash, is_admin=is_admin))
+            replace_row(c, users, name=name, password_hash=password_hash, is_admin=is_admin)
 
     def user_password_hash(self, name: str) -> str | None:
         with self.engine.connect() as c:
-            row = c.execute(sa.select(users.c.password_hash).where(users.c.name == name)).first()
-        return None if row is None else str(row[0])
+            value = c.scalar(sa.select(users.c.password_hash).where(users.c.name == name))
+        return None if value is None else str(value)
 
     def user_is_admin(self, name: str) -> bool:
         with self.engine.connect() as c:
-            row = c.execute(sa.select(users.c.is_admin).where(users.c.name == name)).first()
-        return bool(row is not None and row[0])
+            return bool(c.scalar(sa.select(users.c.is_admin).where(users.c.name == name)))
 
     def list_users(self) -> list[tuple[str, bool]]:
         """Every user's name and whether it is an admin, by name."""
@@ -360,26 +357,24 @@ class MetadataStore:
     def token_user(self, token_hash: str) -> str | None:
         """The user a live token belongs to, or None (unknown or expired)."""
         with self.engine.connect() as c:
-            row = c.execute(sa.select(tokens.c.user).where(tokens.c.token_hash == token_hash,
-                                                           tokens.c.expires >= time.time())).first()
-        return None if row is None else str(row[0])
+            user = c.scalar(sa.select(tokens.c.user).where(tokens.c.token_hash == token_hash,
+                                                           tokens.c.expires >= time.time()))
+        return None if user is None else str(user)
 
     # -- compute groups (service mode) ----------------------------------------------------------------
     def set_compute_group(self, graph_fqn: str, group: str) -> None:
         with self.engine.begin() as c:
-            c.execute(sa.delete(graph_groups).where(graph_groups.c.graph_fqn == graph_fqn))
-            c.execute(sa.insert(graph_groups).values(graph_fqn=graph_fqn, compute_group=group))
+            replace_row(c, graph_groups, graph_fqn=graph_fqn, compute_group=group)
 
     def compute_group(self, graph_fqn: str) -> str:
         with self.engine.connect() as c:
-            row = c.execute(sa.select(graph_groups.c.compute_group).where(graph_groups.c.graph_fqn == graph_fqn)).first()
-        return "default" if row is None else str(row[0])
+            group = c.scalar(sa.select(graph_groups.c.compute_group).where(graph_groups.c.graph_fqn == graph_fqn))
+        return "default" if group is None else str(group)
 
     # -- workers that joined (headwater worker --master) -----------------------------------------------
     def add_worker(self, url: str, group: str) -> None:
         with self.engine.begin() as c:
-            c.execute(sa.delete(workers).where(workers.c.url == url))
-            c.execute(sa.insert(workers).values(url=url, compute_group=group))
+            replace_row(c, workers, url=url, compute_group=group)
 
     def joined_workers(self) -> list[tuple[str, str]]:
         with self.engine.connect() as c:
@@ -388,14 +383,12 @@ class MetadataStore:
     # -- checkpoint configuration (headwater.runtime.checkpoint_config) ------------------------------
     def set_checkpoint_config(self, graph_fqn: str, config_json: str) -> None:
         with self.engine.begin() as c:
-            c.execute(sa.delete(checkpoint_configs).where(checkpoint_configs.c.graph_fqn == graph_fqn))
-            c.execute(sa.insert(checkpoint_configs).values(graph_fqn=graph_fqn, config=config_json))
+            replace_row(c, checkpoint_configs, graph_fqn=graph_fqn, config=config_json)
 
     def checkpoint_config(self, graph_fqn: str) -> str | None:
         with self.engine.connect() as c:
-            row = c.execute(sa.select(checkpoint_configs.c.config)
-                            .where(checkpoint_configs.c.graph_fqn == graph_fqn)).first()
-        return None if row is None else str(row[0])
+            config = c.scalar(sa.select(checkpoint_configs.c.config).where(checkpoint_configs.c.graph_fqn == graph_fqn))
+        return None if config is None else str(config)
 
     # -- events (headwater.runtime.events) ------------------------------------------------------------
     def add_event(self, kind: str, detail: str, now: float, retries: int = 0) -> int:
@@ -419,10 +412,9 @@ class MetadataStore:
     def place(self, graph_fqn: str, worker: str) -> int:
         """Record ``graph_fqn`` as placed on ``worker``; return the placement's epoch (one more than the last)."""
         with self.engine.begin() as c:
-            row = c.execute(sa.select(placements.c.epoch).where(placements.c.graph_fqn == graph_fqn)).first()
-            epoch = 1 if row is None else int(row[0]) + 1
-            c.execute(sa.delete(placements).where(placements.c.graph_fqn == graph_fqn))
-            c.execute(sa.insert(placements).values(graph_fqn=graph_fqn, worker=worker, epoch=epoch))
+            last = c.scalar(sa.select(placements.c.epoch).where(placements.c.graph_fqn == graph_fqn))
+            epoch = 1 if last is None else int(last) + 1
+            replace_row(c, placements, graph_fqn=graph_fqn, worker=worker, epoch=epoch)
         return epoch
 
     def placements(self) -> dict[str, tuple[str, int]]:
@@ -437,6 +429,12 @@ class MetadataStore:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def replace_row(c: sa.Connection, table: sa.Table, **values: Any) -> None:
+    """Write a row in place of the one with its primary key, if any (delete + insert: any database does it)."""
+    c.execute(sa.delete(table).where(*(col == values[col.name] for col in table.primary_key.columns)))
+    c.execute(sa.insert(table).values(**values))
 
 
 def _table_row(rec: TableRecord) -> dict[str, Any]:
