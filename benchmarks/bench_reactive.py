@@ -73,9 +73,8 @@ def make_rows(n: int, keys: int, seed: int = 1, start: str = "2026-11-20 09:30:0
     })
 
 
-def run_headwater(rows: pd.DataFrame, batch: int, tasks: int) -> tuple[float, dict, pd.DataFrame]:
+def run_headwater(rows: pd.DataFrame, batch: int, tasks: int, cold: bool) -> tuple[float, dict, pd.DataFrame]:
     import headwater as hw
-    from headwater.tuning import DRIVER_BATCH_ROWS
 
     with tempfile.TemporaryDirectory(prefix="hw-bench-") as d:
         s = hw.connect(d)
@@ -84,11 +83,8 @@ def run_headwater(rows: pd.DataFrame, batch: int, tasks: int) -> tuple[float, di
         (g.source("ticks", schema=SCHEMA).parallelize("key", tasks)
            .reactive_state_engine(key_column="key", metrics=METRICS).sync().sink("factors"))
         g.submit()
-        # keys of their own; more rows than DRIVER_BATCH_ROWS, so that the warm-up runs as Spark tasks and
-        # loads the kernels in Spark's Python workers (a smaller batch would run in the driver)
-        warm = make_rows(DRIVER_BATCH_ROWS + 5_000, 100, seed=9, start="2026-11-19 09:30:00", prefix="W")
-        s.append("ticks", warm)
-        s.wait_until_caught_up("reactive", timeout=600)
+        if not cold:
+            warm_up(s)
         before = s.progress("reactive")["subgraph_0"]
         start = time.perf_counter()
         for i in range(0, len(rows), batch):
@@ -97,7 +93,7 @@ def run_headwater(rows: pd.DataFrame, batch: int, tasks: int) -> tuple[float, di
         elapsed = time.perf_counter() - start
         after = s.progress("reactive")["subgraph_0"]
         split = {k: round(v - before["task_seconds"].get(k, 0.0), 2) for k, v in after["task_seconds"].items()}
-        split["batches"] = after["last_batch"] - before["last_batch"]
+        split["batches"] = after["last_batch"] - (before["last_batch"] if before["last_batch"] is not None else -1)
         # read back with delta-rs, not Spark SQL: collecting 10M wide rows through the driver JVM needs a big heap
         from headwater.storage.stream_table import StreamTable
 
@@ -106,6 +102,15 @@ def run_headwater(rows: pd.DataFrame, batch: int, tasks: int) -> tuple[float, di
         out = out[out["key"].str.startswith("K")]
         s.close()
     return elapsed, split, out
+
+
+def warm_up(s: Any) -> None:
+    """One batch on keys of its own, run as Spark tasks: a batch of DRIVER_BATCH_ROWS or fewer runs in the driver."""
+    from headwater.tuning import DRIVER_BATCH_ROWS
+
+    warm = make_rows(DRIVER_BATCH_ROWS + 5_000, 100, seed=9, start="2026-11-19 09:30:00", prefix="W")
+    s.append("ticks", warm)
+    s.wait_until_caught_up("reactive", timeout=600)
 
 
 def prepared_kernels(rows: pd.DataFrame) -> tuple[Any, pa.Table]:
@@ -251,6 +256,8 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=4000)
     ap.add_argument("--tasks", type=int, default=2)
     ap.add_argument("--pandas-sample", type=int, default=400_000)
+    ap.add_argument("--cold", action="store_true",
+                    help="no warm-up batch: the timed rows are the graph's first (kernels as setup.sh left them)")
     ap.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "reactive.json")
     args = ap.parse_args()
     rows = make_rows(args.rows, args.keys)
@@ -268,7 +275,7 @@ def main() -> None:
     sample = rows.iloc[: args.pandas_sample]
     pandas_s = run_pandas(sample)
     print(f"pandas grouped (sample {len(sample):,}):   {len(sample) / pandas_s:,.0f} rows/s ({pandas_s:.2f}s)")
-    spark_s, split, spark_out = run_headwater(rows, args.batch, args.tasks)
+    spark_s, split, spark_out = run_headwater(rows, args.batch, args.tasks, args.cold)
     print(f"headwater on Spark (end to end):   {args.rows / spark_s:,.0f} rows/s ({spark_s:.2f}s, "
           f"{split.pop('batches')} micro-batches)")
     print(f"  task-seconds by stage: {split}")
@@ -286,6 +293,7 @@ def main() -> None:
         "benchmark": "reactive_state_engine, 20 metrics: headwater on Spark end to end, its kernels, polars, pandas",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "rows": args.rows, "keys": args.keys, "metrics": len(METRICS) - 2, "batch": args.batch, "tasks": args.tasks,
+        "cold": args.cold,
         "pandas_sample": len(sample), "clock": CLOCK, "seconds": seconds, "rows_per_s": rows_per_s,
         "ratios": {"spark_vs_polars": None if polars_s is None else polars_s / spark_s,
                    "kernels_vs_polars": None if polars_s is None else polars_s / kernel_s,

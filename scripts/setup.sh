@@ -49,6 +49,12 @@ if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ] && [ ! -x .venv/
 assert s.range(3).count() == 3; s.stop(); print('setup: Spark runs on', s.version)"
 fi
 
+# Spark's driver JVM starts in about half the time when it maps the classes it loads from an archive, recorded
+# once per Java and Spark version (headwater.spark.class_archive); without one it starts as it would anyway.
+echo "setup: recording the classes Spark's driver loads (a minute the first time)"
+.venv/bin/python -m headwater.spark.class_archive --if-missing \
+  || echo "setup: could not record Spark's class archive; Spark starts without it" >&2
+
 # PostgreSQL for the service-mode tests (Debian's server; each test starts its own on 127.0.0.1).
 if [ "$what" = "test" ] && ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

@@ -96,7 +96,9 @@ class Worker:
                 warming.start()
                 try:
                     spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores)
+                    log.debug("Spark session built after %.1f s", time.monotonic() - began)
                     self._prime_python_workers(spark)
+                    log.debug("Spark's Python workers forked after %.1f s", time.monotonic() - began)
                 except Exception as exc:
                     self.spark_failure = _short(exc)
                     raise

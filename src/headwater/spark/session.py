@@ -15,6 +15,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from headwater.errors import ExecutionError
+from headwater.spark import class_archive
 from headwater.storage.locks import LOCK_NAME, FileLock, remove_unlocked_dirs
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -106,7 +107,7 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     ``spark.authenticate`` secret there, so that it is on no command line.
     """
     _check_java()
-    java_options = f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG}"
+    java_options = f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG} {class_archive.java_options()}".strip()
     warehouse = os.path.join(os.environ.get("TMPDIR", "/tmp"), "headwater-warehouse")
     scratch = None
     if scratch_root is not None:

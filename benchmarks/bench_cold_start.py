@@ -1,0 +1,127 @@
+"""Cold start: a new process's ``connect()`` to a two-subgraph graph ``running``, and a second ``submit()`` warm.
+
+Run: ``.venv/bin/python benchmarks/bench_cold_start.py [--rounds 3]``.
+
+Each round starts a new Python process (nothing of Spark or Headwater loaded) that connects to a new data
+directory (the embedded default), submits ``a -> parallelize(k, 2) -> reactive -> mid -> parallelize(k, 2) ->
+reactive -> out`` and waits for it to be ``running`` (every query's first trigger done); then submits a second
+graph on the warm session. Rounds alternate between the driver with Spark's class archive
+(:mod:`headwater.spark.class_archive`, as ``scripts/setup.sh`` leaves it) and without it, the baseline of the same
+run. The phases are those the worker logs at debug level. Writes ``benchmarks/results/cold-start.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+CHILD = textwrap.dedent("""
+    import json, logging, sys, tempfile, time
+    began = time.perf_counter()
+    phases = {}
+
+    class Phases(logging.Handler):
+        def emit(self, record):
+            phases[record.getMessage()] = round(time.perf_counter() - began, 2)
+
+    logging.getLogger("headwater.runtime.worker").addHandler(Phases())
+    logging.getLogger("headwater.runtime.worker").setLevel(logging.DEBUG)
+    import headwater as hw
+
+    def graph(s, name, source, mid, out):
+        g = s.stream_graph(name)
+        (g.source(source, schema={"k": "string", "v": "double"}).parallelize("k", 2)
+           .reactive_state_engine(key_column="k", metrics=["cumsum(v) as c"]).sync().buffer(mid)
+           .parallelize("k", 2).reactive_state_engine(key_column="k", metrics=["c", "ema(c, 3) as e"]).sync()
+           .sink(out))
+        return g
+
+    t = {"import": time.perf_counter() - began}
+    s = hw.connect(tempfile.mkdtemp(prefix="hw-cold-"))
+    t["connect"] = time.perf_counter() - began
+    s.use_catalog("cold")
+    graph(s, "first", "a", "mid", "out").submit()
+    assert s.stream_graph_info("first")["status"] == "running"
+    t["running"] = time.perf_counter() - began
+    second = time.perf_counter()
+    graph(s, "second", "b", "mid2", "out2").submit()
+    assert s.stream_graph_info("second")["status"] == "running"
+    t["second_submit"] = time.perf_counter() - second
+    s.close()
+    print(json.dumps({"seconds": t, "phases": phases}))
+""")
+
+
+def one_round(archive: bool) -> dict:
+    env = {**os.environ, "HEADWATER_CLASS_ARCHIVE": "on" if archive else "off"}
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise SystemExit(f"the cold-start child failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def phase_seconds(phases: dict[str, float]) -> dict[str, float]:
+    """The worker's log lines as named offsets from the child's start."""
+    named = {}
+    for message, at in phases.items():
+        for name, pattern in (("spark_session", r"^Spark session built"), ("python_workers", r"^Spark's Python"),
+                              ("queries_running", r"^stream graph .*first\b")):
+            if re.search(pattern, message) and name not in named:
+                named[name] = at
+    return named
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "cold-start.json")
+    args = ap.parse_args()
+    from headwater.spark import class_archive
+
+    archive = class_archive.archive_path()
+    if archive is None or not archive.is_file():
+        raise SystemExit("no class archive: run scripts/setup.sh (or python -m headwater.spark.class_archive)")
+    load = os.getloadavg()
+    runs: dict[str, list[dict]] = {"archive": [], "no_archive": []}
+    for i in range(args.rounds):
+        for variant in ("archive", "no_archive"):
+            result = one_round(variant == "archive")
+            result["phases"] = phase_seconds(result["phases"])
+            runs[variant].append(result)
+            s = result["seconds"]
+            print(f"round {i + 1} {variant:>10}: connect {s['connect']:.1f}s, running after {s['running']:.1f}s "
+                  f"(phases {result['phases']}), second submit {s['second_submit']:.2f}s", flush=True)
+
+    def median(variant: str, key: str) -> float:
+        return statistics.median(r["seconds"][key] for r in runs[variant])
+
+    summary = {v: {k: round(median(v, k), 2) for k in ("import", "connect", "running", "second_submit")}
+               for v in runs}
+    ratio = summary["archive"]["running"] / summary["no_archive"]["running"]
+    print(f"median connect() -> running: {summary['archive']['running']:.1f}s with the class archive, "
+          f"{summary['no_archive']['running']:.1f}s without ({ratio:.2f}x); second submit "
+          f"{summary['archive']['second_submit']:.2f}s")
+    result = {
+        "benchmark": "cold start: connect() -> two-subgraph graph running in a new process; a second submit warm",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rounds": args.rounds,
+        "clock": "wall time in the child process from its first line (before importing headwater)",
+        "median_seconds": summary, "running_ratio_archive_vs_none": round(ratio, 3), "runs": runs,
+        "load_average": load, "load_average_at_end": os.getloadavg(), "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
