@@ -208,9 +208,27 @@ def first_batch(names: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cold_start(name: str) -> str:
+    """``bench_cold_start.py``: medians with and without the driver's class archive, and each round."""
+    r = load(name)
+    lines = [f"Run of {when(r['created'])} (`results/{name}`), {r['rounds']} rounds each, alternating; "
+             f"clock: {r['clock']}.", "",
+             "| driver | connect() | → graph running | second submit (warm) |", "| --- | ---: | ---: | ---: |"]
+    for variant, label in (("archive", "with the class archive"), ("no_archive", "without (baseline)")):
+        m = r["median_seconds"][variant]
+        lines.append(f"| {label} | {m['connect']:.1f} s | {m['running']:.1f} s | {m['second_submit']:.2f} s |")
+    phases = [run["phases"] for run in r["runs"]["archive"]]
+    mid = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
+    lines += ["", f"connect() → running with the archive: {ratio(r['running_ratio_archive_vs_none'])} of without. "
+              f"Phases with the archive (median, from the process's start): Spark session built "
+              f"{mid['spark_session']:.1f} s, Python workers forked {mid['python_workers']:.1f} s, both queries "
+              f"past their first trigger {mid['queries_running']:.1f} s."]
+    return "\n".join(lines) + "\n"
+
+
 RENDER: dict[str, Callable[[str], str]] = {"reactive": reactive, "indicators": indicators, "engines": engines,
                                            "chaos": chaos, "tasks": tasks, "summary": summary,
-                                           "state": state, "first-batch": first_batch}
+                                           "state": state, "first-batch": first_batch, "cold-start": cold_start}
 
 
 def blocks(text: str) -> list[re.Match[str]]:
