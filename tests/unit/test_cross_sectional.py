@@ -9,12 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import headwater as hw
 from headwater.dataplane.local import LocalRunner
+from headwater.engines.base import KeyTable
 
 SCHEMA = {"sym": "string", "price": "double", "volume": "long"}
 METRICS = ["avg(price) as avg_price", "sum(volume) as volume", "sum(price * volume) as notional",
@@ -233,3 +235,35 @@ def test_ranks_per_append_for_any_grouping_and_a_kill(session, seed, steps, cras
         want += [(sym, r[sym], section.volume[sym] / section.volume.sum()) for sym in section.index]
     assert [g[0] for g in zip(got.sym)] == [w[0] for w in want]
     np.testing.assert_allclose(got[["r", "share"]].to_numpy(float), np.array([w[1:] for w in want], float))
+
+
+def test_a_null_integer_key_is_a_key_of_its_own_and_stays_null(session):
+    """A NULL in an integer key column used to fail the output (NaN into an int64 column)."""
+    g = session.stream_graph("null_keys")
+    (g.source("null_keys_in", schema={"id": "long", "price": "double"})
+       .cross_sectional_engine(metrics=["price", "rank(price) as r"], key_column="id", triggering_pattern="per_row")
+       .sink("null_keys_out"))
+    rows = pd.DataFrame({"id": pd.array([1, None, 7, None, 1], dtype="Int64"), "price": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    out = g.run_local({"null_keys_in": rows})["null_keys_out"]
+    latest: dict = {}
+    want = []
+    for key, price in zip(rows["id"].tolist(), rows["price"], strict=True):
+        latest[None if pd.isna(key) else int(key)] = price
+        ranks = rank_reference(pd.Series(list(latest.values())))
+        want += [(k, p, r) for (k, p), r in zip(latest.items(), ranks, strict=True)]
+    got = [(None if pd.isna(k) else int(k), p, r) for k, p, r in zip(out["id"].astype(object), out["price"], out["r"],
+                                                                      strict=True)]
+    assert got == want and None in {k for k, _, _ in got}
+
+
+def test_integer_keys_batched_with_a_null_stay_exact():
+    """Past 2**53 a float cannot hold every integer: keys must not go through one (pandas did, given a NULL)."""
+    big = 2**53 + 1
+    table = KeyTable()
+    slots = table.slots_from_arrow([pa.array([big, None, big - 1, big], pa.int64())])
+    assert slots.tolist() == [0, 1, 2, 0]
+    assert table.column(slots, 0, 1, pa.int64()).to_pylist() == [big, None, big - 1, big]
+    pair = KeyTable()
+    both = pair.slots_from_arrow([pa.array([big, None, big], pa.int64()), pa.array(["a", "a", "b"])])
+    assert both.tolist() == [0, 1, 2]
+    assert pair.column(both, 0, 2, pa.int64()).to_pylist() == [big, None, big]

@@ -276,17 +276,21 @@ class KeyTable:
             if isinstance(column, pa.ChunkedArray):
                 column = column.combine_chunks()
             encoded = column.dictionary_encode(null_encoding="encode")  # NULL is a key of its own
-            uniques = np.asarray(encoded.dictionary.to_pandas(), dtype=object).tolist()
             indices = encoded.indices.to_numpy(zero_copy_only=False)
-            return self._slots_of(uniques)[indices]
-        return self.slots([np.asarray(c.to_pandas(), dtype=object) for c in columns])
+            return self._slots_of(_key_values(encoded.dictionary).tolist())[indices]
+        return self.slots([_key_values(c) for c in columns])
 
-    def values(self, slots: np.ndarray, column: int, n_columns: int) -> np.ndarray:
-        """The key column ``column`` of each slot in ``slots``."""
+    def column(self, slots: np.ndarray, column: int, n_columns: int, arrow_type: pa.DataType) -> pa.Array:
+        """The key column ``column`` (of ``n_columns``) of each slot in ``slots``, as an Arrow array of
+        ``arrow_type``; a NULL key (NaN in the table, whatever the type) is NULL again, except in a float column.
+
+        >>> KeyTable([1, float("nan")]).column(np.array([1, 0]), 0, 1, pa.int64()).to_pylist()
+        [None, 1]
+        """
         unique, where = np.unique(slots, return_inverse=True)
         keys = np.empty(len(unique), dtype=object)
         keys[:] = [self.keys[s][column] if n_columns > 1 else self.keys[s] for s in unique.tolist()]
-        return keys[where]
+        return pa.array(keys[where], type=arrow_type, from_pandas=not pa.types.is_floating(arrow_type))
 
 
 KEYED_STATE_FORMAT = 1  # of KeyedState's snapshot and changelog records; a newer one is refused when read
@@ -368,6 +372,15 @@ def _check_format(version: Any) -> None:
 
 
 _NAN = float("nan")
+
+
+def _key_values(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An Arrow key column as Python values; NULL is NaN (as keys always stored it), integers stay exact."""
+    if pa.types.is_integer(column.type) and column.null_count:
+        values = np.empty(len(column), dtype=object)
+        values[:] = [_NAN if v is None else v for v in column.to_pylist()]  # pandas would make them floats
+        return values
+    return np.asarray(column.to_pandas(), dtype=object)
 
 
 def _canonical(keys: Sequence[Any]) -> list[Any]:

@@ -583,7 +583,7 @@ class CalendarWindowProcessor(LateRowsProcessor):
         schema = spec.input_schema.to_arrow()
         arrays: list[pa.Array] = [to_arrow(out_times.astype(np.float64), "timestamp")]
         for i, key in enumerate(spec.key_column):
-            arrays.append(pa.array(keys.values(o_slot, i, len(spec.key_column)), type=schema.field(key).type))
+            arrays.append(keys.column(o_slot, i, len(spec.key_column), schema.field(key).type))
         arrays.extend(self.metrics.results([values[:, i] for i in range(a)], m_out))
         arrays.append(pa.array(seq[o_trig], type=pa.int64()))
         out = pa.table(arrays, schema=self._arrow_schema())

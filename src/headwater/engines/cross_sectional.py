@@ -651,7 +651,7 @@ class _Output:
             slots = np.concatenate(self.slots) if self.slots else np.empty(0, dtype=np.int64)
             schema = spec.input_schema.to_arrow()
             for i, k in enumerate(spec.key_column):
-                arrays.append(pa.array(self.keys.values(slots, i, len(spec.key_column)), type=schema.field(k).type))
+                arrays.append(self.keys.column(slots, i, len(spec.key_column), schema.field(k).type))
         for j, typ in enumerate(processor.metrics.out_types):
             column = np.concatenate([v[j] for v in self.values]) if self.values else np.empty(0)
             arrays.append(to_arrow(column, typ))

@@ -203,7 +203,7 @@ class SessionWindowProcessor(LateRowsProcessor, runs=SessionWindowEngine):
         arrays: list[pa.Array] = [to_arrow(out_times.astype(np.float64), self.time_type)]
         slot_values = slot_values[order]
         for i, k in enumerate(spec.key_column):
-            arrays.append(pa.array(keys.values(slot_values, i, len(spec.key_column)), type=schema.field(k).type))
+            arrays.append(keys.column(slot_values, i, len(spec.key_column), schema.field(k).type))
         arrays.extend(self.metrics.results([v[order] for v in values], m))
         arrays.append(pa.array(trigger[order], type=pa.int64()))
         return new_state, pa.table(arrays, schema=self._arrow_schema()), dropped

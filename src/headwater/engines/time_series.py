@@ -314,7 +314,7 @@ class TimeSeriesProcessor(LateRowsProcessor, runs=TimeSeriesEngine):
             times_out = times_out // 86_400_000_000
         arrays: list[pa.Array] = [to_arrow(times_out.astype(np.float64), time_type)]
         for i, k in enumerate(spec.key_column):
-            arrays.append(pa.array(keys.values(slots_out, i, len(spec.key_column)), type=schema.to_arrow().field(k).type))
+            arrays.append(keys.column(slots_out, i, len(spec.key_column), schema.to_arrow().field(k).type))
         arrays.extend(columns)
         seq = table[SEQ].to_numpy()
         arrays.append(pa.array(seq[trigger], type=pa.int64()))
