@@ -89,7 +89,7 @@ def main() -> None:
 
     archive = class_archive.archive_path()
     if archive is None or not archive.is_file():
-        raise SystemExit("no class archive: run scripts/setup.sh (or python -m headwater.spark.class_archive)")
+        raise SystemExit("no class archive: run scripts/setup.sh (or python -m headwater.cli.class_archive)")
     load = os.getloadavg()
     runs: dict[str, list[dict]] = {"archive": [], "no_archive": []}
     for i in range(args.rounds):

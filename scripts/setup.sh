@@ -52,7 +52,7 @@ fi
 # Spark's driver JVM starts in about half the time when it maps the classes it loads from an archive, recorded
 # once per Java and Spark version (headwater.spark.class_archive); without one it starts as it would anyway.
 echo "setup: recording the classes Spark's driver loads (a minute the first time)"
-.venv/bin/python -m headwater.spark.class_archive --if-missing \
+.venv/bin/python -m headwater.cli.class_archive --if-missing \
   || echo "setup: could not record Spark's class archive; Spark starts without it" >&2
 
 # PostgreSQL for the service-mode tests (Debian's server; each test starts its own on 127.0.0.1).

@@ -2,7 +2,7 @@
 
 Most of a Spark driver's start is its JVM loading and verifying some twenty thousand classes from Spark's jars;
 a second query pays for those its first one did not need. The JVM can instead map them, already parsed and
-verified, from an archive (class data sharing, JDK 13+). ``python -m headwater.spark.class_archive``
+verified, from an archive (class data sharing, JDK 13+). ``python -m headwater.cli.class_archive``
 (``scripts/setup.sh`` passes ``--if-missing``) runs one small graph on a driver started with ``-XX:ArchiveClassesAtExit``, and keeps
 the archive that JVM writes as it exits; every later driver maps it (:func:`java_options`). Measured on the
 2-core machine: the session ready in 3.8–4.4 s against 5.6–8.4 s, its first query in 1.8–2.2 s against
@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 DUMP_ENV = "HEADWATER_CLASS_ARCHIVE_DUMP"
@@ -73,16 +72,17 @@ def java_options() -> str:
     return f"-XX:SharedArchiveFile={path} {QUIET}" if path is not None and path.is_file() else ""
 
 
-def build(timeout: float = 600.0) -> Path:
-    """Write the archive (replacing one of the same fingerprint) by running :func:`_record` in a new process."""
+def build(record: list[str], timeout: float = 600.0) -> Path:
+    """Write the archive (replacing one of the same fingerprint; removing those of other fingerprints): run
+    ``record + [work directory]``, a command that starts a driver, runs a small graph on it and waits for its JVM
+    to exit (:mod:`headwater.cli.class_archive`), with :data:`DUMP_ENV` set."""
     path = archive_path()
     if path is None:
         raise RuntimeError("no Java runtime found: the class archive is made for the Java that Spark runs on")
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="headwater-class-archive-") as work:
         dump = Path(work) / "spark.jsa"
-        env = {**os.environ, DUMP_ENV: str(dump)}
-        run = subprocess.run([sys.executable, "-m", __spec__.name, "--record", work], env=env, timeout=timeout,
+        run = subprocess.run([*record, work], env={**os.environ, DUMP_ENV: str(dump)}, timeout=timeout,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if run.returncode != 0:
             raise RuntimeError(f"recording the driver's classes failed:\n{run.stderr[-3000:]}")
@@ -97,39 +97,11 @@ def build(timeout: float = 600.0) -> Path:
     return path
 
 
-def _record(work: Path) -> None:
-    """Run one small graph end to end, so that the driver loads what a graph's start and micro-batches need,
-    then wait for its JVM to exit (it writes the archive as it does)."""
-    import pyarrow as pa
+def wait_for_driver_exit(timeout: float = 300.0) -> None:
+    """Close this process's driver JVM's stdin and wait for it to exit (writing the archive as it does)."""
     from pyspark import SparkContext
 
-    import headwater as hw
-
-    s = hw.connect(work / "data")
-    s.use_catalog("archive")
-    g = s.stream_graph("archive")
-    (g.source("ticks", schema={"time": "timestamp", "key": "string", "price": "double"})
-       .parallelize("key", 2).reactive_state_engine(key_column="key", metrics=["time", "cumsum(price) as c"])
-       .sync().sink("out"))
-    g.submit()
-    s.append("ticks", pa.table({"time": pa.array([0, 1], pa.timestamp("us")), "key": ["a", "b"],
-                                "price": [1.0, 2.0]}))
-    s.wait_until_caught_up("archive", timeout=300)
-    s.sql("select count(*) from out")
     gateway = SparkContext._gateway
-    s.close()
     if gateway is not None:
-        gateway.proc.stdin.close()  # the JVM exits when its stdin closes, writing the archive first
-        gateway.proc.wait(timeout=300)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--record"]:
-        _record(Path(sys.argv[2]))
-    elif sys.argv[1:2] == ["--if-missing"] and (existing := archive_path()) is not None and existing.is_file():
-        print(f"class archive: {existing.name} is there")
-    else:
-        started = time.perf_counter()
-        written = build()
-        print(f"class archive: {written.name} ({written.stat().st_size / 2**20:.0f} MiB) written in "
-              f"{time.perf_counter() - started:.0f}s")
+        gateway.proc.stdin.close()  # the JVM exits when its stdin closes
+        gateway.proc.wait(timeout=timeout)
