@@ -6,8 +6,6 @@ import argparse
 import tempfile
 import time
 
-import pandas as pd
-
 
 def demo(args: argparse.Namespace) -> int:
     from tqdm import tqdm
@@ -39,6 +37,8 @@ def demo(args: argparse.Namespace) -> int:
             bar.set_postfix_str(_progress_text(session.progress("indicators")))
     _wait_with_progress(session, len(ticks), args.timeout)
     elapsed = time.perf_counter() - start
+
+    import pandas as pd  # here: every other command would pay for importing it
 
     bars = session.sql("select * from demo.stream_table.one_min_bar order by time, symbol").to_pandas()
     ind = session.sql("select * from demo.stream_table.one_min_indicators order by time, symbol").to_pandas()
