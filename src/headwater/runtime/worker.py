@@ -97,8 +97,8 @@ class Worker:
                 try:
                     spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores)
                     log.debug("Spark session built after %.1f s", time.monotonic() - began)
-                    threading.Thread(target=self._prime_python_workers, args=(spark, began), daemon=True,
-                                     name="headwater-python-workers").start()
+                    self._prime_python_workers(spark)
+                    log.debug("Spark's Python workers forked after %.1f s", time.monotonic() - began)
                 except Exception as exc:
                     self.spark_failure = _short(exc)
                     raise
@@ -118,16 +118,10 @@ class Worker:
         return f"failed: {self.spark_failure}" if self.spark_failure else "starting"
 
     @staticmethod
-    def _prime_python_workers(spark: Any, began: float) -> None:
-        """Fork the (kernel-loading) Python daemon and its workers while the first queries start, rather than in
-        the first micro-batch that needs them (a batch that comes first waits for them, as it would anyway)."""
+    def _prime_python_workers(spark: Any) -> None:
+        """Fork the (kernel-loading) Python daemon and its workers now, not during the first micro-batch."""
         slots = max(spark.sparkContext.defaultParallelism, 1)
-        try:
-            spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
-        except Exception as exc:  # the first micro-batch run as Spark tasks starts them, or reports why not
-            log.warning("Spark's Python workers did not start ahead of the first micro-batch: %s", _short(exc))
-        else:
-            log.debug("Spark's Python workers forked after %.1f s", time.monotonic() - began)
+        spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
 
     def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
                     run_id: str = "", epoch: int = 0, keep_snapshots: int = KEEP_SNAPSHOTS) -> None:
