@@ -88,7 +88,7 @@ fi
 case "$what" in
   demo) exec .venv/bin/headwater demo "$@" ;;
   # two lanes on two cores, heavy tests first (tests/conftest.py)
-  test) exec .venv/bin/python -m pytest -n 2 --dist load "$@" ;;
+  test) exec .venv/bin/python -m pytest -n 2 --dist load --maxschedchunk 1 "$@" ;;
   bench) exec .venv/bin/python benchmarks/bench_indicators.py "$@" ;;
   *) echo "usage: bash scripts/setup.sh demo|test|bench" >&2; exit 2 ;;
 esac
