@@ -3,11 +3,11 @@
 
 Each worker takes the next test as it finishes one (``--maxschedchunk 1``: without it, xdist hands each worker
 a quarter of its share up front as one contiguous run, which put every service, console and cluster test in
-one lane, still running them minutes after the other lane had run out of tests). The tests that start Spark, processes or
-servers go first, in an order that puts the heaviest last (Spark tests, then security, service processes, the
-web console in a browser, the cluster and chaos tests), and the fast unit tests and doctests after them, so that
-the two lanes end together. Each worker that runs a Spark test has its own local Spark session; the process tests'
-deadlines leave room for the other lane's load. (Not ``--dist loadgroup``: with pytest 9, pytest-xdist 3.8
+one lane, still running them minutes after the other lane had run out of tests). The tests that start Spark,
+processes or servers go first, in an order that puts the heaviest last (Spark tests, then security, service
+processes, the web console in a browser, the cluster and chaos tests), and the fast unit tests and doctests
+after them, so that the two lanes end together. Each worker that runs a Spark test has its own local Spark
+session; the process tests' deadlines leave room for the other lane's load. (Not ``--dist loadgroup``: with pytest 9, pytest-xdist 3.8
 cannot rename items into groups, so its groups are silently ignored.) Without xdist the order is the same.
 """
 
