@@ -65,7 +65,8 @@ REACTIVE_JOBS = {"headwater_spark": "headwater on Spark, end to end", "kernels_a
 def reactive(name: str) -> str:
     r = load(name)
     lines = [f"Run of {when(r['created'])} (`results/{name}`): {r['rows']:,} rows, {r['keys']:,} keys, "
-             f"{r['metrics']} metrics, {r['batch']:,}-row appends, `parallelize(key, {r['tasks']})`, {r['cpus']} CPUs.",
+             f"{r['metrics']} metrics, {r['batch']:,}-row appends, `parallelize(key, {r['tasks']})`, {r['cpus']} CPUs"
+             + (", cold (no warm-up batch)." if r.get("cold") else "."),
              "", "| job | rows/s | wall s | the clock |", "| --- | ---: | ---: | --- |"]
     for key, label in REACTIVE_JOBS.items():
         lines.append(f"| {label} | {rate(r['rows_per_s'][key])} | {seconds(r['seconds'][key])} | {r['clock'][key]} |")

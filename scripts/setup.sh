@@ -26,6 +26,8 @@ fi
 # pyproject.toml gives ranges; constraints.txt the exact versions the project is tested with.
 if [ "$what" = "test" ]; then
   .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[test]"
+elif [ "$what" = "bench" ]; then
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 else
   .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[service,demo]"
 fi
