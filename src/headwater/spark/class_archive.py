@@ -88,7 +88,7 @@ def build(record: list[str], timeout: float = 600.0) -> Path:
             raise RuntimeError(f"recording the driver's classes failed:\n{run.stderr[-3000:]}")
         if not dump.is_file():
             raise RuntimeError("the driver JVM exited without writing its class archive")
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two recordings at once each move their own
         shutil.move(dump, tmp)
         os.replace(tmp, path)  # a driver starting now maps the old archive or the new one, never half of one
     for stale in path.parent.glob("spark-driver-*.jsa"):  # made for a Java or Spark no longer installed
