@@ -22,6 +22,8 @@ Points (keep this list true when adding one):
 - ``stop.before_store``: a stop asked the graph's worker to stop it, before it stores ``stopped``.
 - ``graph.lock.wait``: a stop, drop or move of a graph must wait for another one of them in progress
   (:mod:`headwater.runtime.serial`).
+- ``scratch.after_mkdir``: a process created its scratch directory (:func:`headwater.storage.locks.create_locked_dir`),
+  before it locks it.
 - ``snapshot.before_fence``: a fenced stream task wrote an engine's new state to a temporary file,
   before it checks its placement's epoch and puts the snapshot in place.
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import headwater as hw
+from headwater.storage.locks import GUARD_NAME
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -110,9 +111,9 @@ def test_killed_session_leaves_no_spark_scratch_in_tmp_and_the_next_session_remo
         new = {n for n in new if n.split("/")[-1].startswith(SPARK_LIKE) or n.split("/")[-1] in map(str, children)}
     assert not new, f"the killed session left {sorted(new)} in its temp directory"
     scratch = data_dir / "tmp"
-    (left,) = [p for p in scratch.iterdir() if p.name != "sql"]  # the dead process's scratch, unlocked now
-    # ("sql" holds session.sql result files: unlocked too, removed alike at the next start)
+    (left,) = [p for p in scratch.iterdir() if p.name not in ("sql", GUARD_NAME)]  # the dead process's, unlocked
+    # ("sql" holds session.sql result files: unlocked too, removed alike at the next start; the guard file stays)
     assert (left / "local").is_dir() and (left / "java").is_dir()
 
     hw.connect(data_dir, start_spark=False).close()
-    assert list(scratch.iterdir()) == []
+    assert [p.name for p in scratch.iterdir()] == [GUARD_NAME]

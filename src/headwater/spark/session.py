@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from headwater.errors import ExecutionError
 from headwater.spark import class_archive
-from headwater.storage.locks import LOCK_NAME, FileLock, remove_unlocked_dirs
+from headwater.storage.locks import FileLock, create_locked_dir, remove_unlocked_dirs
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 FAIR_POOLS = Path(__file__).with_name("fair-pools.xml")  # graphs first; session.sql in a pool of its own
@@ -51,13 +51,10 @@ def scratch_dir(root: Path) -> Path:
     if _SCRATCH is not None and _SCRATCH.held:
         return _SCRATCH.path.parent
     remove_unlocked_dirs(root)
-    path = root / uuid.uuid4().hex[:16]
-    path.mkdir(parents=True)
-    lock = FileLock.try_acquire(path / LOCK_NAME)
-    assert lock is not None, f"{path} was just created by this process"
+    lock = create_locked_dir(root, uuid.uuid4().hex[:16])
     _SCRATCH = lock
-    atexit.register(shutil.rmtree, path, True)
-    return path
+    atexit.register(shutil.rmtree, lock.path.parent, True)
+    return lock.path.parent
 
 
 PROPERTIES_ENV = "HEADWATER_SPARK_PROPERTIES"

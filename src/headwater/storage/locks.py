@@ -21,9 +21,11 @@ import contextlib
 import fcntl
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from headwater.errors import DataDirectoryInUseError
+from headwater.faults import fault_point
 
 LOCK_NAME = ".lock"
 
@@ -87,13 +89,48 @@ def lock_data_dir(data_dir: Path) -> FileLock:
     return lock
 
 
+GUARD_NAME = ".guard"
+
+
+@contextlib.contextmanager
+def _guarded(root: Path) -> Iterator[None]:
+    """Hold ``root/.guard`` (waiting for it): creating a locked directory and removing unlocked ones take it, so
+    that another process never removes a directory between its creation and its lock."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / GUARD_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def create_locked_dir(root: Path, name: str) -> FileLock:
+    """Create ``root/name`` and take its ``.lock`` for this process (:func:`remove_unlocked_dirs` spares it).
+
+    >>> import tempfile
+    >>> lock = create_locked_dir(Path(tempfile.mkdtemp()), "mine")
+    >>> remove_unlocked_dirs(lock.path.parent.parent), lock.path.parent.is_dir()
+    (0, True)
+    """
+    with _guarded(root):
+        path = root / name
+        path.mkdir()
+        fault_point("scratch.after_mkdir")
+        lock = FileLock.try_acquire(path / LOCK_NAME)
+    assert lock is not None, f"{path} was just created by this process"
+    return lock
+
+
 def remove_unlocked_dirs(root: Path) -> int:
     """Remove every subdirectory of ``root`` whose ``.lock`` is free (its owner process is dead).
 
-    A directory is locked by its owner from right after its creation; return how many were removed.
+    A directory made by :func:`create_locked_dir` is locked from its creation; return how many were removed.
     """
+    if not root.is_dir():
+        return 0
     removed = 0
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(FileNotFoundError), _guarded(root):
         for child in root.iterdir():
             if not child.is_dir() or child.is_symlink():
                 continue
