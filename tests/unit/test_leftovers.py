@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import headwater as hw
-from headwater.storage.locks import LOCK_NAME, FileLock, remove_unlocked_dirs
+from headwater.storage.locks import GUARD_NAME, LOCK_NAME, FileLock, remove_unlocked_dirs
 from headwater.storage.stream_table import StreamTable
 from headwater.storage.table_files import remove_orphan_files
 from headwater.storage.table_log import referenced_files
@@ -116,8 +116,8 @@ def test_scratch_directories_of_dead_processes_are_removed_live_ones_kept(tmp_pa
     assert held is not None
     try:
         assert remove_unlocked_dirs(root) == 1
-        assert [p.name for p in root.iterdir()] == ["live"]
+        assert sorted(p.name for p in root.iterdir()) == [GUARD_NAME, "live"]  # the guard file stays
     finally:
         held.release()
     with hw.connect(tmp_path, start_spark=False):  # a session start cleans <data_dir>/tmp the same way
-        assert list(root.iterdir()) == []
+        assert [p.name for p in root.iterdir()] == [GUARD_NAME]
