@@ -3,8 +3,9 @@
 Most of a Spark driver's start is its JVM loading and verifying some twenty thousand classes from Spark's jars;
 a second query pays for those its first one did not need. The JVM can instead map them, already parsed and
 verified, from an archive (class data sharing, JDK 13+). ``python -m headwater.cli.class_archive``
-(``scripts/setup.sh`` passes ``--if-missing``) runs one small graph on a driver started with ``-XX:ArchiveClassesAtExit``, and keeps
-the archive that JVM writes as it exits; every later driver maps it (:func:`java_options`). Measured on the
+(``scripts/setup.sh`` passes ``--if-missing``) runs one small graph on a driver started with
+``-XX:ArchiveClassesAtExit``, and keeps the archive that JVM writes as it exits; every later driver maps it
+(:func:`java_options`). Measured on the
 2-core machine: the session ready in 3.8–4.4 s against 5.6–8.4 s, its first query in 1.8–2.2 s against
 3.2–4.4 s.
 

@@ -38,11 +38,11 @@ class FileLock:
         self._fd: int | None = fd
 
     @classmethod
-    def try_acquire(cls, path: Path) -> FileLock | None:
-        """Lock ``path`` (created if missing) without waiting; None if another holder has it."""
+    def try_acquire(cls, path: Path, *, wait: bool = False) -> FileLock | None:
+        """Lock ``path`` (created if missing); None if another holder has it, unless ``wait``: then wait for it."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return None
@@ -97,12 +97,12 @@ def _guarded(root: Path) -> Iterator[None]:
     """Hold ``root/.guard`` (waiting for it): creating a locked directory and removing unlocked ones take it, so
     that another process never removes a directory between its creation and its lock."""
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / GUARD_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    guard = FileLock.try_acquire(root / GUARD_NAME, wait=True)
+    assert guard is not None  # waited for
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        guard.release()
 
 
 def create_locked_dir(root: Path, name: str) -> FileLock:
