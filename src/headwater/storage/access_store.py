@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from headwater.storage.metadata import replace_row
+from headwater.storage.metadata import newest_rows, read_value, read_values, write_row
 
 _meta = sa.MetaData()
 
@@ -73,8 +73,7 @@ class AccessStore:
             return bool(gone)
 
     def has_group(self, name: str) -> bool:
-        with self.engine.connect() as c:
-            return c.scalar(sa.select(groups.c.name).where(groups.c.name == name)) is not None
+        return read_value(self.engine, groups.c.name, groups.c.name == name) is not None
 
     def set_member(self, group: str, user: str, member: bool) -> None:
         with self.engine.begin() as c:
@@ -83,8 +82,7 @@ class AccessStore:
                 c.execute(sa.insert(members).values(group_name=group, user_name=user))
 
     def groups_of(self, user: str) -> list[str]:
-        with self.engine.connect() as c:
-            return list(c.scalars(sa.select(members.c.group_name).where(members.c.user_name == user)))
+        return read_values(self.engine, members.c.group_name, members.c.user_name == user)
 
     def forget_user(self, user: str) -> None:
         with self.engine.begin() as c:
@@ -124,12 +122,10 @@ class AccessStore:
 
     # -- owners ---------------------------------------------------------------------------------------
     def set_owner(self, obj: str, owner: str) -> None:
-        with self.engine.begin() as c:
-            replace_row(c, owners, object=obj, owner=owner)
+        write_row(self.engine, owners, object=obj, owner=owner)
 
     def owner(self, obj: str) -> str | None:
-        with self.engine.connect() as c:
-            owner = c.scalar(sa.select(owners.c.owner).where(owners.c.object == obj))
+        owner = read_value(self.engine, owners.c.owner, owners.c.object == obj)
         return None if owner is None else str(owner)
 
     # -- audit ----------------------------------------------------------------------------------------
@@ -139,6 +135,4 @@ class AccessStore:
                                               outcome=outcome, detail=detail))
 
     def audit_rows(self, limit: int) -> list[dict[str, Any]]:
-        with self.engine.connect() as c:
-            rows = c.execute(sa.select(audit).order_by(audit.c.id.desc()).limit(limit)).all()
-        return [dict(r._mapping) for r in reversed(rows)]
+        return newest_rows(self.engine, audit, limit)

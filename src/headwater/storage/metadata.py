@@ -69,21 +69,17 @@ tokens = sa.Table(
 )
 
 
-placements = sa.Table(
+def _per_graph(name: str, *columns: sa.Column[Any]) -> sa.Table:
+    """A table of one row per graph, keyed by the graph's FQN."""
+    return sa.Table(name, _meta, sa.Column("graph_fqn", sa.String, primary_key=True), *columns)
+
+
+placements = _per_graph(
     "placements",
-    _meta,
-    sa.Column("graph_fqn", sa.String, primary_key=True),
     sa.Column("worker", sa.String, nullable=False),  # the worker's URL
     sa.Column("epoch", sa.Integer, nullable=False),  # grows with every placement of the graph
 )
-
-
-graph_groups = sa.Table(
-    "graph_groups",
-    _meta,
-    sa.Column("graph_fqn", sa.String, primary_key=True),
-    sa.Column("compute_group", sa.String, nullable=False),
-)
+graph_groups = _per_graph("graph_groups", sa.Column("compute_group", sa.String, nullable=False))
 
 workers = sa.Table(
     "workers",
@@ -92,10 +88,8 @@ workers = sa.Table(
     sa.Column("compute_group", sa.String, nullable=False),
 )
 
-checkpoint_configs = sa.Table(
+checkpoint_configs = _per_graph(
     "checkpoint_configs",
-    _meta,
-    sa.Column("graph_fqn", sa.String, primary_key=True),
     sa.Column("config", sa.Text, nullable=False),  # JSON of headwater.runtime.checkpoint_config.CheckpointConfig
 )
 
@@ -237,8 +231,7 @@ class MetadataStore:
 
     # -- tables ---------------------------------------------------------------------------------------
     def put_table(self, rec: TableRecord) -> None:
-        with self.engine.begin() as c:
-            replace_row(c, tables, **_table_row(rec))
+        write_row(self.engine, tables, **_table_row(rec))
 
     def get_table(self, fqn: str) -> TableRecord | None:
         with self.engine.connect() as c:
@@ -255,12 +248,10 @@ class MetadataStore:
             c.execute(sa.delete(table_refs).where(table_refs.c.table_fqn == fqn))
 
     def refs_of_table(self, table_fqn: str) -> list[str]:
-        with self.engine.connect() as c:
-            return list(c.scalars(sa.select(table_refs.c.graph_fqn).where(table_refs.c.table_fqn == table_fqn)))
+        return read_values(self.engine, table_refs.c.graph_fqn, table_refs.c.table_fqn == table_fqn)
 
     def refs_of_graph(self, graph_fqn: str) -> list[str]:
-        with self.engine.connect() as c:
-            return list(c.scalars(sa.select(table_refs.c.table_fqn).where(table_refs.c.graph_fqn == graph_fqn)))
+        return read_values(self.engine, table_refs.c.table_fqn, table_refs.c.graph_fqn == graph_fqn)
 
     def drop_refs(self, graph_fqn: str) -> None:
         with self.engine.begin() as c:
@@ -321,17 +312,14 @@ class MetadataStore:
 
     # -- users and tokens (service mode) ---------------------------------------------------------------
     def put_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> None:
-        with self.engine.begin() as c:
-            replace_row(c, users, name=name, password_hash=password_hash, is_admin=is_admin)
+        write_row(self.engine, users, name=name, password_hash=password_hash, is_admin=is_admin)
 
     def user_password_hash(self, name: str) -> str | None:
-        with self.engine.connect() as c:
-            value = c.scalar(sa.select(users.c.password_hash).where(users.c.name == name))
+        value = read_value(self.engine, users.c.password_hash, users.c.name == name)
         return None if value is None else str(value)
 
     def user_is_admin(self, name: str) -> bool:
-        with self.engine.connect() as c:
-            return bool(c.scalar(sa.select(users.c.is_admin).where(users.c.name == name)))
+        return bool(read_value(self.engine, users.c.is_admin, users.c.name == name))
 
     def list_users(self) -> list[tuple[str, bool]]:
         """Every user's name and whether it is an admin, by name."""
@@ -356,25 +344,21 @@ class MetadataStore:
 
     def token_user(self, token_hash: str) -> str | None:
         """The user a live token belongs to, or None (unknown or expired)."""
-        with self.engine.connect() as c:
-            user = c.scalar(sa.select(tokens.c.user).where(tokens.c.token_hash == token_hash,
-                                                           tokens.c.expires >= time.time()))
+        user = read_value(self.engine, tokens.c.user, tokens.c.token_hash == token_hash,
+                          tokens.c.expires >= time.time())
         return None if user is None else str(user)
 
     # -- compute groups (service mode) ----------------------------------------------------------------
     def set_compute_group(self, graph_fqn: str, group: str) -> None:
-        with self.engine.begin() as c:
-            replace_row(c, graph_groups, graph_fqn=graph_fqn, compute_group=group)
+        write_row(self.engine, graph_groups, graph_fqn=graph_fqn, compute_group=group)
 
     def compute_group(self, graph_fqn: str) -> str:
-        with self.engine.connect() as c:
-            group = c.scalar(sa.select(graph_groups.c.compute_group).where(graph_groups.c.graph_fqn == graph_fqn))
+        group = read_value(self.engine, graph_groups.c.compute_group, graph_groups.c.graph_fqn == graph_fqn)
         return "default" if group is None else str(group)
 
     # -- workers that joined (headwater worker --master) -----------------------------------------------
     def add_worker(self, url: str, group: str) -> None:
-        with self.engine.begin() as c:
-            replace_row(c, workers, url=url, compute_group=group)
+        write_row(self.engine, workers, url=url, compute_group=group)
 
     def joined_workers(self) -> list[tuple[str, str]]:
         with self.engine.connect() as c:
@@ -382,12 +366,10 @@ class MetadataStore:
 
     # -- checkpoint configuration (headwater.runtime.checkpoint_config) ------------------------------
     def set_checkpoint_config(self, graph_fqn: str, config_json: str) -> None:
-        with self.engine.begin() as c:
-            replace_row(c, checkpoint_configs, graph_fqn=graph_fqn, config=config_json)
+        write_row(self.engine, checkpoint_configs, graph_fqn=graph_fqn, config=config_json)
 
     def checkpoint_config(self, graph_fqn: str) -> str | None:
-        with self.engine.connect() as c:
-            config = c.scalar(sa.select(checkpoint_configs.c.config).where(checkpoint_configs.c.graph_fqn == graph_fqn))
+        config = read_value(self.engine, checkpoint_configs.c.config, checkpoint_configs.c.graph_fqn == graph_fqn)
         return None if config is None else str(config)
 
     # -- events (headwater.runtime.events) ------------------------------------------------------------
@@ -404,9 +386,7 @@ class MetadataStore:
 
     def list_events(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The newest ``limit`` events, oldest first."""
-        with self.engine.connect() as c:
-            rows = c.execute(sa.select(events).order_by(events.c.id.desc()).limit(limit)).all()
-        return [dict(r._mapping) for r in reversed(rows)]
+        return newest_rows(self.engine, events, limit)
 
     # -- placements (service mode) ---------------------------------------------------------------------
     def place(self, graph_fqn: str, worker: str) -> int:
@@ -435,6 +415,31 @@ def replace_row(c: sa.Connection, table: sa.Table, **values: Any) -> None:
     """Write a row in place of the one with its primary key, if any (delete + insert: any database does it)."""
     c.execute(sa.delete(table).where(*(col == values[col.name] for col in table.primary_key.columns)))
     c.execute(sa.insert(table).values(**values))
+
+
+def write_row(engine: sa.Engine, table: sa.Table, **values: Any) -> None:
+    """:func:`replace_row` in a transaction of its own."""
+    with engine.begin() as c:
+        replace_row(c, table, **values)
+
+
+def read_value(engine: sa.Engine, column: sa.Column[Any], *where: sa.ColumnElement[bool]) -> Any:
+    """``column`` of the row that meets ``where`` (None: no such row)."""
+    with engine.connect() as c:
+        return c.scalar(sa.select(column).where(*where))
+
+
+def read_values(engine: sa.Engine, column: sa.Column[Any], *where: sa.ColumnElement[bool]) -> list[Any]:
+    """``column`` of every row that meets ``where``."""
+    with engine.connect() as c:
+        return list(c.scalars(sa.select(column).where(*where)))
+
+
+def newest_rows(engine: sa.Engine, table: sa.Table, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` rows of ``table`` (by its ``id``), oldest first."""
+    with engine.connect() as c:
+        rows = c.execute(sa.select(table).order_by(table.c.id.desc()).limit(limit)).all()
+    return [dict(r._mapping) for r in reversed(rows)]
 
 
 def _table_row(rec: TableRecord) -> dict[str, Any]:
