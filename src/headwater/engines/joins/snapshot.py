@@ -39,7 +39,6 @@ class SnapshotJoinEngine(JoinEngine):
     """Parameters of ``snapshot_join_engine`` (validated against both input schemas on creation)."""
 
     kind: ClassVar[EngineKind] = EngineKind.SNAPSHOT_JOIN
-    prefix_time: ClassVar[bool] = False
     keep_left_duplicates: bool = False
     keep_right_duplicates: bool = False
     is_inner_join: bool = True
