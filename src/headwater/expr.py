@@ -19,7 +19,7 @@ engine relies on that to compute a shared sub-expression once per row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,21 @@ def as_expr(value: Any) -> Expr:
 def lit_expr(value: Any) -> Expr:
     """Like :func:`as_expr` but a string is a literal, not a column name."""
     return Lit(value) if isinstance(value, str) else as_expr(value)
+
+
+def _binary(op: str, *, reverse: bool = False) -> Callable[[Expr, Any], Call]:
+    """The method of a binary operator: ``self <op> other`` (``other <op> self`` when ``reverse``)."""
+
+    def method(self: Expr, other: Any) -> Call:
+        other_expr = lit_expr(other)
+        return Call(op, (other_expr, self) if reverse else (self, other_expr))
+
+    return method
+
+
+def _binary_pair(op: str) -> tuple[Callable[[Expr, Any], Call], Callable[[Expr, Any], Call]]:
+    """A binary operator's method and its reflected twin (``__add__``, ``__radd__``), as :mod:`fractions` does."""
+    return _binary(op), _binary(op, reverse=True)
 
 
 class Expr:
@@ -125,51 +140,21 @@ class Expr:
         return Alias(self, _check_names(names, self))
 
     # -- operators --------------------------------------------------------------------------------
-    def _bin(self, op: str, other: Any, *, reverse: bool = False) -> Call:
-        other_expr = lit_expr(other)
-        return Call(op, (other_expr, self) if reverse else (self, other_expr))
-
-    def __add__(self, o: Any) -> Call:
-        return self._bin("add", o)
-
-    def __radd__(self, o: Any) -> Call:
-        return self._bin("add", o, reverse=True)
-
-    def __sub__(self, o: Any) -> Call:
-        return self._bin("sub", o)
-
-    def __rsub__(self, o: Any) -> Call:
-        return self._bin("sub", o, reverse=True)
-
-    def __mul__(self, o: Any) -> Call:
-        return self._bin("mul", o)
-
-    def __rmul__(self, o: Any) -> Call:
-        return self._bin("mul", o, reverse=True)
-
-    def __truediv__(self, o: Any) -> Call:
-        return self._bin("div", o)
-
-    def __rtruediv__(self, o: Any) -> Call:
-        return self._bin("div", o, reverse=True)
-
-    def __floordiv__(self, o: Any) -> Call:
-        return self._bin("floordiv", o)
-
-    def __rfloordiv__(self, o: Any) -> Call:
-        return self._bin("floordiv", o, reverse=True)
-
-    def __mod__(self, o: Any) -> Call:
-        return self._bin("mod", o)
-
-    def __rmod__(self, o: Any) -> Call:
-        return self._bin("mod", o, reverse=True)
-
-    def __pow__(self, o: Any) -> Call:
-        return self._bin("pow", o)
-
-    def __rpow__(self, o: Any) -> Call:
-        return self._bin("pow", o, reverse=True)
+    __add__, __radd__ = _binary_pair("add")
+    __sub__, __rsub__ = _binary_pair("sub")
+    __mul__, __rmul__ = _binary_pair("mul")
+    __truediv__, __rtruediv__ = _binary_pair("div")
+    __floordiv__, __rfloordiv__ = _binary_pair("floordiv")
+    __mod__, __rmod__ = _binary_pair("mod")
+    __pow__, __rpow__ = _binary_pair("pow")
+    __and__, __rand__ = _binary_pair("and")
+    __or__, __ror__ = _binary_pair("or")
+    __lt__ = _binary("lt")
+    __le__ = _binary("le")
+    __gt__ = _binary("gt")
+    __ge__ = _binary("ge")
+    __eq__ = _binary("eq")  # type: ignore[assignment]
+    __ne__ = _binary("ne")  # type: ignore[assignment]
 
     def __neg__(self) -> Call:
         return Call("neg", (self,))
@@ -186,36 +171,6 @@ class Expr:
 
     def __invert__(self) -> Call:
         return Call("not", (self,))
-
-    def __and__(self, o: Any) -> Call:
-        return self._bin("and", o)
-
-    def __rand__(self, o: Any) -> Call:
-        return self._bin("and", o, reverse=True)
-
-    def __or__(self, o: Any) -> Call:
-        return self._bin("or", o)
-
-    def __ror__(self, o: Any) -> Call:
-        return self._bin("or", o, reverse=True)
-
-    def __lt__(self, o: Any) -> Call:
-        return self._bin("lt", o)
-
-    def __le__(self, o: Any) -> Call:
-        return self._bin("le", o)
-
-    def __gt__(self, o: Any) -> Call:
-        return self._bin("gt", o)
-
-    def __ge__(self, o: Any) -> Call:
-        return self._bin("ge", o)
-
-    def __eq__(self, o: object) -> Call:  # type: ignore[override]
-        return self._bin("eq", o)
-
-    def __ne__(self, o: object) -> Call:  # type: ignore[override]
-        return self._bin("ne", o)
 
 
 def _check_names(names: Sequence[str], owner: object) -> tuple[str, ...]:
