@@ -49,20 +49,24 @@ class IsRunning:
 
 
 @dataclass(frozen=True)
-class Warmup:
-    """Advance an engine's state by rows (Arrow IPC stream) without output; reply: rows used."""
+class EngineStateEdit:
+    """A change to the state of engine ``engine`` of graph ``fqn`` (its subgraph pauses meanwhile)."""
 
     fqn: str
     engine: str
+
+
+@dataclass(frozen=True)
+class Warmup(EngineStateEdit):
+    """Advance an engine's state by rows (Arrow IPC stream) without output; reply: rows used."""
+
     data: bytes
 
 
 @dataclass(frozen=True)
-class ControlEngine:
+class ControlEngine(EngineStateEdit):
     """Apply a user's change (JSON, e.g. a rule update) to an engine's state; reply: tasks changed."""
 
-    fqn: str
-    engine: str
     op: str
 
 
