@@ -169,25 +169,22 @@ class SnapshotStore:
         d = self._dir(task)
         os.makedirs(d, exist_ok=True)
         base = self._loaded.get(task)
-        record = None
+        record, data = None, None
         if isinstance(state, KeyedState) and base is not None and base.version < version \
                 and base.records + 1 < COMPACT_RECORDS:
             record = state.changes()
-        if record is not None and base is not None:
-            name, payload = f"{version}.{base.version}.delta", record
-        else:
-            name, payload = f"{version}.pkl", state
+            if record is not None:
+                data = pickle.dumps(record, protocol=5)
+                if base.record_bytes + len(data) >= base.snapshot_bytes:  # the records outweigh the snapshot
+                    record = data = None
+        name = f"{version}.{base.version}.delta" if record is not None and base is not None else f"{version}.pkl"
         tmp = os.path.join(d, f".{name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump(payload, f, protocol=5)
-            f.flush()
-            os.fsync(f.fileno())
-        size = os.path.getsize(tmp)
-        if record is not None and base is not None and base.record_bytes + size >= base.snapshot_bytes:
-            os.remove(tmp)  # the records outweigh the snapshot: a snapshot instead
-            self._loaded.pop(task)
-            self.save(task, version, state, fence=fence, stats=stats)
-            return
+        with open(tmp, "wb") as f:  # not fsynced, as Delta's and Spark's own files: a process crash loses nothing
+            if data is None:
+                pickle.dump(state, f, protocol=5)  # streamed: a large state is not copied in memory
+            else:
+                f.write(data)
+            size = f.tell()
         if fence is not None:
             try:
                 fault_point("snapshot.before_fence")

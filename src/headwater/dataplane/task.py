@@ -342,17 +342,28 @@ class SubgraphTask:
         A replayed batch finds ``txn`` already recorded and commits nothing. Returns the rows written
         (to one output: every output receives the same rows). ``at``: the commits' time (``run_local``'s clock).
         """
-        from headwater.storage.stream_table import StreamTable
-
         rows_out = 0
-        paths = [path for path, _ in self.outputs] + [path for _, path, _ in self.late_outputs]
-        for index, path in enumerate(paths):
+        for index, table in enumerate(self._output_tables):
             mine = sorted((f for f in files if f.table == index), key=lambda f: (f.task, f.name))
             if mine:
-                StreamTable.open(path).commit_files([(f.name, f.size, f.rows) for f in mine], txn=txn, at=at)
+                table.commit_files([(f.name, f.size, f.rows) for f in mine], txn=txn, at=at)
                 if index < len(self.outputs):
                     rows_out = sum(f.rows for f in mine)
         return rows_out
+
+    @functools.cached_property
+    def _output_tables(self) -> list[Any]:
+        """The output tables then the late rows tables, opened once per process (each commit catches up with
+        the table's log itself; opening one again per micro-batch cost a log update and a metadata read)."""
+        from headwater.storage.stream_table import StreamTable
+
+        paths = [path for path, _ in self.outputs] + [path for _, path, _ in self.late_outputs]
+        return [StreamTable.open(path) for path in paths]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_output_tables", None)  # opened where the plan runs
+        return state
 
 
 def subgraph_task(physical: PhysicalGraph, sg: Subgraph, table_paths: Mapping[int, str], checkpoints: Path,

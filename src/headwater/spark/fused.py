@@ -65,12 +65,22 @@ def _load(plan_path: str) -> Any:
         return pickle.load(f)
 
 
-class SubgraphStreamReader(DataSourceStreamReader):
-    """The input table's newest version as Spark's offset: a micro-batch is triggered when it grows."""
+POLL_SECONDS = 0.005  # how often a waiting probe looks for the input's next commit (a stat call)
 
-    def __init__(self, input_path: str) -> None:
+
+class SubgraphStreamReader(DataSourceStreamReader):
+    """The input table's newest version as Spark's offset: a micro-batch is triggered when it grows.
+
+    Spark asks for the newest version once per trigger interval; when the table has not grown since the
+    last answer, the probe waits for its next commit (up to ``wait_s``) instead of answering at once. A
+    commit is then seen within :data:`POLL_SECONDS` rather than at the next trigger, and the micro-batch
+    starts at once (Spark starts the next trigger at once when one took longer than the interval).
+    """
+
+    def __init__(self, input_path: str, wait_s: float = 0.0) -> None:
         # planning runs in its own Python process: keep it free of the engine stack
         self.input_path = input_path
+        self.wait_s = wait_s
         self._known = 0
 
     def initialOffset(self) -> dict:
@@ -79,8 +89,13 @@ class SubgraphStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         from headwater.storage.table_log import latest_version
 
-        self._known = latest_version(self.input_path, self._known)
-        return {"version": self._known}
+        latest = latest_version(self.input_path, self._known)
+        deadline = time.monotonic() + self.wait_s
+        while latest == self._known and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+            latest = latest_version(self.input_path, latest)
+        self._known = latest
+        return {"version": latest}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return []  # the driver runs the batch (start_fused_subgraph)
@@ -124,7 +139,7 @@ class SubgraphDataSource(DataSource):
         return "version BIGINT"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return SubgraphStreamReader(self.options["input"])
+        return SubgraphStreamReader(self.options["input"], float(self.options.get("wait_s", 0)))
 
 
 def start_fused_subgraph(
@@ -193,7 +208,8 @@ def start_fused_subgraph(
         if stale.name == name:
             stale.stop()
     return (
-        spark.readStream.format(SOURCE_NAME).option("input", plan.input_path).load()
+        spark.readStream.format(SOURCE_NAME).option("input", plan.input_path)
+        .option("wait_s", str(trigger_interval.total_seconds())).load()
         .writeStream.foreachBatch(commit_batch)
         .option("checkpointLocation", str(checkpoint / "spark"))
         .queryName(name)
