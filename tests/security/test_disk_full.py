@@ -13,6 +13,7 @@ import threading
 
 import pandas as pd
 import pytest
+from deltalake import DeltaTable
 
 import headwater as hw
 from headwater.errors import ConfigurationError, StorageFullError
@@ -114,14 +115,15 @@ def test_enospc_while_writing_is_refused_and_leaves_nothing(tmp_path, monkeypatc
 
 
 def test_enospc_after_the_commit_landed_is_no_refusal(tmp_path, monkeypatch):
-    """A full disk met by the commit's housekeeping, after the commit itself: the rows were appended."""
+    """A full disk met by the commit's housekeeping (its log checkpoint), after the commit itself: the rows were
+    appended."""
     table = StreamTable.create(tmp_path / "px", {"sym": "string", "px": "double"})
 
-    def after_commit(name: str) -> None:
-        if name == "stream_table.append.after_commit":
-            raise OSError("Generic LocalFileSystem error: No space left on device (os error 28)")
+    def checkpoint(self) -> None:
+        raise OSError("Generic LocalFileSystem error: No space left on device (os error 28)")
 
-    monkeypatch.setattr(stream_table_module, "fault_point", after_commit)
+    monkeypatch.setattr(stream_table_module, "CHECKPOINT_INTERVAL", 1)
+    monkeypatch.setattr(DeltaTable, "create_checkpoint", checkpoint)
     assert table.append_once(rows(0, 2), app_id="client:feed", sequence=1) == 1
     assert table.version() == 1 and table.to_arrow().num_rows == 2 and len(parquet_files(str(table.path))) == 1
 

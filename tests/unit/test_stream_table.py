@@ -474,8 +474,9 @@ def test_open_a_delta_table_written_by_another_tool(tmp_path):
 
 
 def test_the_log_is_checkpointed_and_every_commit_stays_replayable(tmp_path):
-    """delta-rs writes a log checkpoint every 100 commits (its post-commit hook), so opening a long-lived
-    table stays fast; the commit files stay too (expired-log cleanup is off), so readers replay any version."""
+    """An append has delta-rs write a log checkpoint every 100 commits (as its post-commit hook does), so opening a
+    long-lived table stays fast; the commit files stay too (expired-log cleanup is off), so readers replay any
+    version."""
     t = StreamTable.create(tmp_path / "t", TICKS)
     for i in range(101):
         t.append(ticks([i], ["a"], [float(i)]))

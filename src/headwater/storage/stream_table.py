@@ -15,6 +15,7 @@ rows ever appended. Keyed tables de-duplicate globally:
 
 This module holds :class:`StreamTable` (creating, opening, reading and appending: commits, transactions and
 idempotency). Its parts live beside it: :mod:`~headwater.storage.table_log` reads the Delta log,
+:mod:`~headwater.storage.table_commit` writes an append's commit to it,
 :mod:`~headwater.storage.table_files` reads data files and removes orphans, :mod:`~headwater.storage.table_meta`
 holds the table definition and schema checks, :mod:`~headwater.storage.keyed_dedup` the de-duplication of keyed
 tables, :mod:`~headwater.storage.table_state` the per-process state of each table and
@@ -38,10 +39,9 @@ tables, :mod:`~headwater.storage.table_state` the per-process state of each tabl
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,9 +63,9 @@ from headwater.storage.buckets import Bucketing, write_table
 from headwater.storage.disk_space import DiskSpace, is_disk_full, storage_full_error
 from headwater.storage.keyed_dedup import KeyIndex, KeyRule
 from headwater.storage.retention import Retention
+from headwater.storage.table_commit import CHECKPOINT_INTERVAL, check_writable, has_invariants, write_commit
 from headwater.storage.table_files import read_files
 from headwater.storage.table_log import (
-    STAMP_KEY,
     Commit,
     DataFile,
     commit_file,
@@ -89,14 +89,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _MAX_COMMIT_ATTEMPTS = 50
+_log = logging.getLogger(__name__)
 
 
 def _free_bytes(path: str | Path) -> int:
     return DiskSpace().free(path)
-
-
-def _stamp(at: float | None) -> dict[str, str] | None:
-    return None if at is None else {STAMP_KEY: repr(float(at))}
 
 
 class StreamTable(TableMaintenance):
@@ -257,9 +254,6 @@ class StreamTable(TableMaintenance):
         stream. Idempotent by ``txn`` like :meth:`append`. Keyed tables re-read the rows to
         de-duplicate them, then commit through :meth:`append`. ``at``: as :meth:`append`'s.
         """
-        from deltalake import CommitProperties, Transaction
-        from deltalake.transaction import AddAction
-
         if self.kind != "plain":
             rows = read_files([DataFile(os.path.join(self.path, n), size, r) for n, size, r in files],
                               self._arrow_schema)
@@ -271,26 +265,14 @@ class StreamTable(TableMaintenance):
         st = table_state(self.path)
         with st.lock:
             for _ in range(_MAX_COMMIT_ATTEMPTS):
-                dt = self._delta(st)
-                base = dt.version()
-                done = dt.transaction_version(txn[0])
+                base = self._caught_up(st)
+                done = st.transaction(self.path, self.name, txn[0])
                 if done is not None and done >= txn[1]:
                     return None
-                now = int(time.time() * 1000)
-                actions = [AddAction(name, size, {}, now, True, json.dumps({"numRecords": rows}))
-                           for name, size, rows in files]
-                props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(txn[0], txn[1])],
-                                         custom_metadata=_stamp(at))
-                try:
-                    dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)  # type: ignore[arg-type]
-                except Exception as exc:  # a concurrent commit: re-check the transaction and retry
-                    if type(exc).__name__ != "CommitFailedError":
-                        raise
-                    continue
-                st.known_version = max(st.known_version, base + 1)
-                return base + 1
+                if write_commit(str(self.path), base + 1, files, txn=txn, at=at):
+                    self._committed(st, base + 1, txn)
+                    return base + 1
         raise ExecutionError(f"stream table {clip(self.name)}: could not commit files after {_MAX_COMMIT_ATTEMPTS} attempts")
-
 
     def append(
         self,
@@ -365,10 +347,10 @@ class StreamTable(TableMaintenance):
         st = table_state(self.path)
         with st.lock:
             for _ in range(_MAX_COMMIT_ATTEMPTS):
-                dt = self._delta(st)
-                done = dt.transaction_version(app_id)
+                latest = self._caught_up(st)
+                done = st.transaction(self.path, self.name, app_id)
                 if done is not None and done >= sequence:
-                    found = find_transaction(self.path, app_id, sequence, latest=dt.version())
+                    found = find_transaction(self.path, app_id, sequence, latest=latest)
                     if found is not None:
                         return found
                     raise SequenceError(
@@ -388,75 +370,67 @@ class StreamTable(TableMaintenance):
         """Return the newest transaction version ``app_id`` committed to this table, or None."""
         st = table_state(self.path)
         with st.lock:
-            done = self._delta(st).transaction_version(app_id)
-        return None if done is None else int(done)
+            self._caught_up(st)
+            return st.transaction(self.path, self.name, app_id)
 
     def _try_append(self, st: TableState, rows: pa.Table, txn: tuple[str, int] | None,
                     at: float | None = None) -> int | None:
         """One optimistic attempt; return -1 if another writer committed first."""
-        from deltalake import CommitProperties, Transaction
-        from deltalake.exceptions import CommitFailedError
-        from deltalake.transaction import AddAction
-
-        dt = self._delta(st)
-        base = dt.version()
+        base = self._caught_up(st)
         if txn is not None:
-            done = dt.transaction_version(txn[0])
+            done = st.transaction(self.path, self.name, txn[0])
             if done is not None and done >= txn[1]:
                 return None
         if self.kind != "plain":
             rows = self._dedup(st, base, rows)
         if rows.num_rows == 0 and txn is None:
             return None
-        actions: list[Any] = []
+        files: list[tuple[str, int, int]] = []
         file_path = None
-        # No retries inside delta-rs: the commit must land on base + 1, or the
-        # de-duplication above was computed against a stale table.
-        props = CommitProperties(
-            max_commit_retries=0,
-            app_transactions=[Transaction(txn[0], txn[1])] if txn is not None else None,
-            custom_metadata=_stamp(at),
-        )
         try:
             if rows.num_rows:
                 file_name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
                 file_path = os.path.join(self.path, file_name)
                 text = [n for n, t in self.schema if t == "string"]  # dictionary-encode text only: 2x faster writes
                 write_table(rows, file_path, bucketing=self.bucketing, text_columns=text)
-                size = os.path.getsize(file_path)
-                actions.append(
-                    AddAction(
-                        file_name,
-                        size,
-                        {},
-                        int(time.time() * 1000),
-                        True,
-                        json.dumps({"numRecords": rows.num_rows}),
-                    )
-                )
-            dt.create_write_transaction(actions, "append", self._arrow_schema, commit_properties=props)
-            fault_point("stream_table.append.after_commit")
-        except CommitFailedError:
+                files.append((file_name, os.path.getsize(file_path), rows.num_rows))
+            # the de-duplication above holds only if the commit lands on base + 1
+            landed = write_commit(str(self.path), base + 1, files, txn=txn, at=at)
+        except BaseException as exc:
+            if file_path is not None and os.path.exists(file_path):
+                os.remove(file_path)
+            if is_disk_full(exc):
+                raise storage_full_error(clip(self.name), self.path, free=_free_bytes(self.path), cause=exc) from exc
+            raise
+        if not landed:
             if file_path is not None:
                 os.remove(file_path)
             return -1
-        except BaseException as exc:
-            # A full disk may hit the commit's housekeeping after the commit itself landed (this process holds the
-            # table's lock and the data directory's: a newer version is this commit); only then did it append.
-            full = is_disk_full(exc)
-            if not (full and latest_version(self.path, base) > base):
-                if file_path is not None and os.path.exists(file_path):
-                    os.remove(file_path)
-                if full:
-                    raise storage_full_error(clip(self.name), self.path, free=_free_bytes(self.path),
-                                             cause=exc) from exc
-                raise
+        fault_point("stream_table.append.after_commit")
         version = base + 1
-        st.known_version = max(st.known_version, version)
+        self._committed(st, version, txn)
         if st.index is not None and st.index.version == base:
             self._key_rule().index_add(st.index, rows)
             st.index.version = version
         return version
+
+    def _caught_up(self, st: TableState) -> int:
+        """The newest version, before an append to it (checking once that appends written here may go to it)."""
+        base = st.caught_up(self.path, self.name)
+        if not st.writable:
+            dt = self._delta(st)
+            check_writable(dt.protocol(), has_invariants(dt.schema().to_json()), self.name)
+            st.writable = True
+        return base
+
+    def _committed(self, st: TableState, version: int, txn: tuple[str, int] | None) -> None:
+        """After this process's commit of ``version``: a log checkpoint every CHECKPOINT_INTERVAL versions."""
+        st.committed(version, txn)
+        if version % CHECKPOINT_INTERVAL == 0:
+            try:
+                self._delta(st).create_checkpoint()
+            except Exception as exc:  # the commit stands; the next interval's checkpoint covers this one
+                _log.warning("stream table %s: no log checkpoint at version %d: %s", clip(self.name), version, exc)
 
     # -- validation ----------------------------------------------------------
 

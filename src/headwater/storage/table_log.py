@@ -203,22 +203,27 @@ def find_transaction(path: str | Path, app_id: str, txn_version: int, *, latest:
     v = latest_version(table_path) if latest is None else latest
     while v > 0:
         try:
-            with open(commit_file(table_path, v), encoding="utf-8") as f:
-                lines = f.read().splitlines()
+            done = transactions(table_path, v).get(app_id)
         except FileNotFoundError:  # a log cleaned up below this point: nothing older to find
             return None
-        for line in lines:
-            if '"txn"' not in line:  # cheap pre-filter; add actions are long
-                continue
-            txn = json.loads(line).get("txn")
-            if txn is None or txn.get("appId") != app_id:
-                continue
-            if int(txn["version"]) == txn_version:
-                return v
-            if int(txn["version"]) < txn_version:
-                return None
+        if done == txn_version:
+            return v
+        if done is not None and done < txn_version:
+            return None
         v -= 1
     return None
+
+
+def transactions(path: str | Path, version: int) -> dict[str, int]:
+    """The transactions (application id → transaction version) that commit ``version`` recorded."""
+    found: dict[str, int] = {}
+    with open(commit_file(path, version), encoding="utf-8") as f:
+        for line in f:
+            if '"txn"' in line:  # cheap pre-filter; add actions are long
+                txn = json.loads(line).get("txn")
+                if txn is not None:
+                    found[txn["appId"]] = int(txn["version"])
+    return found
 
 
 
