@@ -227,9 +227,27 @@ def cold_start(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def latency(names: str) -> str:
+    """``bench_latency.py``: append → visible in the sink against append → visible in the source, per run."""
+    runs = [(name, load(name)) for name in names.split()]
+    lines = ["| run | source p50 / p90 / p99 (baseline) | sink p50 / p90 / p99 | sink ÷ source p50 | "
+             "micro-batch (subgraph 0 / 1, median) | second submit |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, r in runs:
+        src, sink, phases = r["source_visible_ms"], r["sink_visible_ms"], r.get("median_batch_phases_ms", {})
+        batch = " / ".join(f"{phases.get(f'subgraph_{i}.triggerExecution', float('nan')):.0f} ms" for i in (0, 1))
+        lines.append(f"| {when(r['created'])} (`results/{name}`) | {src['p50']:.0f} / {src['p90']:.0f} / "
+                     f"{src['p99']:.0f} ms | {sink['p50']:.0f} / {sink['p90']:.0f} / {sink['p99']:.0f} ms | "
+                     f"{ratio(r['sink_over_source_p50'])} | {batch} | {r['submit_to_running_warm_s']:.2f} s |")
+    first = runs[0][1]
+    lines += ["", f"{first['rate_rows_s']:,} rows/s in {first['appends_per_s']:g} appends/s, trigger {first['trigger']}; "
+              f"clock: {first['clock']}."]
+    return "\n".join(lines) + "\n"
+
+
 RENDER: dict[str, Callable[[str], str]] = {"reactive": reactive, "indicators": indicators, "engines": engines,
                                            "chaos": chaos, "tasks": tasks, "summary": summary,
-                                           "state": state, "first-batch": first_batch, "cold-start": cold_start}
+                                           "state": state, "first-batch": first_batch, "cold-start": cold_start,
+                                           "latency": latency}
 
 
 def blocks(text: str) -> list[re.Match[str]]:

@@ -1,8 +1,9 @@
 """Defaults of the streaming loop, with the measurements behind them (``benchmarks/README.md``, latency).
 
-- ``TRIGGER_INTERVAL``: how often each subgraph's query looks for new input. A row waits on average half
-  an interval per subgraph before its micro-batch starts; an idle query costs one version probe per
-  interval. 100 ms gives a two-subgraph graph p50 ~210 ms append → sink at 10 k rows/s (200 ms: ~380 ms).
+- ``TRIGGER_INTERVAL``: how often Spark runs an idle subgraph's query. An idle query's probe waits for the
+  input's next commit, looking every 5 ms for up to one interval (``headwater.spark.fused``), so a commit starts
+  a micro-batch within ~5 ms whatever the interval; the interval bounds how long a stop waits for a probe and
+  how often an idle query costs Spark a trigger.
 - ``DRIVER_BATCH_ROWS``: micro-batches with at most this many input rows run in the driver rather than as
   Spark tasks (:mod:`headwater.spark.fused`). A Spark job costs ~150 ms before its first task; the
   engines process ~0.5-2 M rows/s per core, so below ~75 k rows the driver alone finishes first even

@@ -356,7 +356,7 @@ def add_driver_flags(p: argparse.ArgumentParser, *, role: str, port: int) -> Non
     p.add_argument("--port", type=int, default=port, help=f"the port the {role}'s API listens on")
     p.add_argument("--spark", default="local[*]", type=spark_master,
                    help="the Spark master of the driver that runs the queries: local[*], local[N] or spark://host:port")
-    p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often a query looks for new input")
+    p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often Spark runs an idle query (a new commit is seen within ~5 ms)")
     p.add_argument("--spark-ui", choices=["on", "off"], default="on",
                    help="Spark's web UI for this process's driver, on a free port of 127.0.0.1 (its URL: "
                         "`headwater workers`)")
