@@ -117,18 +117,22 @@ def engines(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def chaos(name: str) -> str:
-    r = load(name)
-    groups: dict[str, list[float]] = {}
-    for why, s in r["recoveries"]:
-        groups.setdefault(why if "master" in why else "a worker (submit, append, processing, after a commit)",
-                          []).append(s)
-    lines = [f"`results/{name}`: {r['rounds']} rounds, seed {r['seed']}, {r['ticks']:,} ticks in {r['appends']} "
-             "appends; recovery = from the kill until the graph runs again (wall time in the test process).", "",
-             "| kill | count | recovery median | max |", "|---|---:|---:|---:|"]
-    for why, values in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        lines.append(f"| {why} | {len(values)} | {statistics.median(values):.1f} s | {max(values):.1f} s |")
-    return "\n".join(lines) + "\n"
+def chaos(names: str) -> str:
+    """``benchmarks/chaos.py``: recovery times by kind of kill, one table per stored run."""
+    parts = []
+    for name in names.split():
+        r = load(name)
+        groups: dict[str, list[float]] = {}
+        for why, s in r["recoveries"]:
+            groups.setdefault(why if "master" in why else "a worker (submit, append, processing, after a commit)",
+                              []).append(s)
+        lines = [f"`results/{name}` ({when(r['created'])}): {r['rounds']} rounds, seed {r['seed']}, {r['ticks']:,} "
+                 f"ticks in {r['appends']} appends; recovery = from the kill until the graph runs again (wall time in "
+                 "the test process).", "", "| kill | count | recovery median | max |", "|---|---:|---:|---:|"]
+        for why, values in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"| {why} | {len(values)} | {statistics.median(values):.1f} s | {max(values):.1f} s |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
 
 
 def tasks(name: str) -> str:

@@ -81,7 +81,7 @@ class SubgraphStreamReader(DataSourceStreamReader):
         # planning runs in its own Python process: keep it free of the engine stack
         self.input_path = input_path
         self.wait_s = wait_s
-        self._known = 0
+        self._known: int | None = None  # the version the last probe answered (None: no probe yet)
 
     def initialOffset(self) -> dict:
         return {"version": 0}
@@ -89,8 +89,8 @@ class SubgraphStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         from headwater.storage.table_log import latest_version
 
-        latest = latest_version(self.input_path, self._known)
-        deadline = time.monotonic() + self.wait_s
+        latest = latest_version(self.input_path, self._known or 0)
+        deadline = time.monotonic() + self.wait_s  # the first probe answers at once: the query's first trigger
         while latest == self._known and time.monotonic() < deadline:
             time.sleep(POLL_SECONDS)
             latest = latest_version(self.input_path, latest)
