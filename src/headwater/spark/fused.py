@@ -65,7 +65,9 @@ def _load(plan_path: str) -> Any:
         return pickle.load(f)
 
 
-POLL_SECONDS = 0.005  # how often a waiting probe looks for the input's next commit (a stat call)
+POLL_SECONDS = 0.005  # how often a waiting probe looks for the input's next commit (a stat call) ...
+IDLE_POLL_SECONDS = 0.05  # ... and once the input has not grown for IDLE_AFTER_SECONDS
+IDLE_AFTER_SECONDS = 1.0
 
 
 class SubgraphStreamReader(DataSourceStreamReader):
@@ -74,7 +76,9 @@ class SubgraphStreamReader(DataSourceStreamReader):
     Spark asks for the newest version once per trigger interval; when the table has not grown since the
     last answer, the probe waits for its next commit (up to ``wait_s``) instead of answering at once. A
     commit is then seen within :data:`POLL_SECONDS` rather than at the next trigger, and the micro-batch
-    starts at once (Spark starts the next trigger at once when one took longer than the interval).
+    starts at once (Spark starts the next trigger at once when one took longer than the interval). An input
+    idle for a second is looked at every :data:`IDLE_POLL_SECONDS` instead: 5 ms polls cost an idle query
+    about 1.5 % of a core.
     """
 
     def __init__(self, input_path: str, wait_s: float = 0.0) -> None:
@@ -82,6 +86,7 @@ class SubgraphStreamReader(DataSourceStreamReader):
         self.input_path = input_path
         self.wait_s = wait_s
         self._known: int | None = None  # the version the last probe answered (None: no probe yet)
+        self._grew = 0.0  # time.monotonic() when a probe last saw the input grow
 
     def initialOffset(self) -> dict:
         return {"version": 0}
@@ -90,10 +95,14 @@ class SubgraphStreamReader(DataSourceStreamReader):
         from headwater.storage.table_log import latest_version
 
         latest = latest_version(self.input_path, self._known or 0)
-        deadline = time.monotonic() + self.wait_s  # the first probe answers at once: the query's first trigger
+        now = time.monotonic()
+        deadline = now + self.wait_s  # the first probe answers at once: the query's first trigger
+        poll = POLL_SECONDS if now - self._grew < IDLE_AFTER_SECONDS else IDLE_POLL_SECONDS
         while latest == self._known and time.monotonic() < deadline:
-            time.sleep(POLL_SECONDS)
+            time.sleep(poll)
             latest = latest_version(self.input_path, latest)
+        if latest != self._known:
+            self._grew = time.monotonic()
         self._known = latest
         return {"version": latest}
 
