@@ -179,7 +179,7 @@ class SnapshotStore:
                     record = data = None
         name = f"{version}.{base.version}.delta" if record is not None and base is not None else f"{version}.pkl"
         tmp = os.path.join(d, f".{name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:  # not fsynced, as Delta's and Spark's own files: a process crash loses nothing
+        with open(tmp, "wb") as f:  # not fsynced, as no other file is: a process crash loses nothing
             if data is None:
                 pickle.dump(state, f, protocol=5)  # streamed: a large state is not copied in memory
             else:
