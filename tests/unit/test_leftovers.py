@@ -112,7 +112,7 @@ def test_scratch_directories_of_dead_processes_are_removed_live_ones_kept(tmp_pa
     for d in (live, dead):
         (d / "local").mkdir(parents=True)
     held = FileLock.try_acquire(live / LOCK_NAME)
-    (dead / LOCK_NAME).write_text("12345\n")  # its holder died: the file stays, the flock went with it
+    (dead / LOCK_NAME).write_text("12345\n")  # its holder died: the file stays, its lock went with it
     assert held is not None
     try:
         assert remove_unlocked_dirs(root) == 1

@@ -14,7 +14,7 @@ def _clean_until(root, stop) -> None:
 
 def test_a_directory_being_created_survives_another_process_removing_unlocked_ones(tmp_path):
     # seen in CI (05:25, 2026-11-27): two workers of one data directory started Spark at once, and one removed
-    # the other's scratch directory between its mkdir and its flock
+    # the other's scratch directory between its mkdir and its lock
     context = multiprocessing.get_context("fork")
     stop = context.Event()
     cleaner = context.Process(target=_clean_until, args=(tmp_path, stop))
@@ -32,25 +32,19 @@ def test_a_directory_being_created_survives_another_process_removing_unlocked_on
 
 
 def test_a_directory_is_created_and_locked_under_the_guard_that_removal_takes(tmp_path):
-    """Deterministic: at the point between mkdir and flock, another process could not take the guard, which
-    :func:`remove_unlocked_dirs` needs, so it cannot remove the unlocked directory there."""
-    import fcntl
-    import os
-
+    """Deterministic: at the point between mkdir and the lock, another open of the guard (as another process
+    makes) could not take it, which :func:`remove_unlocked_dirs` needs, so it cannot remove the unlocked
+    directory there."""
     from headwater.faults import on_fault_point
-    from headwater.storage.locks import GUARD_NAME
+    from headwater.storage.locks import GUARD_NAME, FileLock
 
     refused = []
 
     def try_the_guard() -> None:
-        fd = os.open(tmp_path / GUARD_NAME, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            refused.append(False)
-        except BlockingIOError:
-            refused.append(True)
-        finally:
-            os.close(fd)
+        other = FileLock.try_acquire(tmp_path / GUARD_NAME)
+        refused.append(other is None)
+        if other is not None:
+            other.release()
 
     with on_fault_point("scratch.after_mkdir", try_the_guard):
         lock = create_locked_dir(tmp_path, "new")

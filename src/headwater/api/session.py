@@ -38,6 +38,7 @@ from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
 from headwater.sql.limits import SqlLimits
 from headwater.storage.metadata import TableRecord
 from headwater.storage.retention import Retention
+from headwater.storage.shared_storage import storage_path
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 from headwater.types import Schema
 
@@ -111,7 +112,7 @@ def to_arrow_table(data: object, *, where: str) -> pa.Table:
 
 
 def default_data_dir() -> Path:
-    return Path(os.environ.get("HEADWATER_HOME", Path.home() / ".headwater"))
+    return storage_path(os.environ.get("HEADWATER_HOME", Path.home() / ".headwater"), where="HEADWATER_HOME")
 
 
 CLIENT_ID_MAX_LENGTH = 64
@@ -175,7 +176,7 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
         return Session(RemoteMaster(urls, user=user, password=password), client_id=client_id)
     if isinstance(data_dir, list | tuple):
         raise ConfigurationError(f"connect({clip(data_dir)}): a list names masters, each http://host:port")
-    path = Path(data_dir) if data_dir is not None else default_data_dir()
+    path = storage_path(data_dir) if data_dir is not None else default_data_dir()
     master = embedded_master(path, start_spark=start_spark, spark_master=spark_master,
                              trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows,
                              sql_limits=sql_limits)

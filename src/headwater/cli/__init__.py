@@ -24,6 +24,7 @@ from typing import Any
 
 from headwater import __version__
 from headwater.errors import ConfigurationError, HeadwaterError, extra_needed, http_status
+from headwater.storage.shared_storage import storage_argument
 
 EXIT_CODES = {422: 2, 401: 3, 403: 4, 404: 5, 409: 6, 429: 7, 504: 8}  # by HTTP status; anything else: 1
 
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     reach.add_argument("--url", default=None,
                        help="the master (default: $HEADWATER_URL; several, comma-separated, for its standbys)")
     common = argparse.ArgumentParser(add_help=False, parents=[reach])
-    common.add_argument("--data-dir", default=None,
+    common.add_argument("--data-dir", type=storage_argument, default=None,
                         help="a data directory no master holds, instead of --url (listings, SQL, appends, stop)")
     common.add_argument("--catalog", default=None, help="the catalog that completes bare names")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")

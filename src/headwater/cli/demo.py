@@ -6,6 +6,8 @@ import argparse
 import tempfile
 import time
 
+from headwater.storage.shared_storage import storage_argument
+
 
 def demo(args: argparse.Namespace) -> int:
     from tqdm import tqdm
@@ -103,7 +105,7 @@ def add_demo_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--symbols", type=int, default=20, help="symbols in the generated market")
     p.add_argument("--ticks-per-minute", type=int, default=50, help="ticks per symbol and minute")
     p.add_argument("--chunk", type=int, default=50_000, help="ticks per append call")
-    p.add_argument("--data-dir", default=None, help="where the demo's data goes (default: a new temporary directory)")
+    p.add_argument("--data-dir", type=storage_argument, default=None, help="where the demo's data goes (default: a new temporary directory)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the graph to catch up")
     p.add_argument("--keep", action="store_true", help="keep the graph and tables after the demo")
     p.set_defaults(func=demo)

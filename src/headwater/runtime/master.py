@@ -72,6 +72,7 @@ from headwater.storage.disk_space import DiskSpace, is_disk_full
 from headwater.storage.locks import LOCK_NAME, FileLock, lock_data_dir, remove_unlocked_dirs
 from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
 from headwater.storage.retention import Retention
+from headwater.storage.shared_storage import check_storage
 from headwater.storage.stream_table import StreamTable
 from headwater.storage.table_files import remove_orphan_files
 from headwater.storage.table_log import earliest_version, latest_version
@@ -118,6 +119,7 @@ class Master:
         # directory_lock=False: masters that share the directory are kept apart by a lease instead (service.leader)
         # (a frozen master would hold the directory's lock, and keep its standby from ever taking over)
         self.data_dir = Path(data_dir)
+        self.storage = check_storage(self.data_dir)  # links, renames and locks work there, or refused with the reason
         self.sql_limits = sql_limits or SqlLimits.from_env()  # what one query may take (headwater.sql.limits)
         self.sql_outcomes: dict[str, int] = {}  # queries by outcome since this master started (/metrics)
         # held for the session's life: no other writer from here on

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from headwater.service import tls
 from headwater.service.leader import LEASE_SECONDS, MIN_LEASE_SECONDS
+from headwater.storage.shared_storage import check_storage, storage_argument
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def add_cluster_command(sub: argparse._SubParsersAction) -> None:
                                        "workers, master, optionally PostgreSQL)")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start the cluster's processes in the background", formatter_class=Help)
-    up.add_argument("--data-dir", required=True, help="where tables, checkpoints, metadata and the cluster's logs live")
+    up.add_argument("--data-dir", type=storage_argument, required=True, help="where tables, checkpoints, metadata and the cluster's logs live")
     up.add_argument("--workers", type=positive, default=2, help="Headwater workers to start")
     up.add_argument("--port", type=positive, default=8765, help="the master's port")
     up.add_argument("--postgres", action="store_true", help="keep the metadata in a PostgreSQL server started here")
@@ -109,7 +110,7 @@ def add_cluster_command(sub: argparse._SubParsersAction) -> None:
     for name, text in (("status", "each process of the cluster: running, answering (exit code 1 if one is not)"),
                        ("down", "stop every process of the cluster")):
         a = actions.add_parser(name, help=text, formatter_class=Help)
-        a.add_argument("--data-dir", required=True, help="the data directory the cluster was started on")
+        a.add_argument("--data-dir", type=storage_argument, required=True, help="the data directory the cluster was started on")
     p.set_defaults(func=cluster)
 
 
@@ -331,6 +332,7 @@ def serve_worker(args: argparse.Namespace) -> int:
     secret = check_secret(os.environ.get("HEADWATER_WORKER_SECRET"))
     served = tls.server_options(args.tls_cert, args.tls_key)
     tls.client_context(args.tls_ca)  # a bad CA bundle stops the worker now, not in its joining thread
+    check_storage(args.data_dir)  # the master's directory, as this host mounts it: refused here, not mid-batch
     worker = Worker(Path(args.data_dir), spark_master=args.spark,
                     trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"),
                     driver_batch_rows=args.driver_batch_rows, spark_cores=args.spark_cores)
@@ -365,7 +367,7 @@ def add_driver_flags(p: argparse.ArgumentParser, *, role: str, port: int) -> Non
 def add_worker_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="run a stream worker: a Spark driver that runs the queries its master assigns",
                        formatter_class=Help)
-    p.add_argument("--data-dir", required=True, help="the master's data directory (shared storage)")
+    p.add_argument("--data-dir", type=storage_argument, required=True, help="the master's data directory (shared storage)")
     p.add_argument("--group", default="default", help="the compute group this worker belongs to")
     p.add_argument("--master", action="append", default=[],
                    help="a master to join (repeat it for a standby): the worker registers with the active one")
@@ -385,7 +387,7 @@ def add_worker_command(sub: argparse._SubParsersAction) -> None:
 def add_master_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("master", help="run the stream master: graphs, tables and SQL behind an HTTP API",
                        formatter_class=Help)
-    p.add_argument("--data-dir", required=True, help="where tables, checkpoints and the metadata live")
+    p.add_argument("--data-dir", type=storage_argument, required=True, help="where tables, checkpoints and the metadata live")
     p.add_argument("--metadata", default=None,
                    help="the metadata store: postgresql://user@host:port/db (default: SQLite in the data directory)")
     p.add_argument("--worker", action="append", default=[],

@@ -1,9 +1,11 @@
 """Process-lifetime file locks: one session per data directory, one owner per scratch directory.
 
-Locks are ``fcntl.flock`` on an open file: exclusive between processes and between two opens
-in the same process, and released by the kernel when the holder dies (``kill -9`` included),
-so a stale lock never needs breaking. The holder writes its pid into the file for error
-messages only; the lock itself is the flock.
+Locks are open file description locks (``F_OFD_SETLK``) on the whole file: exclusive between two opens,
+in one process or in two, and released by the kernel when the holder dies (``kill -9`` included), so a
+stale lock never needs breaking. Unlike ``flock``, which NFS emulates with per-process POSIX locks, they
+keep that meaning on a network file system and reach every host that mounts it
+(:mod:`headwater.storage.shared_storage` checks it). The holder writes its pid into the file for error
+messages only; the lock itself is the kernel's.
 
 >>> import tempfile
 >>> d = Path(tempfile.mkdtemp())
@@ -18,9 +20,11 @@ True
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,10 +32,23 @@ from headwater.errors import DataDirectoryInUseError
 from headwater.faults import fault_point
 
 LOCK_NAME = ".lock"
+# struct flock: l_type, l_whence, l_start, l_len (0: to the end of the file), l_pid (0 for OFD locks), padding
+_WHOLE_FILE_WRITE_LOCK = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+
+
+def _lock(fd: int, *, wait: bool) -> bool:
+    """Take the write lock of the open file ``fd`` (waiting for it if ``wait``); False if another open holds it."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK, _WHOLE_FILE_WRITE_LOCK)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
 
 
 class FileLock:
-    """An exclusive flock held on ``path`` until :meth:`release` or the process ends."""
+    """An exclusive lock held on ``path`` until :meth:`release` or the process ends."""
 
     def __init__(self, path: Path, fd: int | None) -> None:  # None: not held (release does nothing)
         self.path = path
@@ -42,13 +59,13 @@ class FileLock:
         """Lock ``path`` (created if missing); None if another holder has it, unless ``wait``: then wait for it."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
+            held = _lock(fd, wait=wait)
         except BaseException:
             os.close(fd)
             raise
+        if not held:
+            os.close(fd)
+            return None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(path, fd)
@@ -61,7 +78,7 @@ class FileLock:
         """Release the lock (idempotent); the file stays, it is reused by the next holder."""
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)  # closing the only descriptor releases the flock
+            os.close(fd)  # closing the only descriptor releases the lock
 
     def __del__(self) -> None:
         self.release()
