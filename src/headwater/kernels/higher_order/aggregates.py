@@ -16,6 +16,7 @@ from numba import njit
 from headwater.aggregates.prefix import running_by_key
 from headwater.aggregates.rules import AVG, CATALOG, COUNT, MAX, MIN, STD, STDP, SUM, VAR, VARP
 from headwater.aggregates.values import over_values
+from headwater.kernels.base.buffers import ring_push
 from headwater.kernels.base.operators import (
     MAX_WINDOW,
     LayoutOp,
@@ -334,11 +335,7 @@ def window_agg(
     size = a + 1
     for i in range(n):
         k = slots[i]
-        r = n_rows[k]
-        pos = wpos[k]
-        ring[k, pos] = x[i]
-        wpos[k] = pos + 1 if pos + 1 < size else 0
-        n_rows[k] = r + 1
+        _, r, _ = ring_push(ring, n_rows, wpos, k, x[i], size)
         hi = r - b
         if hi < 0 or (full_only and r < a):
             out[i] = np.nan
