@@ -80,13 +80,16 @@ def write_table(rows: pa.Table, path: str, *, bucketing: Bucketing | None = None
         return
     key = rows.column(bucketing.key)
     valid = key.is_valid().to_numpy(zero_copy_only=False)
-    buckets = np.full(rows.num_rows, -1, dtype=np.int64)
+    # 16-bit bucket ids when they fit: numpy's stable sort is then a radix sort, ~3x faster than on int64
+    small = bucketing.count <= np.iinfo(np.int16).max
+    buckets = np.full(rows.num_rows, -1, dtype=np.int16 if small else np.int64)
     buckets[valid] = task_of([key if valid.all() else key.filter(pa.array(valid))], bucketing.count)
     order = np.argsort(buckets, kind="stable")  # stable: each bucket keeps its rows' order
     grouped = rows.take(pa.array(order)).append_column(POS, pa.array(order, pa.int64()))
-    starts = np.flatnonzero(np.diff(buckets[order], prepend=-2))
+    in_order = buckets[order]
+    starts = np.flatnonzero(np.diff(in_order, prepend=-2))
     bounds = [*starts.tolist(), len(order)]
-    ids = buckets[order][starts].tolist()
+    ids = in_order[starts].tolist()
     meta = json.dumps({"key": bucketing.key, "count": bucketing.count, "row_groups": ids}).encode()
     schema = grouped.schema.with_metadata({**(grouped.schema.metadata or {}), _META: meta})
     with pq.ParquetWriter(path, schema, **options) as writer:
