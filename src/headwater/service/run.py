@@ -82,9 +82,10 @@ def cluster(args: argparse.Namespace) -> int:
         return 0
     if args.action == "status":
         rows = local_cluster.status(data_dir)
+        width = max((len(r["host"]) for r in rows), default=0)
         for r in rows:
             answer = "" if r["answering"] is None else ("answering" if r["answering"] else "NOT answering")
-            print(f"{r['name']:<14} {r['host']:<16} pid {r['pid']:<8} "
+            print(f"{r['name']:<14} {r['host']:<{width}}  pid {r['pid']:<8} "
                   f"{'running' if r['running'] else 'NOT running':<12} {answer}")
         return 0 if all(r["running"] and r["answering"] is not False for r in rows) else 1
     stopped = local_cluster.down(data_dir)
