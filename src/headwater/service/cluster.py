@@ -10,9 +10,9 @@
 4. the Headwater master, driving those workers, on ``--port``.
 
 Everything listens on 127.0.0.1, unless an inventory (``--hosts``, :class:`~headwater.service.hosts.Inventory`)
-names an address (and a network namespace of this machine) for each process. The worker secret, the Spark cluster's authentication secret
-(``spark.authenticate``, in ``spark-auth.conf``, which the Spark master, worker and each Headwater worker's
-driver read), PostgreSQL's password and (unless ``HEADWATER_ADMIN_PASSWORD`` is set) the admin's password are
+names an address (and a network namespace of this machine) for each process. The worker secret, the Spark
+cluster's authentication secret (``spark.authenticate``, in ``spark-auth.conf``, which the Spark master,
+workers and each Headwater worker's driver read), PostgreSQL's password and (unless ``HEADWATER_ADMIN_PASSWORD`` is set) the admin's password are
 generated and kept in ``<data-dir>/cluster/`` (directory 700, files 600). The data directory is created 700
 (711 as root with ``--postgres``: the server's user ``postgres`` must pass through it to its own directory). ``status`` checks each
 process and answer; ``down`` stops them, newest first. What ``up`` started is recorded in
