@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from headwater.service.postgres import binaries, free_port, password, start_postgres
+from headwater.service.hosts import free_port
+from headwater.service.postgres import binaries, password, start_postgres
 
 __all__ = ["free_port", "postgres_server"]
 

@@ -71,12 +71,14 @@ class Worker:
     name = "embedded-worker-0"
 
     def __init__(self, data_dir: Path, *, spark_master: str, trigger_interval: timedelta,
-                 driver_batch_rows: int = DRIVER_BATCH_ROWS, spark_cores: int | None = None) -> None:
+                 driver_batch_rows: int = DRIVER_BATCH_ROWS, spark_cores: int | None = None,
+                 driver_host: str = "127.0.0.1", bind_address: str | None = None) -> None:
         self.data_dir = data_dir
         self.spark_master = spark_master
         self.trigger_interval = trigger_interval
         self.driver_batch_rows = driver_batch_rows
         self.spark_cores = spark_cores  # on a standalone cluster: the executor cores this worker's driver takes
+        self.driver_host, self.bind_address = driver_host, bind_address  # where its Spark driver is reached, listens
         self._spark: Any = None
         self.spark_ui: str | None = None  # the driver's Spark UI, once it runs with one (HEADWATER_SPARK_UI=on)
         self.spark_failure = ""  # why the last attempt to start Spark failed
@@ -95,7 +97,8 @@ class Worker:
                 warming = threading.Thread(target=_warm_up_kernels, name="headwater-kernel-warm-up", daemon=True)
                 warming.start()
                 try:
-                    spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores)
+                    spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores,
+                                        driver_host=self.driver_host, bind_address=self.bind_address)
                     log.debug("Spark session built after %.1f s", time.monotonic() - began)
                     self._prime_python_workers(spark)
                     log.debug("Spark's Python workers forked after %.1f s", time.monotonic() - began)

@@ -3,14 +3,16 @@
 ``up`` starts, each as a process of its own session (they outlive the command), logging to
 ``<data-dir>/cluster/logs/``:
 
-1. a Spark standalone master and one Spark worker, from the pyspark wheel (``spark-class``);
+1. a Spark standalone master and Spark workers (one per host of the inventory's ``spark-workers``), from the
+   pyspark wheel (``spark-class``);
 2. with ``--postgres``, a PostgreSQL server for the metadata (:mod:`headwater.service.postgres`);
 3. ``--workers`` Headwater workers, each a Spark driver on the standalone cluster;
 4. the Headwater master, driving those workers, on ``--port``.
 
-Everything listens on 127.0.0.1. The worker secret, the Spark cluster's authentication secret
-(``spark.authenticate``, in ``spark-auth.conf``, which the Spark master, worker and each Headwater worker's
-driver read), PostgreSQL's password and (unless ``HEADWATER_ADMIN_PASSWORD`` is set) the admin's password are
+Everything listens on 127.0.0.1, unless an inventory (``--hosts``, :class:`~headwater.service.hosts.Inventory`)
+names an address (and a network namespace of this machine) for each process. The worker secret, the Spark
+cluster's authentication secret (``spark.authenticate``, in ``spark-auth.conf``, which the Spark master,
+workers and each Headwater worker's driver read), PostgreSQL's password and (unless ``HEADWATER_ADMIN_PASSWORD`` is set) the admin's password are
 generated and kept in ``<data-dir>/cluster/`` (directory 700, files 600). The data directory is created 700
 (711 as root with ``--postgres``: the server's user ``postgres`` must pass through it to its own directory). ``status`` checks each
 process and answer; ``down`` stops them, newest first. What ``up`` started is recorded in
@@ -36,7 +38,8 @@ from typing import Any
 import httpx
 
 from headwater.errors import ConfigurationError
-from headwater.service.postgres import free_port, passfile, postmaster_pid, start_postgres
+from headwater.service.hosts import Host, Inventory, url_host
+from headwater.service.postgres import passfile, postmaster_pid, start_postgres
 
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -49,6 +52,7 @@ class Process:
     started: int  # the process's start time in clock ticks since boot (/proc/<pid>/stat), against pid reuse
     marker: str  # a string its command line contains
     health: str | None = None  # the URL that answers when it is ready
+    host: str = ""  # the address it listens on (and its network namespace, if any)
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -90,13 +94,17 @@ def _is_ours(p: Process, exec_grace: float = 2.0) -> bool:
         time.sleep(0.01)  # polling the end of an exec with a deadline
 
 
-def _spawn(name: str, argv: list[str], logs: Path, env: dict[str, str], marker: str,
+def _spawn(name: str, argv: list[str], logs: Path, env: dict[str, str], marker: str, host: Host,
            health: str | None = None) -> Process:
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{name}.log", "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
-    return Process(name, proc.pid, _start_ticks(proc.pid) or 0, marker, health)
+        proc = subprocess.Popen(host.command(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    return Process(name, proc.pid, _start_ticks(proc.pid) or 0, marker, health, _where(host))
+
+
+def _where(host: Host) -> str:
+    return f"{host.address} (netns {host.netns})" if host.netns else host.address
 
 
 def _wait_ready(p: Process, logs: Path, timeout: float, ready: Any = None) -> None:
@@ -177,14 +185,16 @@ def _spark_env(cluster: Path) -> dict[str, str]:
     if spec is None or not spec.submodule_search_locations:
         raise ConfigurationError("pyspark is not installed: run the README's set-up command")
     home = str(spec.submodule_search_locations[0])
-    return {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+    return {**os.environ, "SPARK_HOME": home, "SPARK_NO_DAEMONIZE": "1",
             "SPARK_LOCAL_DIRS": str(cluster / "spark-local"), "SPARK_LOG_DIR": str(cluster / "logs"),
             "PYSPARK_PYTHON": sys.executable}
 
 
-def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = False,
-       cores_per_worker: int = 1, driver_batch_rows: int | None = None, timeout: float = 180.0) -> dict[str, Any]:
-    """Start the service on this machine; return its state (what ``status`` shows)."""
+def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = False, cores_per_worker: int = 1,
+       driver_batch_rows: int | None = None, hosts: Inventory | None = None, timeout: float = 180.0) -> dict[str, Any]:
+    """Start the service (on this machine's 127.0.0.1, or where ``hosts`` says); return its state (what
+    ``status`` shows)."""
+    hosts = hosts or Inventory.local()
     cluster = data_dir / "cluster"
     state_file = cluster / "state.json"
     if state_file.exists() and any(_is_ours(Process(**p)) for p in json.loads(state_file.read_text())["processes"]):
@@ -209,28 +219,32 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
         spark_env = _spark_env(cluster)
         from headwater.spark.session import PROPERTIES_ENV  # after _spark_env: pyspark is there
         spark_class = str(Path(spark_env["SPARK_HOME"]) / "bin" / "spark-class")
-        spark_port, spark_ui = free_port(), free_port()
-        spark_url = f"spark://127.0.0.1:{spark_port}"
-        ui = f"http://127.0.0.1:{spark_ui}/json/"
-        spark_master = record(_spawn("spark-master", [spark_class, SPARK_MASTER_CLASS, "--host", "127.0.0.1", "--port",
+        on = hosts.spark_master
+        spark_port, spark_ui = on.free_port(), on.free_port()
+        spark_url = f"spark://{url_host(on.address)}:{spark_port}"
+        ui = f"http://{url_host(on.address)}:{spark_ui}/json/"
+        spark_master = record(_spawn("spark-master", [spark_class, SPARK_MASTER_CLASS, "--host", on.address, "--port",
                                                       str(spark_port), "--webui-port", str(spark_ui),
                                                       "--properties-file", spark_auth],
-                                     logs, spark_env, SPARK_MASTER_CLASS, ui))
+                                     logs, {**spark_env, "SPARK_LOCAL_IP": on.address}, SPARK_MASTER_CLASS, on, ui))
         _wait_ready(spark_master, logs, timeout)
-        spark_worker = record(_spawn("spark-worker", [spark_class, SPARK_WORKER_CLASS, "--host", "127.0.0.1",
-                                                      "--cores", str(workers * cores_per_worker),
-                                                      "--memory", f"{workers}g", "--webui-port", str(free_port()),
-                                                      "--work-dir", str(cluster / "spark-work"),
-                                                      "--properties-file", spark_auth, spark_url],
-                                     logs, spark_env, SPARK_WORKER_CLASS))
-        _wait_ready(spark_worker, logs, timeout, ready=lambda: httpx.get(ui, timeout=1).json()["aliveworkers"] >= 1)
+        n = len(hosts.spark_workers)  # the executors' cores and memory, shared out over the Spark workers
+        cores, memory = -(-workers * cores_per_worker // n), -(-workers // n)
+        for i, on in enumerate(hosts.spark_workers):
+            record(_spawn("spark-worker" if n == 1 else f"spark-worker-{i}",
+                          [spark_class, SPARK_WORKER_CLASS, "--host", on.address, "--cores", str(cores),
+                           "--memory", f"{memory}g", "--webui-port", str(on.free_port()),
+                           "--work-dir", str(cluster / "spark-work"), "--properties-file", spark_auth, spark_url],
+                          logs, {**spark_env, "SPARK_LOCAL_IP": on.address}, SPARK_WORKER_CLASS, on))
+        for p in started[-n:]:
+            _wait_ready(p, logs, timeout, ready=lambda: httpx.get(ui, timeout=1).json()["aliveworkers"] >= n)
         state.update(spark_master=spark_url, spark_ui=ui)
 
         metadata = None
         if postgres:
-            _, metadata = start_postgres(cluster / "postgres")
+            _, metadata = start_postgres(cluster / "postgres", host=hosts.postgres)
             pid = postmaster_pid(cluster / "postgres")  # the server itself: as root, start_postgres's is runuser's
-            record(Process("postgres", pid, _start_ticks(pid) or 0, "postgres"))
+            record(Process("postgres", pid, _start_ticks(pid) or 0, "postgres", host=_where(hosts.postgres)))
         state["metadata"] = metadata
 
         secret = _secret(cluster / "worker-secret", "HEADWATER_WORKER_SECRET")
@@ -242,25 +256,27 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
         cli = [sys.executable, "-m", "headwater.cli"]
         worker_urls = []
         for i in range(workers):
-            wport = free_port()
-            argv = [*cli, "worker", "--data-dir", str(data_dir), "--port", str(wport), "--spark", spark_url,
-                    "--spark-cores", str(cores_per_worker)]
+            on = hosts.worker_host(i)
+            wport, url = on.free_port(), f"http://{url_host(on.address)}"
+            argv = [*cli, "worker", "--data-dir", str(data_dir), "--host", on.address, "--port", str(wport),
+                    "--spark", spark_url, "--spark-cores", str(cores_per_worker)]
             if driver_batch_rows is not None:
                 argv += ["--driver-batch-rows", str(driver_batch_rows)]
-            record(_spawn(f"worker-{i}", argv, logs, env, "headwater.cli worker",
-                              f"http://127.0.0.1:{wport}/v1/health"))
-            worker_urls.append(f"http://127.0.0.1:{wport}")
+            record(_spawn(f"worker-{i}", argv, logs, env, "headwater.cli worker", on, f"{url}:{wport}/v1/health"))
+            worker_urls.append(f"{url}:{wport}")
         for p in started[-workers:]:  # a worker is up once its Spark driver is: graphs placed on it start at once
             _wait_ready(p, logs, timeout, ready=lambda p=p: _spark_ready(p))
         state["workers"] = worker_urls
-        argv = [*cli, "master", "--data-dir", str(data_dir), "--port", str(port)]
+        on = hosts.master
+        argv = [*cli, "master", "--data-dir", str(data_dir), "--host", on.address, "--port", str(port)]
         for url in worker_urls:
             argv += ["--worker", url]
         if metadata:
             argv += ["--metadata", metadata]
-        master = record(_spawn("master", argv, logs, env, "headwater.cli master", f"http://127.0.0.1:{port}/v1/health"))
+        master_url = f"http://{url_host(on.address)}:{port}"
+        master = record(_spawn("master", argv, logs, env, "headwater.cli master", on, f"{master_url}/v1/health"))
         _wait_ready(master, logs, timeout)
-        state["master"] = f"http://127.0.0.1:{port}"
+        state["master"] = master_url
         state_file.write_text(json.dumps(state, indent=2))
         return state
     except BaseException:
@@ -282,7 +298,8 @@ def read_state(data_dir: Path) -> dict[str, Any]:
 
 
 def status(data_dir: Path) -> list[dict[str, Any]]:
-    """One row per process ``up`` started: name, pid, running (the same process), answering (its health URL)."""
+    """One row per process ``up`` started: name, host, pid, running (the same process), answering (its health
+    URL)."""
     rows = []
     for doc in read_state(data_dir)["processes"]:
         p = Process(**doc)
@@ -293,7 +310,8 @@ def status(data_dir: Path) -> list[dict[str, Any]]:
                 answering = httpx.get(p.health, timeout=2).status_code == 200
             except httpx.HTTPError:
                 answering = False
-        rows.append({"name": p.name, "pid": p.pid, "running": alive, "answering": answering})
+        rows.append({"name": p.name, "host": p.host or "127.0.0.1", "pid": p.pid, "running": alive,
+                     "answering": answering})
     return rows
 
 

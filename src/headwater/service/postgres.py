@@ -1,7 +1,7 @@
 """A PostgreSQL server for one machine's service (``headwater cluster up --postgres``) and for the tests.
 
 Debian's server binaries (``postgresql`` package): a fresh cluster in a directory, listening on 127.0.0.1
-only, for the user ``headwater`` with a generated password and ``scram-sha-256`` authentication on every
+only unless given another address (then also accepting the networks that address is on, ``samenet``), for the user ``headwater`` with a generated password and ``scram-sha-256`` authentication on every
 connection (TCP and the Unix socket): a local user without the password cannot connect. The password is kept
 in ``<root>/pgpass`` (mode 600, libpq's password-file format): clients name it with ``PGPASSFILE``
 (:func:`passfile`), so it appears on no command line and in no URL. PostgreSQL refuses to run as root; as
@@ -14,12 +14,12 @@ import glob
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 from headwater.errors import ConfigurationError
+from headwater.service.hosts import LOOPBACK, Host, is_loopback, is_wildcard, url_host
 
 
 def binaries() -> Path | None:
@@ -29,13 +29,6 @@ def binaries() -> Path | None:
         return Path(os.path.realpath(found)).parent
     versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     return Path(versions[-1]).parent if versions else None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 USER = "headwater"
@@ -72,7 +65,18 @@ def _refuse_trust(data: Path) -> None:
                                  "to start anew (its metadata is lost)")
     if not passfile(data.parent).exists():
         raise ConfigurationError(f"the PostgreSQL cluster in {data} has no password file {passfile(data.parent)}: "
-                                 f"write 127.0.0.1:*:*:{USER}:<its password> there (mode 600)")
+                                 f"write *:*:*:{USER}:<its password> there (mode 600)")
+
+
+HBA_NETWORKS = f"host all {USER} samenet scram-sha-256"
+
+
+def _accept_networks(data: Path) -> None:
+    """Let clients of the server's own networks in (``samenet``; still with the password only)."""
+    hba = data / "pg_hba.conf"
+    text = hba.read_text()
+    if HBA_NETWORKS not in text.splitlines():
+        hba.write_text(f"{text.rstrip()}\n# headwater: clients on the networks of the server's address\n{HBA_NETWORKS}\n")
 
 
 def postmaster_pid(root: Path) -> int:
@@ -81,8 +85,12 @@ def postmaster_pid(root: Path) -> int:
     return int((root / "pgdata" / "postmaster.pid").read_text().split("\n", 1)[0])
 
 
-def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0,
+                   host: Host | None = None) -> tuple[subprocess.Popen, str]:
     """Create (if new) and start a PostgreSQL cluster under ``root``; return the server process and its URL.
+
+    ``host``: where it listens (its address, and network namespace if it has one); 127.0.0.1 of this machine
+    by default. A server listening on another address also accepts clients of that address's networks.
 
     The URL carries no password: connect with ``PGPASSFILE`` set to :func:`passfile`, or add :func:`password`.
     The server runs in its own session (it outlives the caller) and logs to ``root/postgres.log``.
@@ -112,15 +120,20 @@ def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0
                            timeout=120)
         finally:
             pwfile.unlink(missing_ok=True)
-        _write_private(passfile(root), f"127.0.0.1:*:*:{USER}:{secret}\n")
+        _write_private(passfile(root), f"*:*:*:{USER}:{secret}\n")  # whichever address the server has
     _refuse_trust(data)
-    port = port or free_port()
+    host = host or Host("local", LOOPBACK)
+    if not is_loopback(host.address):
+        _accept_networks(data)
+    port = port or host.free_port()
     log = open(root / "postgres.log", "ab")  # noqa: SIM115 - the server writes to it while it lives
-    server = subprocess.Popen([*as_user, str(bin_dir / "postgres"), "-D", str(data), "-p", str(port),
-                               "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}"],
+    server = subprocess.Popen(host.command([*as_user, str(bin_dir / "postgres"), "-D", str(data), "-p", str(port),
+                                            "-c", f"listen_addresses={host.address}",
+                                            "-c", f"unix_socket_directories={root}"]),
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
-    url = f"postgresql://{USER}@127.0.0.1:{port}/postgres"
+    reach = LOOPBACK if is_wildcard(host.address) else host.address
+    url = f"postgresql://{USER}@{url_host(reach)}:{port}/postgres"
     import psycopg
 
     deadline = time.monotonic() + timeout
@@ -128,7 +141,7 @@ def start_postgres(root: Path, *, port: int | None = None, timeout: float = 60.0
         if server.poll() is not None:
             raise ConfigurationError(f"PostgreSQL did not start: {(root / 'postgres.log').read_text()[-2000:]}")
         try:
-            psycopg.connect(host="127.0.0.1", port=port, user=USER, dbname="postgres", password=password(root),
+            psycopg.connect(host=reach, port=port, user=USER, dbname="postgres", password=password(root),
                             connect_timeout=2).close()
             return server, url
         except psycopg.OperationalError:

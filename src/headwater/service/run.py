@@ -1,7 +1,8 @@
 """``headwater master``: the master, its in-process worker and the HTTP API as one long-lived process.
 
 The admin's password comes from ``HEADWATER_ADMIN_PASSWORD`` at first start (never from the command line,
-where ``ps`` shows it). The API listens on 127.0.0.1 unless ``--host`` says otherwise.
+where ``ps`` shows it). The API and the Spark driver listen on 127.0.0.1 unless ``--host`` says otherwise, and
+are reached at ``--advertise-address`` (default: ``--host``; see :mod:`headwater.service.hosts`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from headwater.service import tls
+from headwater.service.hosts import add_address_flags, advertise_address, url_host
 from headwater.service.leader import LEASE_SECONDS, MIN_LEASE_SECONDS
 from headwater.storage.shared_storage import check_storage, storage_argument
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
@@ -68,8 +70,12 @@ def cluster(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir).resolve()
     if args.action == "up":
+        from headwater.service.hosts import Inventory
+
+        hosts = Inventory.load(args.hosts) if args.hosts else None
         state = local_cluster.up(data_dir, workers=args.workers, port=args.port, postgres=args.postgres,
-                                 cores_per_worker=args.cores_per_worker, driver_batch_rows=args.driver_batch_rows)
+                                 cores_per_worker=args.cores_per_worker, driver_batch_rows=args.driver_batch_rows,
+                                 hosts=hosts)
         print(f"headwater cluster on {data_dir}:\n  master   {state['master']}  (user admin, password in "
               f"{data_dir / 'cluster' / 'admin-password'} unless HEADWATER_ADMIN_PASSWORD is set)\n"
               f"  workers  {' '.join(state['workers'])}\n  spark    {state['spark_master']}\n"
@@ -77,9 +83,11 @@ def cluster(args: argparse.Namespace) -> int:
         return 0
     if args.action == "status":
         rows = local_cluster.status(data_dir)
+        width = max((len(r["host"]) for r in rows), default=0)
         for r in rows:
             answer = "" if r["answering"] is None else ("answering" if r["answering"] else "NOT answering")
-            print(f"{r['name']:<14} pid {r['pid']:<8} {'running' if r['running'] else 'NOT running':<12} {answer}")
+            print(f"{r['name']:<14} {r['host']:<{width}}  pid {r['pid']:<8} "
+                  f"{'running' if r['running'] else 'NOT running':<12} {answer}")
         return 0 if all(r["running"] and r["answering"] is not False for r in rows) else 1
     stopped = local_cluster.down(data_dir)
     print(f"headwater cluster on {data_dir}: stopped {stopped} process(es)")
@@ -107,6 +115,9 @@ def add_cluster_command(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--cores-per-worker", type=positive, default=1, help="Spark executor cores per worker")
     up.add_argument("--driver-batch-rows", type=non_negative, default=None,
                     help="passed to each worker; 0 makes every micro-batch run on Spark's executors")
+    up.add_argument("--hosts", default=None, metavar="FILE",
+                    help="an inventory (TOML): the address, and optionally the network namespace, each process "
+                         "listens on (docs/deployment.md); default: all on 127.0.0.1")
     for name, text in (("status", "each process of the cluster: running, answering (exit code 1 if one is not)"),
                        ("down", "stop every process of the cluster")):
         a = actions.add_parser(name, help=text, formatter_class=Help)
@@ -158,6 +169,7 @@ def serve_master(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     os.environ["HEADWATER_SPARK_UI"] = args.spark_ui  # before the in-process worker's driver starts
     served = tls.server_options(args.tls_cert, args.tls_key)  # checked before anything starts
+    advertise = advertise_address(args.host, args.advertise_address)
     from headwater.service.server import Switchboard, create_standby_app
 
     leadership = None
@@ -185,8 +197,8 @@ def serve_master(args: argparse.Namespace) -> int:
     if leadership is not None:
         threading.Thread(target=_watch_leadership, args=(leadership, stop), daemon=True,
                          name="headwater-leadership").start()
-    print(f"headwater master ({role}): {args.data_dir} on {tls.scheme(served)}://{args.host}:{args.port} (API docs "
-          "at /docs)", flush=True)
+    print(f"headwater master ({role}): {args.data_dir} on {tls.scheme(served)}://{url_host(advertise)}:"
+          f"{args.port} (API docs at /docs)", flush=True)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, lifespan="off",
                     **served)
@@ -248,7 +260,9 @@ class ActiveMaster:
         self.master = embedded_master(Path(args.data_dir), spark_master=args.spark,
                                       trigger_interval=args.trigger_interval, metadata_url=args.metadata,
                                       worker=self.pool, start_spark=self.pool is None,
-                                      directory_lock=self.leadership is None, sql_limits=sql_limits(args))
+                                      directory_lock=self.leadership is None, sql_limits=sql_limits(args),
+                                      driver_host=advertise_address(args.host, args.advertise_address),
+                                      bind_address=args.host)
         if self.leadership is not None:
             self.leadership.fence(self.master.store)
         if self.pool is not None:  # placements live in the master's store; then the graphs that were running resume
@@ -333,13 +347,15 @@ def serve_worker(args: argparse.Namespace) -> int:
     served = tls.server_options(args.tls_cert, args.tls_key)
     tls.client_context(args.tls_ca)  # a bad CA bundle stops the worker now, not in its joining thread
     check_storage(args.data_dir)  # the master's directory, as this host mounts it: refused here, not mid-batch
+    advertise = advertise_address(args.host, args.advertise_address)
     worker = Worker(Path(args.data_dir), spark_master=args.spark,
                     trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"),
-                    driver_batch_rows=args.driver_batch_rows, spark_cores=args.spark_cores)
-    worker.name = f"worker@{args.host}:{args.port}"
+                    driver_batch_rows=args.driver_batch_rows, spark_cores=args.spark_cores,
+                    driver_host=advertise, bind_address=args.host)
+    worker.name = f"worker@{url_host(advertise)}:{args.port}"
     # a worker is a Spark driver: start it now, so that a graph placed here (or moved here) starts in seconds
     threading.Thread(target=lambda: worker.spark, name="headwater-spark-start", daemon=True).start()
-    me = f"{tls.scheme(served)}://{args.host}:{args.port}"
+    me = f"{tls.scheme(served)}://{url_host(advertise)}:{args.port}"  # what the masters call it at
     if args.master:
         threading.Thread(target=_join_masters, args=(args.master, me, args.group, secret, args.tls_ca), daemon=True,
                          name="headwater-join").start()
@@ -354,14 +370,13 @@ def serve_worker(args: argparse.Namespace) -> int:
 
 def add_driver_flags(p: argparse.ArgumentParser, *, role: str, port: int) -> None:
     """Where the ``role``'s API listens, and how the Spark driver that runs the queries runs."""
-    p.add_argument("--host", default="127.0.0.1", help=f"the address the {role}'s API listens on")
-    p.add_argument("--port", type=int, default=port, help=f"the port the {role}'s API listens on")
+    add_address_flags(p, role=role, port=port)
     p.add_argument("--spark", default="local[*]", type=spark_master,
                    help="the Spark master of the driver that runs the queries: local[*], local[N] or spark://host:port")
     p.add_argument("--trigger-interval", default=TRIGGER_INTERVAL, help="how often Spark runs an idle query (a new commit is seen within ~5 ms)")
     p.add_argument("--spark-ui", choices=["on", "off"], default="on",
-                   help="Spark's web UI for this process's driver, on a free port of 127.0.0.1 (its URL: "
-                        "`headwater workers`)")
+                   help="Spark's web UI for this process's driver, on a free port of its advertise address (its "
+                        "URL: `headwater workers`)")
 
 
 def add_worker_command(sub: argparse._SubParsersAction) -> None:

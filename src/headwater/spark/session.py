@@ -92,7 +92,8 @@ def _use_properties_file(file: str | None) -> None:
 
 
 def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffle_partitions: int = 4,
-                scratch_root: Path | None = None, cores: int | None = None) -> SparkSession:
+                scratch_root: Path | None = None, cores: int | None = None, driver_host: str = "127.0.0.1",
+                bind_address: str | None = None) -> SparkSession:
     """Create (or reuse) the process's SparkSession with the settings Headwater relies on.
 
     With ``scratch_root`` (``<data_dir>/tmp``), Spark's scratch space goes to
@@ -100,6 +101,10 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     PySpark's temporary files), the driver JVM's ``java.io.tmpdir`` (native libraries it
     unpacks) and ``spark.sql.warehouse.dir``; the JVM writes no ``/tmp/hsperfdata_*``. These
     settings only apply if this call creates the SparkSession: it is process-global.
+
+    ``driver_host``: the address executors (and the UI's links) reach the driver at (``spark.driver.host``, and
+    ``SPARK_LOCAL_IP`` unless set, where the UI listens); ``bind_address``: the one the driver listens on
+    (``spark.driver.bindAddress``; default ``driver_host``; a wildcard listens on every one).
 
     ``cores``: on a standalone cluster (``spark://``), the executor cores this application takes at most
     (``spark.cores.max``), so that several workers' drivers share the cluster; by default all it offers.
@@ -126,12 +131,12 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     # Python workers must import this interpreter's packages (pandas, pyarrow, headwater itself).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "true" if spark_ui() else "false")
-        .config("spark.ui.port", "0")  # when on: a free port (of 127.0.0.1, the driver's bind address)
+        .config("spark.ui.port", "0")  # when on: a free port (of SPARK_LOCAL_IP)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -151,8 +156,8 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.ansi.enabled", "false")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # SQL results: exact, no INT96
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", driver_host)
+        .config("spark.driver.bindAddress", bind_address or driver_host)
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.daemon.module", "headwater.spark.daemon")
         .config("spark.driver.memory", os.environ.get("HEADWATER_DRIVER_MEMORY", "4g"))

@@ -1,0 +1,101 @@
+"""The service across hosts (network namespaces of this machine, ``tests.support.netns``): a master on one host,
+a worker (its Spark driver on the worker's own address) on another, a client on a third, with nothing reached
+through 127.0.0.1, and the sink equal to the pandas reference; and ``cluster up --hosts`` starting each of its
+processes on the host its inventory names."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.support.netns import NetHosts, net_hosts
+from tests.support.service import ENV, ROOT
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+CLIENT = textwrap.dedent("""
+    import sys
+    import httpx
+    from tests.support import service as s
+
+    master, worker = sys.argv[1], sys.argv[2]
+
+    def ready():
+        try:
+            spark = httpx.get(worker + "/v1/health", timeout=1).json()["spark"]
+            assert not spark.startswith("failed"), f"the worker's Spark did not start: {spark}"
+            return spark == "ready" and httpx.get(master + "/v1/health", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    s.wait_for(ready, 150, "the master and the worker answering")
+    s.submit_from_another_process(master)
+    session = s.connect(master)
+    everything = s.rows(0, seed=1, start=0)
+    for k in range(2):
+        everything = s.append_and_check(session, s.rows(200, seed=k, start=200 * k), everything)
+    (row,) = session.workers().to_dict("records")
+    assert row["url"] == worker and row["alive"] and row["graphs"], row
+    assert row["spark_ui"].startswith(worker.rsplit(":", 1)[0] + ":"), row  # the driver is on the worker's address
+    print("checked", len(everything))
+""")
+
+
+def headwater(net: NetHosts, i: int, log, *argv: str):
+    return net.run(i, [sys.executable, "-m", "headwater.cli", *argv, "--host", net.address(i)], env=ENV,
+                   stdout=log, stderr=log, cwd=ROOT)
+
+
+def test_a_graph_runs_with_master_worker_and_client_on_three_hosts(tmp_path):
+    data = tmp_path / "data"  # one file system for all: as a network file system is mounted on every host
+    with net_hosts(3) as net, open(tmp_path / "service.log", "ab") as log:
+        worker_url, master_url = f"http://{net.address(2)}:8766", f"http://{net.address(1)}:8765"
+        worker = headwater(net, 2, log, "worker", "--data-dir", str(data), "--port", "8766", "--spark", "local[1]")
+        master = headwater(net, 1, log, "master", "--data-dir", str(data), "--port", "8765", "--worker", worker_url)
+        done = net.python(3, CLIENT, master_url, worker_url, timeout=240)
+        service = (tmp_path / "service.log").read_text(errors="replace")[-4000:]
+        assert done.returncode == 0 and "checked 400" in done.stdout, done.stdout + done.stderr + service
+        assert worker.poll() is None and master.poll() is None, service
+
+
+CLI = "import sys; from headwater.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_cluster_up_starts_each_process_on_its_host_and_status_shows_it():
+    # the PostgreSQL server runs as the user postgres when the tests run as root: it must reach the data directory
+    base = Path(tempfile.mkdtemp(prefix="headwater-hosts-"))
+    base.chmod(0o711)
+    data, inventory = base / "data", base / "hosts.toml"
+    try:
+        with net_hosts(3) as net:
+            hosts = "".join(f'h{i} = {{ address = "{net.address(i)}", netns = "{net.name(i)}" }}\n' for i in (1, 2, 3))
+            inventory.write_text(f'[hosts]\n{hosts}[roles]\nmaster = "h1"\npostgres = "h3"\n'
+                                 'spark-workers = ["h2", "h3"]\nworkers = ["h2", "h3"]\n')
+            # `cluster up` runs on host 1: it reaches every process at its address, as an operator's machine would
+            up = net.python(1, CLI, "cluster", "up", "--data-dir", str(data), "--hosts", str(inventory), "--postgres",
+                            timeout=400)
+            assert up.returncode == 0, up.stdout + up.stderr
+            try:
+                status = net.python(1, CLI, "cluster", "status", "--data-dir", str(data))
+                assert status.returncode == 0, status.stdout + status.stderr
+                where = {line.split()[0]: line.split()[1] for line in status.stdout.splitlines()}
+                assert where == {"spark-master": net.address(1), "spark-worker-0": net.address(2),
+                                 "spark-worker-1": net.address(3), "postgres": net.address(3),
+                                 "worker-0": net.address(2), "worker-1": net.address(3), "master": net.address(1)}
+                state = json.loads((data / "cluster" / "state.json").read_text())
+                assert state["master"] == f"http://{net.address(1)}:8765"
+                assert state["metadata"].startswith(f"postgresql://headwater@{net.address(3)}:")
+                spark = net.python(2, "import httpx, sys; print(httpx.get(sys.argv[1]).text)", state["spark_ui"])
+                alive = [w["host"] for w in json.loads(spark.stdout)["workers"] if w["state"] == "ALIVE"]
+                assert sorted(alive) == [net.address(2), net.address(3)], spark.stdout  # Spark's own view
+            finally:
+                down = net.python(1, CLI, "cluster", "down", "--data-dir", str(data), timeout=200)
+                assert down.returncode == 0 and "stopped 7" in down.stdout, down.stdout + down.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
