@@ -1,0 +1,179 @@
+"""Partitions, not deaths: hosts cut off from each other while the processes on them keep running.
+
+Six hosts (network namespaces, ``tests.support.netns``) sharing one data directory as a network file system
+would: PostgreSQL on 1, the active master on 2, a standby on 3, workers on 4 and 5 (each its own Spark
+driver), the client on 6. Under appends, in turn:
+
+* the worker running the graph is cut off from the active master: the master declares it down and moves the
+  graph; the cut-off worker keeps running and is fenced (its commits refused), then the link comes back;
+* the active master is cut off from PostgreSQL: it loses its lease, the standby takes over and resumes the
+  graph, and the old master stops without writing;
+
+after each the graph is running again within its deadline, and at the end the sink equals the pandas
+reference: nothing lost, nothing duplicated. The recovery times are printed (``docs/deployment.md``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.netns import NetHosts, net_hosts
+from tests.support.service import ENV, ROOT
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+PG, ACTIVE, STANDBY, CLIENT_HOST = 1, 2, 3, 6
+WORKERS = (4, 5)
+LEASE_S = 10.0
+HEARTBEAT_DEADLINE_S = 3.0
+MOVED_WITHIN_S = 90.0  # heartbeat deadline, then a start on a worker whose Spark runs (a first batch, cold)
+TAKEOVER_WITHIN_S = 120.0  # the lease, the standby's poll, its start and the graph resumed on the workers
+
+# One step of the client (host 6): actions on the graph through both masters' URLs, printing what it saw.
+CLIENT = textwrap.dedent("""
+    import sys, time
+    import httpx
+    from tests.support import service as s
+
+    action, urls = sys.argv[1], sys.argv[2]
+
+    def node(session):
+        meta = session.stream_graph_meta("totals").iloc[-1]
+        nodes = {t["node"] for t in meta["tasks"] if t["status"] == "running"}
+        return nodes.pop() if meta["status"] == "running" and len(nodes) == 1 else None
+
+    if action == "ready":
+        def ready():
+            try:
+                answers = [httpx.get(u + "/v1/health", timeout=1).json() for u in sys.argv[3:]]
+                return all(a.get("spark", "ready") == "ready" for a in answers)
+            except (httpx.TransportError, ValueError):
+                return False
+        s.wait_for(ready, 200, "every process answering")
+        s.submit_from_another_process(urls)
+        print("submitted")
+    elif action == "append":
+        chunks = int(sys.argv[3])
+        session = s.connect(urls)
+        frames = [s.rows(200, seed=k, start=200 * k) for k in range(chunks)]
+        s.append_and_check(session, frames[-1], s.pd.concat([s.rows(0, 1, 0), *frames[:-1]], ignore_index=True))
+        print("node", node(session))
+    elif action == "moved-from":
+        session = s.connect(urls)
+        s.wait_for(lambda: node(session) not in (None, sys.argv[3]), float(sys.argv[4]), "the graph moved")
+        print("at", time.time(), "node", node(session))
+    elif action == "active":
+        url = sys.argv[3]
+        def active():
+            try:
+                return httpx.get(url + "/v1/health", timeout=1).json().get("role") == "active"
+            except (httpx.TransportError, ValueError):
+                return False
+        s.wait_for(active, float(sys.argv[4]), url + " active")
+        session = s.connect(urls)
+        s.wait_for(lambda: node(session) is not None, float(sys.argv[4]), "the graph running")
+        print("at", time.time(), "node", node(session))
+""")
+
+
+START_POSTGRES = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from headwater.service.hosts import Host
+    from headwater.service.postgres import password, start_postgres
+
+    root = Path(sys.argv[1])
+    server, url = start_postgres(root, host=Host("pg", sys.argv[2]))
+    print(url.replace("headwater@", f"headwater:{password(root)}@", 1))
+""")
+
+
+class Service:
+    def __init__(self, net: NetHosts, data: Path, metadata: str, log) -> None:
+        self.net, self.data, self.metadata, self.log = net, data, metadata, log
+        self.urls = [self.url(ACTIVE, 8765), self.url(STANDBY, 8765)]
+        self.worker_urls = [self.url(w, 8766) for w in WORKERS]
+
+    def url(self, host: int, port: int) -> str:
+        return f"http://{self.net.address(host)}:{port}"
+
+    def headwater(self, host: int, *argv: str):
+        return self.net.run(host, [sys.executable, "-m", "headwater.cli", *argv, "--host", self.net.address(host),
+                                   "--log-level", "info"], env=ENV, stdout=self.log, stderr=self.log, cwd=ROOT)
+
+    def master(self, host: int, *extra: str):
+        workers = [a for w in self.worker_urls for a in ("--worker", w)]
+        return self.headwater(host, "master", "--data-dir", str(self.data), "--port", "8765", "--metadata",
+                              self.metadata, "--heartbeat", "0.5", "--heartbeat-deadline", str(HEARTBEAT_DEADLINE_S),
+                              "--lease-seconds", str(LEASE_S), *workers, *extra)
+
+    def worker(self, host: int):
+        return self.headwater(host, "worker", "--data-dir", str(self.data), "--port", "8766", "--spark", "local[1]",
+                              "--driver-batch-rows", "0")
+
+    def client(self, action: str, *args: str, timeout: float = 400) -> str:
+        done = self.net.python(CLIENT_HOST, CLIENT, action, ",".join(self.urls), *args, timeout=timeout)
+        assert done.returncode == 0, f"client {action}: {done.stdout}{done.stderr[-3000:]}{self.tail()}"
+        return done.stdout
+
+    def tail(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-6000:]
+
+
+def test_a_cut_off_worker_and_a_master_cut_off_from_postgresql_lose_and_duplicate_nothing(monkeypatch):
+    monkeypatch.setitem(ENV, "HEADWATER_DRIVER_MEMORY", "1g")  # several JVMs on one machine
+    # the PostgreSQL server runs as the user postgres when the tests run as root: it must reach its directory
+    base = Path(tempfile.mkdtemp(prefix="headwater-partitions-"))
+    base.chmod(0o711)
+    recoveries: dict[str, float] = {}
+    try:
+        with net_hosts(6) as net, open(base / "service.log", "ab") as log:
+            # started from host 1, which its readiness check must reach; it outlives that process (its own
+            # session) and is killed with the hosts' processes
+            started = net.python(PG, START_POSTGRES, str(base / "pg"), net.address(PG), timeout=120)
+            assert started.returncode == 0, started.stdout + started.stderr
+            metadata = started.stdout.split()[-1]
+            service = Service(net, base / "data", metadata, log)
+            workers = {w: service.worker(w) for w in WORKERS}
+            active = service.master(ACTIVE)
+            standby = service.master(STANDBY, "--standby")
+            assert "submitted" in service.client("ready", service.urls[0], *service.worker_urls)
+            chunks = 1
+            node = service.client("append", str(chunks)).split()[-1]
+
+            # 1. the worker running the graph, cut off from the active master
+            cut_off = next(w for w in WORKERS if node.endswith(f"@{net.address(w)}:8766"))
+            cut_at = time.time()
+            net.cut(ACTIVE, cut_off)
+            moved = service.client("moved-from", node, str(MOVED_WITHIN_S)).split()
+            recoveries["worker cut off from the master"] = float(moved[1]) - cut_at
+            chunks += 1
+            service.client("append", str(chunks))  # runs on the other worker; the cut-off one is fenced
+            net.restore(ACTIVE, cut_off)
+            chunks += 1
+            service.client("append", str(chunks))
+            assert workers[cut_off].poll() is None, "a fenced worker keeps serving (its graph was moved away)"
+
+            # 2. the active master, cut off from PostgreSQL
+            cut_at = time.time()
+            net.cut(ACTIVE, PG)
+            took_over = service.client("active", service.urls[1], str(TAKEOVER_WITHIN_S)).split()
+            recoveries["active master cut off from PostgreSQL"] = float(took_over[1]) - cut_at
+            chunks += 1
+            service.client("append", str(chunks))
+            net.restore(ACTIVE, PG)
+            assert active.wait(timeout=LEASE_S * 6) == 3, "the master that lost its lease stops (exit status 3)"
+            chunks += 1
+            service.client("append", str(chunks))  # every chunk so far, exactly once
+            assert standby.poll() is None
+            print("recovery after a partition:", {k: round(v, 1) for k, v in recoveries.items()})
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
