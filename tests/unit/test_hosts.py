@@ -69,6 +69,22 @@ def test_an_inventory_places_each_role_and_defaults_to_the_masters_host():
     a, b, c = Host("a", "127.0.0.2"), Host("b", "127.0.0.3"), Host("c", "127.0.0.4")
     assert (inv.master, inv.postgres, inv.spark_master, inv.spark_workers) == (a, b, a, (a,))
     assert [inv.worker_host(i) for i in range(3)] == [b, c, b]
+    assert inv.standby is None  # a standby is started only where the inventory names one
+    with_standby = Inventory.parse({"hosts": {"a": "127.0.0.2", "b": "127.0.0.3"},
+                                    "roles": {"master": "a", "standby": "b"}})
+    assert with_standby.standby == Host("b", "127.0.0.3")
+
+
+def test_cluster_up_refuses_a_standby_without_postgresql_or_on_the_masters_address(tmp_path):
+    from headwater.errors import ConfigurationError
+    from headwater.service import cluster
+
+    same = Inventory.parse({"hosts": {"a": "127.0.0.2"}, "roles": {"master": "a", "standby": "a"}})
+    with pytest.raises(ConfigurationError, match="metadata in PostgreSQL: add --postgres"):
+        cluster.up(tmp_path, hosts=same)
+    with pytest.raises(ConfigurationError, match="would both listen on 127.0.0.2:8765"):
+        cluster.up(tmp_path, hosts=same, postgres=True)
+    assert not (tmp_path / "cluster").exists()  # refused before anything started
 
 
 def test_the_local_inventory_is_everything_on_loopback():

@@ -47,7 +47,7 @@ SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 @dataclass(frozen=True)
 class Process:
-    name: str  # spark-master, spark-worker, postgres, worker-<i>, master
+    name: str  # spark-master, spark-worker, postgres, worker-<i>, master, standby
     pid: int
     started: int  # the process's start time in clock ticks since boot (/proc/<pid>/stat), against pid reuse
     marker: str  # a string its command line contains
@@ -202,6 +202,11 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
                                  f"{data_dir}` first")
     if not 1 <= workers <= 64:
         raise ConfigurationError(f"--workers must be between 1 and 64, got {workers}")
+    if hosts.standby is not None and not postgres:
+        raise ConfigurationError("a standby master shares the active one's metadata in PostgreSQL: add --postgres")
+    if hosts.standby is not None and hosts.standby.address == hosts.master.address:
+        raise ConfigurationError(f"the standby and the master would both listen on {hosts.master.address}:{port}: "
+                                 "give the standby a host of its own")
     logs = cluster / "logs"
     _private_dirs(data_dir, cluster, traverse=postgres and os.geteuid() == 0)
     (cluster / "spark-local").mkdir(parents=True, exist_ok=True)
@@ -217,7 +222,10 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
 
     try:
         spark_env = _spark_env(cluster)
-        from headwater.spark.session import PROPERTIES_ENV  # after _spark_env: pyspark is there
+        from headwater.spark.session import (  # after _spark_env: pyspark is there
+            EXECUTOR_MEMORY_MB,
+            PROPERTIES_ENV,
+        )
         spark_class = str(Path(spark_env["SPARK_HOME"]) / "bin" / "spark-class")
         on = hosts.spark_master
         spark_port, spark_ui = on.free_port(), on.free_port()
@@ -229,11 +237,12 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
                                      logs, {**spark_env, "SPARK_LOCAL_IP": on.address}, SPARK_MASTER_CLASS, on, ui))
         _wait_ready(spark_master, logs, timeout)
         n = len(hosts.spark_workers)  # the executors' cores and memory, shared out over the Spark workers
-        cores, memory = -(-workers * cores_per_worker // n), -(-workers // n)
+        cores = -(-workers * cores_per_worker // n)  # one executor per core (headwater.spark.session)
+        memory = cores * EXECUTOR_MEMORY_MB
         for i, on in enumerate(hosts.spark_workers):
             record(_spawn("spark-worker" if n == 1 else f"spark-worker-{i}",
                           [spark_class, SPARK_WORKER_CLASS, "--host", on.address, "--cores", str(cores),
-                           "--memory", f"{memory}g", "--webui-port", str(on.free_port()),
+                           "--memory", f"{memory}m", "--webui-port", str(on.free_port()),
                            "--work-dir", str(cluster / "spark-work"), "--properties-file", spark_auth, spark_url],
                           logs, {**spark_env, "SPARK_LOCAL_IP": on.address}, SPARK_WORKER_CLASS, on))
         for p in started[-n:]:
@@ -267,16 +276,24 @@ def up(data_dir: Path, *, workers: int = 2, port: int = 8765, postgres: bool = F
         for p in started[-workers:]:  # a worker is up once its Spark driver is: graphs placed on it start at once
             _wait_ready(p, logs, timeout, ready=lambda p=p: _spark_ready(p))
         state["workers"] = worker_urls
-        on = hosts.master
-        argv = [*cli, "master", "--data-dir", str(data_dir), "--host", on.address, "--port", str(port)]
-        for url in worker_urls:
-            argv += ["--worker", url]
-        if metadata:
-            argv += ["--metadata", metadata]
-        master_url = f"http://{url_host(on.address)}:{port}"
-        master = record(_spawn("master", argv, logs, env, "headwater.cli master", on, f"{master_url}/v1/health"))
-        _wait_ready(master, logs, timeout)
-        state["master"] = master_url
+        masters = []
+        roles = [("master", hosts.master)] + ([("standby", hosts.standby)] if hosts.standby is not None else [])
+        for name, on in roles:
+            argv = [*cli, "master", "--data-dir", str(data_dir), "--host", on.address, "--port", str(port)]
+            for url in worker_urls:
+                argv += ["--worker", url]
+            if metadata:
+                argv += ["--metadata", metadata]
+            if name == "standby":
+                argv.append("--standby")
+            url = f"http://{url_host(on.address)}:{port}"
+            masters.append(url)
+            # the active one first: it takes the lease, so the standby (started once it answers) stays one
+            _wait_ready(record(_spawn(name, argv, logs, env, "headwater.cli master", on, f"{url}/v1/health")), logs,
+                        timeout)
+        state["master"] = masters[0]
+        if len(masters) > 1:
+            state["masters"] = masters
         state_file.write_text(json.dumps(state, indent=2))
         return state
     except BaseException:

@@ -135,19 +135,22 @@ def free_port(address: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
-ROLES = {"master": False, "postgres": False, "spark-master": False, "workers": True, "spark-workers": True}
+ROLES = {"master": False, "standby": False, "postgres": False, "spark-master": False, "workers": True,
+         "spark-workers": True}  # role -> whether it takes a list of hosts
 
 
 @dataclass(frozen=True)
 class Inventory:
     """Where ``cluster up`` starts each process: one host per single process, a list of hosts for workers
-    (spread over them in turn) and Spark workers (one on each). Every role defaults to the master's host."""
+    (spread over them in turn) and Spark workers (one on each). Every role but ``standby`` defaults to the
+    master's host; without ``standby`` no standby master is started (one needs PostgreSQL: ``--postgres``)."""
 
     master: Host
     postgres: Host
     spark_master: Host
     workers: tuple[Host, ...]
     spark_workers: tuple[Host, ...]
+    standby: Host | None = None
 
     @classmethod
     def local(cls, address: str = LOOPBACK) -> Inventory:
@@ -168,6 +171,7 @@ class Inventory:
 
             [roles]
             master = "h2"
+            standby = "db"                                       # optional: a standby master
             postgres = "db"
             spark-master = "h2"
             workers = ["h2", "db"]
@@ -207,7 +211,7 @@ class Inventory:
             return tuple(hosts[n] for n in names)
 
         return cls(pick("master")[0], pick("postgres")[0], pick("spark-master")[0], pick("workers"),
-                   pick("spark-workers"))
+                   pick("spark-workers"), pick("standby")[0] if "standby" in roles else None)
 
 
 def _host(name: str, value: Any, where: str) -> Host:

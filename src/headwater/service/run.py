@@ -78,6 +78,7 @@ def cluster(args: argparse.Namespace) -> int:
                                  hosts=hosts)
         print(f"headwater cluster on {data_dir}:\n  master   {state['master']}  (user admin, password in "
               f"{data_dir / 'cluster' / 'admin-password'} unless HEADWATER_ADMIN_PASSWORD is set)\n"
+              + "".join(f"  standby  {url}\n" for url in state.get("masters", [])[1:]) +
               f"  workers  {' '.join(state['workers'])}\n  spark    {state['spark_master']}\n"
               f"  metadata {state['metadata'] or 'SQLite in the data directory'}\n  logs     {data_dir / 'cluster' / 'logs'}")
         return 0

@@ -62,6 +62,7 @@ def scratch_dir(root: Path) -> Path:
 # of the stream thread, which then died with a StackOverflowError instead of stopping (a session closed during a
 # batch; 4 MB still overflowed once in two runs, 16 MB in none of five). Stacks are reserved, committed as used.
 THREAD_STACK = "-Xss16m"
+EXECUTOR_MEMORY_MB = 768  # per executor on a standalone cluster (Headwater's rows live in the Python workers)
 PROPERTIES_ENV = "HEADWATER_SPARK_PROPERTIES"
 UI_ENV = "HEADWATER_SPARK_UI"  # "on": Spark's web UI for the driver (headwater master and worker turn it on)
 
@@ -171,9 +172,12 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     if master.startswith("spark://"):
         _use_properties_file(os.environ.get(PROPERTIES_ENV))
         # executors start Python workers with the driver's interpreter, which has Headwater installed
-        builder = builder.config("spark.pyspark.python", sys.executable).config("spark.executor.memory", "768m")
+        builder = builder.config("spark.pyspark.python", sys.executable).config("spark.executor.memory",
+                                                                                  f"{EXECUTOR_MEMORY_MB}m")
         if cores is not None:
-            builder = builder.config("spark.cores.max", str(cores)).config("spark.executor.cores", str(cores))
+            # executors of one core: the standalone master spreads an application's executors over its workers,
+            # so a driver of several cores runs its tasks on several hosts (one executor would sit on one)
+            builder = builder.config("spark.cores.max", str(cores)).config("spark.executor.cores", "1")
     spark = builder.getOrCreate()
     # Failures of Headwater's queries are reported by Headwater (the graph's status and reason, ExecutionError)
     # in one line; Spark would print each with its Java stack trace. HEADWATER_SPARK_LOG_LEVEL=ERROR shows them.
