@@ -8,6 +8,8 @@ driver), the client on 6. Under appends, in turn:
   graph; the cut-off worker keeps running and is fenced (its commits refused), then the link comes back;
 * the active master is cut off from PostgreSQL: it loses its lease, the standby takes over and resumes the
   graph, and the old master stops without writing;
+* the client is cut off from the active master (the old one restarted as the standby) during an append: the
+  call keeps trying both masters and completes once the link returns, within its failover timeout;
 
 after each the graph is running again within its deadline, and at the end the sink equals the pandas
 reference: nothing lost, nothing duplicated. The recovery times are printed (``docs/deployment.md``).
@@ -16,6 +18,7 @@ reference: nothing lost, nothing duplicated. The recovery times are printed (``d
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -25,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.netns import NetHosts, net_hosts
-from tests.support.service import ENV, ROOT
+from tests.support.service import ENV, ROOT, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -69,6 +72,13 @@ CLIENT = textwrap.dedent("""
         session = s.connect(urls)
         s.wait_for(lambda: node(session) not in (None, sys.argv[3]), float(sys.argv[4]), "the graph moved")
         print("at", time.time(), "node", node(session))
+    elif action == "role":
+        def role():
+            try:
+                return httpx.get(sys.argv[3] + "/v1/health", timeout=1).json().get("role") == sys.argv[4]
+            except (httpx.TransportError, ValueError):
+                return False
+        s.wait_for(role, 120, sys.argv[3] + " " + sys.argv[4])
     elif action == "active":
         url = sys.argv[3]
         def active():
@@ -93,6 +103,13 @@ START_POSTGRES = textwrap.dedent("""
     server, url = start_postgres(root, host=Host("pg", sys.argv[2]))
     print(url.replace("headwater@", f"headwater:{password(root)}@", 1))
 """)
+
+
+def connecting(net: NetHosts, host: int, to: int) -> bool:
+    """Whether a process on ``host`` is trying to open a TCP connection to ``to`` (a SYN sent, unanswered)."""
+    sockets = subprocess.run(net.command(host, ["ss", "-Htn", "state", "syn-sent", "dst", net.address(to)]),
+                             capture_output=True, text=True, check=True)
+    return bool(sockets.stdout.strip())
 
 
 class Service:
@@ -128,7 +145,7 @@ class Service:
         return Path(self.log.name).read_text(errors="replace")[-6000:]
 
 
-def test_a_cut_off_worker_and_a_master_cut_off_from_postgresql_lose_and_duplicate_nothing(monkeypatch):
+def test_cut_off_worker_master_and_client_lose_and_duplicate_nothing(monkeypatch):
     monkeypatch.setitem(ENV, "HEADWATER_DRIVER_MEMORY", "1g")  # several JVMs on one machine
     # the PostgreSQL server runs as the user postgres when the tests run as root: it must reach its directory
     base = Path(tempfile.mkdtemp(prefix="headwater-partitions-"))
@@ -174,6 +191,24 @@ def test_a_cut_off_worker_and_a_master_cut_off_from_postgresql_lose_and_duplicat
             chunks += 1
             service.client("append", str(chunks))  # every chunk so far, exactly once
             assert standby.poll() is None
+
+            # 3. the client, cut off from the active master (the old one restarted as the standby): its call
+            # keeps trying both until the link returns, within its failover timeout (60 s)
+            service.master(ACTIVE, "--standby")
+            service.client("role", service.urls[0], "standby")
+            net.cut(CLIENT_HOST, STANDBY)
+            chunks += 1
+            calling = net.run(CLIENT_HOST, [sys.executable, "-c", CLIENT, "append", ",".join(service.urls),
+                                            str(chunks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+            wait_for(lambda: connecting(net, CLIENT_HOST, STANDBY) or calling.poll() is not None, 60,
+                     "the cut-off client trying the active master")
+            assert calling.poll() is None, "the call cannot have ended: the active master was out of reach"
+            restored_at = time.time()
+            net.restore(CLIENT_HOST, STANDBY)
+            out, err = calling.communicate(timeout=300)
+            assert calling.returncode == 0, out + err + service.tail()
+            recoveries["client cut off from the active master (from the link's return)"] = time.time() - restored_at
             print("recovery after a partition:", {k: round(v, 1) for k, v in recoveries.items()})
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -82,7 +82,7 @@ def test_cluster_up_refuses_a_standby_without_postgresql_or_on_the_masters_addre
     same = Inventory.parse({"hosts": {"a": "127.0.0.2"}, "roles": {"master": "a", "standby": "a"}})
     with pytest.raises(ConfigurationError, match="metadata in PostgreSQL: add --postgres"):
         cluster.up(tmp_path, hosts=same)
-    with pytest.raises(ConfigurationError, match="would both listen on 127.0.0.2:8765"):
+    with pytest.raises(ConfigurationError, match=r"would both listen on 127\.0\.0\.2:8765"):
         cluster.up(tmp_path, hosts=same, postgres=True)
     assert not (tmp_path / "cluster").exists()  # refused before anything started
 
