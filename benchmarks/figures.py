@@ -248,10 +248,23 @@ def latency(names: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def hosts(name: str) -> str:
+    """``bench_hosts.py``: a graph's executors on two namespace hosts against one, per round and median."""
+    r = load(name)
+    lines = [f"Run of {when(r['created'])} (`results/{name}`), {r['rows']:,} rows in appends of {r['batch']:,}, "
+             f"{r['rounds']} rounds alternating; clock: {r['clock']}.", "",
+             "| executors | rows/s (median) | each round | executor hosts |", "| --- | ---: | ---: | --- |"]
+    for layout, runs in r["runs"].items():
+        lines.append(f"| on {layout} | {rate(r['median_rows_per_s'][layout])} | "
+                     f"{' / '.join(rate(x['rows_per_s']) for x in runs)} | {', '.join(runs[0]['executor_hosts'])} |")
+    lines += ["", f"Two hosts ÷ one host: {ratio(r['two_over_one'])}."]
+    return "\n".join(lines) + "\n"
+
+
 RENDER: dict[str, Callable[[str], str]] = {"reactive": reactive, "indicators": indicators, "engines": engines,
                                            "chaos": chaos, "tasks": tasks, "summary": summary,
                                            "state": state, "first-batch": first_batch, "cold-start": cold_start,
-                                           "latency": latency}
+                                           "latency": latency, "hosts": hosts}
 
 
 def blocks(text: str) -> list[re.Match[str]]:
