@@ -8,6 +8,7 @@ import json
 import shutil
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,28 @@ CLUSTER_CLIENT = textwrap.dedent("""
     (app,) = httpx.get(ui + "/api/v1/applications", timeout=10).json()
     executors = httpx.get(f"{ui}/api/v1/applications/{app['id']}/executors", timeout=10).json()
     hosts = sorted({e["hostPort"].rsplit(":", 1)[0] for e in executors if e["id"] != "driver" and e["totalTasks"]})
-    print("checked", len(everything), "tasks on", " ".join(hosts))
+    print("checked", len(everything), "tasks on", " ".join(hosts), "node", worker["url"])
+""")
+
+# The same client after its graph's worker host was cut off from host 2 (Spark's master and the active master):
+# the graph runs again on the other worker, and every append so far is in the sink once.
+AFTER_CUT = textwrap.dedent("""
+    import sys, time
+    from tests.support import service as s
+
+    urls, cut_off, chunks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    session = s.connect(urls)
+
+    def elsewhere():
+        meta = session.stream_graph_meta("totals").iloc[-1]
+        nodes = {t["node"] for t in meta["tasks"] if t["status"] == "running"}
+        return meta["status"] == "running" and len(nodes) == 1 and cut_off not in nodes.pop()
+
+    s.wait_for(elsewhere, 120, "the graph running on the other worker")
+    moved = time.time()
+    frames = [s.rows(3000, seed=k, start=3000 * k) for k in range(chunks)]
+    s.append_and_check(session, frames[-1], s.pd.concat(frames[:-1], ignore_index=True))
+    print("moved at", moved)
 """)
 
 
@@ -79,7 +101,23 @@ def test_cluster_up_on_four_hosts_runs_a_graph_on_executors_of_two_hosts_behind_
                 client = net.python(1, CLUSTER_CLIENT, ",".join(state["masters"]), timeout=400)
                 logs = "".join(f.read_text(errors="replace")[-1500:] for f in (data / "cluster" / "logs").glob("*.log"))
                 assert client.returncode == 0, client.stdout + client.stderr + logs
-                assert f"checked 9000 tasks on {net.address(3)} {net.address(4)}" in client.stdout, client.stdout + logs
+                assert f"checked 9000 tasks on {net.address(3)} {net.address(4)} node" in client.stdout, \
+                    client.stdout + logs
+
+                # the graph's worker host cut off from host 2, Spark's master and the active master: the graph moves
+                # to the other worker, whose executors still reach both hosts; then the link comes back
+                node = client.stdout.split()[-1]
+                cut_off = 3 if f"//{net.address(3)}:" in node else 4
+                cut_at = time.time()
+                net.cut(cut_off, 2)
+                moved = net.python(1, AFTER_CUT, ",".join(state["masters"]), f"@{net.address(cut_off)}:", "4",
+                                   timeout=400)
+                assert moved.returncode == 0, moved.stdout + moved.stderr + logs
+                print(f"worker host cut off from Spark's master and the master: running again after "
+                      f"{float(moved.stdout.split()[-1]) - cut_at:.1f} s")
+                net.restore(cut_off, 2)
+                again = net.python(1, AFTER_CUT, ",".join(state["masters"]), "nowhere", "5", timeout=400)
+                assert again.returncode == 0, again.stdout + again.stderr
             finally:
                 down = net.python(1, CLI, "cluster", "down", "--data-dir", str(data), timeout=200)
                 assert down.returncode == 0 and "stopped 8" in down.stdout, down.stdout + down.stderr
