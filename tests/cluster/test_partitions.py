@@ -2,14 +2,15 @@
 
 Six hosts (network namespaces, ``tests.support.netns``) sharing one data directory as a network file system
 would: PostgreSQL on 1, the active master on 2, a standby on 3, workers on 4 and 5 (each its own Spark
-driver), the client on 6. Under appends, in turn:
+driver), the client on 6, which appends without pause (idempotent appends). In turn:
 
 * the worker running the graph is cut off from the active master: the master declares it down and moves the
   graph; the cut-off worker keeps running and is fenced (its commits refused), then the link comes back;
 * the active master is cut off from PostgreSQL: it loses its lease, the standby takes over and resumes the
   graph, and the old master stops without writing;
-* the client is cut off from the active master (the old one restarted as the standby) during an append: the
-  call keeps trying both masters and completes once the link returns, within its failover timeout;
+* (the appender stopped) the client is cut off from the active master, the old one restarted as the
+  standby, as it makes an append: the call keeps trying both masters and completes once the link returns,
+  within its failover timeout;
 
 after each the graph is running again within its deadline, and at the end the sink equals the pandas
 reference: nothing lost, nothing duplicated. The recovery times are printed (``docs/deployment.md``).
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -62,11 +64,24 @@ CLIENT = textwrap.dedent("""
         s.wait_for(ready, 200, "every process answering")
         s.submit_from_another_process(urls)
         print("submitted")
-    elif action == "append":
+    elif action == "check":  # the sink holds exactly the chunks the appender committed
         chunks = int(sys.argv[3])
         session = s.connect(urls)
-        frames = [s.rows(200, seed=k, start=200 * k) for k in range(chunks)]
-        s.append_and_check(session, frames[-1], s.pd.concat([s.rows(0, 1, 0), *frames[:-1]], ignore_index=True))
+        session.wait_until_caught_up("totals", timeout=300)
+        want = s.reference(s.pd.concat([s.rows(200, seed=k, start=200 * k) for k in range(chunks)],
+                                       ignore_index=True))
+        s.pd.testing.assert_frame_equal(s.results(session), want, check_dtype=False)
+        print("node", node(session))
+    elif action == "append-one":  # chunk argv[3], as the appender would have made it
+        import headwater as hw
+        k = int(sys.argv[3])
+        session = hw.connect(urls, user="admin", password=s.PASSWORD, client_id="appender")
+        session.use_catalog("demo")
+        session.append("ticks", s.rows(200, seed=k, start=200 * k), sequence=k)
+        print("appended", k)
+    elif action == "node":
+        session = s.connect(urls)
+        s.wait_for(lambda: node(session) is not None, 120, "the graph running")
         print("node", node(session))
     elif action == "moved-from":
         session = s.connect(urls)
@@ -91,6 +106,56 @@ CLIENT = textwrap.dedent("""
         s.wait_for(lambda: node(session) is not None, float(sys.argv[4]), "the graph running")
         print("at", time.time(), "node", node(session))
 """)
+
+
+# Appends chunk after chunk (idempotent: a fixed client id and a sequence per chunk, so a call repeated after a
+# cut commits once) until the file argv[3] exists; prints each chunk committed.
+APPENDER = textwrap.dedent("""
+    import os, sys
+    import headwater as hw
+    from tests.support import service as s
+
+    session = hw.connect(sys.argv[1], user="admin", password=s.PASSWORD, client_id="appender")
+    session.use_catalog("demo")
+    k = 0
+    while not os.path.exists(sys.argv[2]):
+        session.append("ticks", s.rows(200, seed=k, start=200 * k), sequence=k)
+        print("appended", k, flush=True)
+        k += 1
+        session.wait_until_caught_up("totals", timeout=300)  # one chunk per micro-batch or so: no flood
+    print("total", k, flush=True)
+""")
+
+
+class Appender:
+    """The appender on the client's host, its progress read as it prints it."""
+
+    def __init__(self, net: NetHosts, urls: list[str], stop: Path) -> None:
+        self.stop, self.lines = stop, []
+        self.proc = net.run(CLIENT_HOST, [sys.executable, "-c", APPENDER, ",".join(urls), str(stop)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    def appended(self) -> int:
+        return sum(line.startswith("appended") for line in list(self.lines))
+
+    def more(self, n: int, within: float, why: str) -> None:
+        """Wait until ``n`` more chunks are committed (the appender still alive)."""
+        target = self.appended() + n
+
+        def done() -> bool:
+            assert self.proc.poll() is None, f"the appender stopped: {self.proc.stderr.read()[-3000:]}"
+            return self.appended() >= target
+
+        wait_for(done, within, f"{n} more appends {why}")
+
+    def finish(self) -> int:
+        self.stop.touch()
+        self.proc.wait(timeout=300)
+        self.reader.join(timeout=10)
+        assert self.proc.returncode == 0, self.proc.stderr.read()[-3000:]
+        return int(next(line.split()[1] for line in self.lines if line.startswith("total")))
 
 
 START_POSTGRES = textwrap.dedent("""
@@ -161,10 +226,12 @@ def test_cut_off_worker_master_and_client_lose_and_duplicate_nothing(monkeypatch
             service = Service(net, base / "data", metadata, log)
             workers = {w: service.worker(w) for w in WORKERS}
             active = service.master(ACTIVE)
+            service.client("role", service.urls[0], "active")  # it holds the lease before the standby starts
             standby = service.master(STANDBY, "--standby")
             assert "submitted" in service.client("ready", service.urls[0], *service.worker_urls)
-            chunks = 1
-            node = service.client("append", str(chunks)).split()[-1]
+            appender = Appender(net, service.urls, base / "stop-appending")
+            appender.more(2, 120, "before any cut")
+            node = service.client("node").split()[-1]
 
             # 1. the worker running the graph, cut off from the active master
             cut_off = next(w for w in WORKERS if node.endswith(f"@{net.address(w)}:8766"))
@@ -172,11 +239,9 @@ def test_cut_off_worker_master_and_client_lose_and_duplicate_nothing(monkeypatch
             net.cut(ACTIVE, cut_off)
             moved = service.client("moved-from", node, str(MOVED_WITHIN_S)).split()
             recoveries["worker cut off from the master"] = float(moved[1]) - cut_at
-            chunks += 1
-            service.client("append", str(chunks))  # runs on the other worker; the cut-off one is fenced
+            appender.more(2, 120, "on the other worker (the cut-off one fenced)")
             net.restore(ACTIVE, cut_off)
-            chunks += 1
-            service.client("append", str(chunks))
+            appender.more(1, 120, "after the link came back")
             assert workers[cut_off].poll() is None, "a fenced worker keeps serving (its graph was moved away)"
 
             # 2. the active master, cut off from PostgreSQL
@@ -184,22 +249,21 @@ def test_cut_off_worker_master_and_client_lose_and_duplicate_nothing(monkeypatch
             net.cut(ACTIVE, PG)
             took_over = service.client("active", service.urls[1], str(TAKEOVER_WITHIN_S)).split()
             recoveries["active master cut off from PostgreSQL"] = float(took_over[1]) - cut_at
-            chunks += 1
-            service.client("append", str(chunks))
+            appender.more(2, 120, "through the new active master")
             net.restore(ACTIVE, PG)
             assert active.wait(timeout=LEASE_S * 6) == 3, "the master that lost its lease stops (exit status 3)"
-            chunks += 1
-            service.client("append", str(chunks))  # every chunk so far, exactly once
             assert standby.poll() is None
 
-            # 3. the client, cut off from the active master (the old one restarted as the standby): its call
-            # keeps trying both until the link returns, within its failover timeout (60 s)
+            total = appender.finish()
+            service.client("check", str(total))  # every chunk the appender committed, exactly once
+
+            # 3. the client, cut off from the active master (the old one restarted as the standby) as it appends: the
+            # call keeps trying both masters until the link returns, within its failover timeout (60 s)
             service.master(ACTIVE, "--standby")
             service.client("role", service.urls[0], "standby")
             net.cut(CLIENT_HOST, STANDBY)
-            chunks += 1
-            calling = net.run(CLIENT_HOST, [sys.executable, "-c", CLIENT, "append", ",".join(service.urls),
-                                            str(chunks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            calling = net.run(CLIENT_HOST, [sys.executable, "-c", CLIENT, "append-one", ",".join(service.urls),
+                                            str(total)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               cwd=ROOT)
             wait_for(lambda: connecting(net, CLIENT_HOST, STANDBY) or calling.poll() is not None, 60,
                      "the cut-off client trying the active master")
@@ -209,6 +273,7 @@ def test_cut_off_worker_master_and_client_lose_and_duplicate_nothing(monkeypatch
             out, err = calling.communicate(timeout=300)
             assert calling.returncode == 0, out + err + service.tail()
             recoveries["client cut off from the active master (from the link's return)"] = time.time() - restored_at
+            service.client("check", str(total + 1))
             print("recovery after a partition:", {k: round(v, 1) for k, v in recoveries.items()})
     finally:
         shutil.rmtree(base, ignore_errors=True)
