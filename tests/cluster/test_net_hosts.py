@@ -100,3 +100,57 @@ def test_namespaces_of_a_test_process_that_was_killed_are_removed_by_the_next():
         subprocess.run(["ip", "netns", "add", orphan], check=True)
         remove_orphans()
         assert orphan not in _namespaces() and set(net.namespaces()) <= set(_namespaces())  # ours are alive
+
+
+# A master that answers the login, then holds the next call open (a long poll that never ends), saying when it
+# has the call.
+HOLDING_MASTER = textwrap.dedent("""
+    import json, sys, threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path == "/v1/login":
+                body = json.dumps({"token": "t"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            print("holding", flush=True)
+            threading.Event().wait()  # the call is never answered
+
+    ThreadingHTTPServer((sys.argv[1], 8765), Handler).serve_forever()
+""")
+
+CALLER = textwrap.dedent("""
+    import sys, time
+    import httpx
+    from headwater.service.client import RemoteMaster
+
+    master = RemoteMaster(sys.argv[1], user="u", password="p", timeout=300)
+    try:
+        master._call("/v1/wait", {}, idempotent=True)
+    except httpx.TransportError as exc:
+        print("failed at", time.time(), type(exc).__name__)
+""")
+
+
+def test_a_call_cut_off_mid_wait_fails_within_seconds_not_at_its_timeout(net):
+    """A partition drops packets without a reset: the client's keepalive probes (``service.tls.KEEPALIVE``) find
+    the dead connection ~11 s after the cut, where the call's own timeout (300 s here) would wait it out."""
+    master = net.run(1, [sys.executable, "-c", HOLDING_MASTER, net.address(1)], stdout=subprocess.PIPE, text=True)
+    wait_for(lambda: net.python(2, CLIENT, net.address(1), "8765").stdout.strip() != "failed: "
+             "ConnectionRefusedError(111, 'Connection refused')", 30, "the master listening")
+    caller = net.run(2, [sys.executable, "-c", CALLER, f"http://{net.address(1)}:8765"], stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)
+    assert select.select([master.stdout], [], [], 60)[0], "the master never got the call"
+    assert master.stdout.readline().strip() == "holding"
+    cut_at = time.time()
+    net.cut(1, 2)
+    out, err = caller.communicate(timeout=60)
+    assert out.startswith("failed at"), out + err
+    noticed = float(out.split()[2]) - cut_at
+    assert noticed < 20, f"the cut was noticed after {noticed:.1f} s"

@@ -28,7 +28,7 @@ from headwater.errors import (
 )
 from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
 from headwater.runtime.protocol import arrow_bytes, arrow_table
-from headwater.service.tls import client_context
+from headwater.service.tls import client_context, client_transport
 from headwater.service.wire import from_wire, to_wire
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -108,8 +108,8 @@ class RemoteMaster(MasterApi):
         self._timeout = timeout
         self._failover_timeout = failover_timeout
         self._auth: dict[str, str] = {}
-        self._http = http if http is not None else httpx.Client(base_url=self.url, timeout=timeout,
-                                                                verify=client_context(tls_ca))
+        self._http = http if http is not None else httpx.Client(
+            base_url=self.url, timeout=timeout, transport=client_transport(client_context(tls_ca)))
         if token is None and (user is None or password is None):
             self._http.close()
             raise ConfigurationError("a master needs user and password, or a token from headwater login")

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headwater.errors import ConfigurationError, clip
+
+if TYPE_CHECKING:
+    import httpx
 
 CERT_ENV, KEY_ENV, CA_ENV = "HEADWATER_TLS_CERT", "HEADWATER_TLS_KEY", "HEADWATER_TLS_CA"
 
@@ -48,6 +52,20 @@ def client_context(ca: str | None = None) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=ca)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigurationError(f"cannot load the TLS CA bundle {clip(ca)}: {exc}") from None
+
+
+# A connection cut off mid-call (a partition: packets vanish, nothing is reset) is noticed by TCP keepalive probes
+# after ~11 s of silence (5 s idle, then 3 unanswered probes 2 s apart), instead of at the call's own timeout:
+# a long poll (wait_until_caught_up) waits up to its timeout + 30 s. A live peer's kernel answers the probes.
+KEEPALIVE = ((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 5),
+             (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 2), (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3))
+
+
+def client_transport(verify: ssl.SSLContext) -> httpx.HTTPTransport:
+    """The transport of Headwater's HTTP clients (client → master, master → worker): ``verify``, keepalive probes."""
+    import httpx  # the service extra's: `headwater master` says so when it is missing, before this runs
+
+    return httpx.HTTPTransport(verify=verify, socket_options=list(KEEPALIVE))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -131,13 +131,13 @@ class HttpWorkerPort:
     stops_with_master = False  # the worker and its queries outlive a master restart
 
     def __init__(self, url: str, secret: str, *, timeout: float = 900.0, verify: ssl.SSLContext | None = None) -> None:
-        from headwater.service.tls import client_context
+        from headwater.service.tls import client_context, client_transport
 
         if not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"worker URL {clip(url)} must start with http:// or https://")
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout, auth=Signer(check_secret(secret)),
-                                  verify=verify if verify is not None else client_context())
+                                  transport=client_transport(verify if verify is not None else client_context()))
         self.name = self.url
 
     def request(self, message: Message) -> Any:
