@@ -59,6 +59,14 @@ def test_the_worker_command_checks_host_as_it_parses():
         bind_address("10.0.0.256")
 
 
+def test_the_console_command_checks_host_as_it_parses(capsys):
+    from headwater.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["ui", "--data-dir", "d", "--host", "10.0.0.256"])
+    assert exit_.value.code == 2 and "argument --host: --host '10.0.0.256' is neither" in capsys.readouterr().err
+
+
 def test_ipv6_literals_are_bracketed_in_urls():
     assert url_host("fd00::1") == "[fd00::1]" and url_host("db.internal") == "db.internal"
 

@@ -12,6 +12,7 @@ from headwater.storage.shared_storage import storage_argument
 
 
 def add_ui_command(sub: argparse._SubParsersAction) -> None:
+    from headwater.service.hosts import bind_address
     from headwater.service.run import Help, add_log_flags
 
     p = sub.add_parser("ui", formatter_class=Help,
@@ -22,7 +23,7 @@ def add_ui_command(sub: argparse._SubParsersAction) -> None:
                                    "(HEADWATER_ADMIN_PASSWORD sets the admin's password if it has none yet).")
     p.add_argument("--url", default=None, help="the master (default: $HEADWATER_URL)")
     p.add_argument("--data-dir", type=storage_argument, default=None, help="serve the console of this data directory instead")
-    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (with --data-dir)")
+    p.add_argument("--host", type=bind_address, default="127.0.0.1", help="the address to listen on (with --data-dir)")
     p.add_argument("--port", type=int, default=8770, help="the port to listen on (with --data-dir)")
     add_log_flags(p, access=True)
     p.set_defaults(func=ui)
