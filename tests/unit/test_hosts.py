@@ -59,6 +59,17 @@ def test_the_worker_command_checks_host_as_it_parses():
         bind_address("10.0.0.256")
 
 
+def test_spark_master_urls_take_an_address_ipv6_included_and_nothing_more():
+    from headwater.service.run import spark_master
+
+    for good in ("local", "local[*]", "local[4]", "spark://10.0.0.5:7077", "spark://[::1]:7077", "spark://localhost:7077"):
+        assert spark_master(good) == good
+    for bad in ("spark://h:7077/x", "spark://a@10.0.0.5:7077", "spark://10.0.0.5:99999", "spark://10.0.0.256:7077",
+                "spark://10.0.0.5", "local[*] --conf spark.x=1", "yarn"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            spark_master(bad)
+
+
 def test_the_console_command_checks_host_as_it_parses(capsys):
     from headwater.cli import main
 

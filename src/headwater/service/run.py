@@ -18,9 +18,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
+from headwater.errors import ConfigurationError
 from headwater.service import tls
-from headwater.service.hosts import add_address_flags, advertise_address, url_host
+from headwater.service.hosts import add_address_flags, advertise_address, check_address, url_host
 from headwater.service.leader import LEASE_SECONDS, MIN_LEASE_SECONDS
 from headwater.storage.shared_storage import check_storage, storage_argument
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL
@@ -29,13 +31,28 @@ log = logging.getLogger(__name__)
 
 # what --spark may name: a local Spark, or a standalone cluster's master (host names and IPv4 addresses)
 N = TypeVar("N", int, float)
-SPARK_MASTER = re.compile(r"local(\[(\*|[1-9][0-9]{0,3})\])?|spark://[A-Za-z0-9.-]{1,253}:[0-9]{1,5}")
+LOCAL_SPARK = re.compile(r"local(\[(\*|[1-9][0-9]{0,3})\])?")
 
 
 def spark_master(text: str) -> str:
-    if not SPARK_MASTER.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Spark master: use local[*], local[N] or spark://host:port")
-    return text
+    """argparse type of ``--spark``: ``local``, ``local[*]``, ``local[N]``, or ``spark://host:port`` whose host is
+    an address (IPv6 in brackets) or a name that resolves, and nothing else in the URL."""
+    if LOCAL_SPARK.fullmatch(text):
+        return text
+    if text.startswith("spark://"):
+        url = urlsplit(text)
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        extra = url.path or url.query or url.fragment or url.username or url.password
+        if url.hostname and port and not extra:
+            try:
+                check_address(url.hostname, what=f"--spark {text!r}: its host", wildcard=False)
+            except ConfigurationError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+            return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a Spark master: use local[*], local[N] or spark://host:port")
 
 
 def positive(text: str) -> int:
@@ -164,8 +181,6 @@ def serve_master(args: argparse.Namespace) -> int:
     """Serve the API; with PostgreSQL metadata, only while this master holds the leadership (``--standby``: wait
     for it, serving 503 meanwhile)."""
     import uvicorn
-
-    from headwater.errors import ConfigurationError
 
     configure_logging(args.log_level, args.log_format)
     os.environ["HEADWATER_SPARK_UI"] = args.spark_ui  # before the in-process worker's driver starts
