@@ -1,13 +1,16 @@
 """Partitions, not deaths: hosts cut off from each other while the processes on them keep running.
 
 Six hosts (network namespaces, ``tests.support.netns``) sharing one data directory as a network file system
-would: PostgreSQL on 1, the active master on 2, a standby on 3, workers on 4 and 5 (each its own Spark
-driver), the client on 6, which appends without pause (idempotent appends). In turn:
+would: PostgreSQL and Spark's standalone master on 1, the active master on 2, a standby on 3, workers on 4 and 5
+(each a Spark driver, beside a Spark worker of one core), the client on 6, which appends without pause
+(idempotent appends). In turn:
 
 * the worker running the graph is cut off from the active master: the master declares it down and moves the
   graph; the cut-off worker keeps running and is fenced (its commits refused), then the link comes back;
 * the active master is cut off from PostgreSQL: it loses its lease, the standby takes over and resumes the
   graph, and the old master stops without writing;
+* the graph's worker host is cut off from Spark's standalone master alone, until that master counts its Spark
+  worker dead: the driver reaches its executors directly and micro-batches go on; restored, it registers again;
 * (the appender stopped) the client is cut off from the active master, the old one restarted as the
   standby, as it makes an append: the call keeps trying both masters and completes once the link returns,
   within its failover timeout;
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from headwater.service.cluster import SPARK_MASTER_CLASS, SPARK_WORKER_CLASS, _spark_env
 from tests.support.netns import NetHosts, net_hosts
 from tests.support.service import ENV, ROOT, wait_for
 
@@ -40,6 +44,9 @@ LEASE_S = 10.0
 HEARTBEAT_DEADLINE_S = 3.0
 MOVED_WITHIN_S = 90.0  # heartbeat deadline, then a start on a worker whose Spark runs (a first batch, cold)
 TAKEOVER_WITHIN_S = 120.0  # the lease, the standby's poll, its start and the graph resumed on the workers
+# a Spark worker unheard of this long is dead to Spark's master (60 s by default), so that a cut outlasts it; 5 s
+# made executors flap on the loaded 2-core machine (heartbeats late)
+SPARK_TIMEOUT_S = 15
 
 # One step of the client (host 6): actions on the graph through both masters' URLs, printing what it saw.
 CLIENT = textwrap.dedent("""
@@ -79,6 +86,15 @@ CLIENT = textwrap.dedent("""
         session.use_catalog("demo")
         session.append("ticks", s.rows(200, seed=k, start=200 * k), sequence=k)
         print("appended", k)
+    elif action == "spark-workers":  # Spark's master has (at least, or exactly) this many workers alive
+        exactly = sys.argv[5:] == ["exactly"]
+        def alive():
+            try:
+                n = httpx.get(sys.argv[3], timeout=1).json()["aliveworkers"]
+            except (httpx.TransportError, ValueError, KeyError):
+                return False
+            return n == int(sys.argv[4]) if exactly else n >= int(sys.argv[4])
+        s.wait_for(alive, 120, "the Spark workers registered")
     elif action == "node":
         session = s.connect(urls)
         s.wait_for(lambda: node(session) is not None, 120, "the graph running")
@@ -196,9 +212,25 @@ class Service:
                               self.metadata, "--heartbeat", "0.5", "--heartbeat-deadline", str(HEARTBEAT_DEADLINE_S),
                               "--lease-seconds", str(LEASE_S), *workers, *extra)
 
-    def worker(self, host: int):
-        return self.headwater(host, "worker", "--data-dir", str(self.data), "--port", "8766", "--spark", "local[1]",
-                              "--driver-batch-rows", "0")
+    def spark(self) -> str:
+        """Spark's standalone master on PostgreSQL's host and a Spark worker (one core) on each worker's host;
+        returns the master's URL once both workers have registered."""
+        env = {**_spark_env(self.data.parent / "spark"), "SPARK_MASTER_OPTS": f"-Dspark.worker.timeout={SPARK_TIMEOUT_S}"}
+        spark_class = str(Path(env["SPARK_HOME"]) / "bin" / "spark-class")
+        on = self.net.address(PG)
+        self.net.run(PG, [spark_class, SPARK_MASTER_CLASS, "--host", on, "--port", "7077", "--webui-port", "8080"],
+                     env={**env, "SPARK_LOCAL_IP": on}, stdout=self.log, stderr=self.log)
+        for w in WORKERS:
+            at = self.net.address(w)
+            self.net.run(w, [spark_class, SPARK_WORKER_CLASS, "--host", at, "--cores", "1", "--memory", "1g",
+                             "--work-dir", str(self.data.parent / "spark" / f"work-{w}"), f"spark://{on}:7077"],
+                         env={**env, "SPARK_LOCAL_IP": at}, stdout=self.log, stderr=self.log)
+        self.client("spark-workers", f"http://{on}:8080/json/", str(len(WORKERS)))
+        return f"spark://{on}:7077"
+
+    def worker(self, host: int, spark: str):
+        return self.headwater(host, "worker", "--data-dir", str(self.data), "--port", "8766", "--spark", spark,
+                              "--spark-cores", "1", "--driver-batch-rows", "0")
 
     def client(self, action: str, *args: str, timeout: float = 400) -> str:
         done = self.net.python(CLIENT_HOST, CLIENT, action, ",".join(self.urls), *args, timeout=timeout)
@@ -224,7 +256,8 @@ def test_cut_off_worker_master_and_client_lose_and_duplicate_nothing(monkeypatch
             assert started.returncode == 0, started.stdout + started.stderr
             metadata = started.stdout.split()[-1]
             service = Service(net, base / "data", metadata, log)
-            workers = {w: service.worker(w) for w in WORKERS}
+            spark = service.spark()
+            workers = {w: service.worker(w, spark) for w in WORKERS}
             active = service.master(ACTIVE)
             service.client("role", service.urls[0], "active")  # it holds the lease before the standby starts
             standby = service.master(STANDBY, "--standby")
@@ -253,6 +286,21 @@ def test_cut_off_worker_master_and_client_lose_and_duplicate_nothing(monkeypatch
             net.restore(ACTIVE, PG)
             assert active.wait(timeout=LEASE_S * 6) == 3, "the master that lost its lease stops (exit status 3)"
             assert standby.poll() is None
+
+            # 4. the graph's worker (its Spark driver, and the Spark worker on its host) cut off from Spark's
+            # master alone, until that master counts the Spark worker dead: the driver reaches its executors
+            # directly, so micro-batches go on; the link restored, the Spark worker registers again
+            node = service.client("node").split()[-1]
+            cut_off = next(w for w in WORKERS if node.endswith(f"@{net.address(w)}:8766"))
+            spark_ui = f"http://{net.address(PG)}:8080/json/"
+            cut_at = time.time()
+            net.cut(cut_off, PG)
+            service.client("spark-workers", spark_ui, str(len(WORKERS) - 1), "exactly")
+            appender.more(2, 120, "while the graph's worker is cut off from Spark's master")
+            recoveries["worker cut off from Spark's master (cut, still appending)"] = time.time() - cut_at
+            net.restore(cut_off, PG)
+            service.client("spark-workers", spark_ui, str(len(WORKERS)))
+            appender.more(1, 120, "after Spark's master came back in reach")
 
             total = appender.finish()
             service.client("check", str(total))  # every chunk the appender committed, exactly once
