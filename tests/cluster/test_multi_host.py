@@ -52,9 +52,8 @@ AFTER_CUT = textwrap.dedent("""
     session = s.connect(urls)
 
     def elsewhere():
-        meta = session.stream_graph_meta("totals").iloc[-1]
-        nodes = {t["node"] for t in meta["tasks"] if t["status"] == "running"}
-        return meta["status"] == "running" and len(nodes) == 1 and cut_off not in nodes.pop()
+        node = s.running_node(session)
+        return node is not None and cut_off not in node
 
     s.wait_for(elsewhere, 120, "the graph running on the other worker")
     moved = time.time()

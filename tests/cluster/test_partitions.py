@@ -56,10 +56,7 @@ CLIENT = textwrap.dedent("""
 
     action, urls = sys.argv[1], sys.argv[2]
 
-    def node(session):
-        meta = session.stream_graph_meta("totals").iloc[-1]
-        nodes = {t["node"] for t in meta["tasks"] if t["status"] == "running"}
-        return nodes.pop() if meta["status"] == "running" and len(nodes) == 1 else None
+    node = s.running_node
 
     if action == "ready":
         def ready():

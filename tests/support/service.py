@@ -107,6 +107,13 @@ def connect(url: str):
     return session
 
 
+def running_node(session, graph: str = "totals") -> str | None:
+    """The one node whose tasks run ``graph`` while it is ``running`` (None: not running, or on several)."""
+    meta = session.stream_graph_meta(graph).iloc[-1]
+    nodes = {t["node"] for t in meta["tasks"] if t["status"] == "running"}
+    return nodes.pop() if meta["status"] == "running" and len(nodes) == 1 else None
+
+
 def append_and_check(session, new: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
     """Append ``new``, wait for the graph, and check its sink holds exactly the reference of everything so far."""
     everything = pd.concat([before, new], ignore_index=True)

@@ -186,7 +186,6 @@ def serve_master(args: argparse.Namespace) -> int:
     os.environ["HEADWATER_SPARK_UI"] = args.spark_ui  # before the in-process worker's driver starts
     served = tls.server_options(args.tls_cert, args.tls_key)  # checked before anything starts
     advertise = advertise_address(args.host, args.advertise_address)
-    os.environ["SPARK_LOCAL_IP"] = args.host  # the in-process worker's driver UI: as serve_worker says
     from headwater.service.server import Switchboard, create_standby_app
 
     leadership = None
@@ -365,9 +364,6 @@ def serve_worker(args: argparse.Namespace) -> int:
     tls.client_context(args.tls_ca)  # a bad CA bundle stops the worker now, not in its joining thread
     check_storage(args.data_dir)  # the master's directory, as this host mounts it: refused here, not mid-batch
     advertise = advertise_address(args.host, args.advertise_address)
-    # where the driver's UI listens: this worker's address, not one inherited from whoever started the process
-    # (`cluster up` run from a shell or test that had Spark set it to 127.0.0.1 put the UI out of others' reach)
-    os.environ["SPARK_LOCAL_IP"] = args.host
     worker = Worker(Path(args.data_dir), spark_master=args.spark,
                     trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"),
                     driver_batch_rows=args.driver_batch_rows, spark_cores=args.spark_cores,

@@ -103,9 +103,10 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     unpacks) and ``spark.sql.warehouse.dir``; the JVM writes no ``/tmp/hsperfdata_*``. These
     settings only apply if this call creates the SparkSession: it is process-global.
 
-    ``driver_host``: the address executors (and the UI's links) reach the driver at (``spark.driver.host``, and
-    ``SPARK_LOCAL_IP`` unless set, where the UI listens); ``bind_address``: the one the driver listens on
-    (``spark.driver.bindAddress``; default ``driver_host``; a wildcard listens on every one).
+    ``driver_host``: the address executors (and the UI's links) reach the driver at (``spark.driver.host``);
+    ``bind_address``: the one the driver and its UI listen on (``spark.driver.bindAddress`` and ``SPARK_LOCAL_IP``,
+    replacing an inherited one; a wildcard listens on every one). Without it: ``driver_host``, and
+    ``SPARK_LOCAL_IP`` only where the environment has none.
 
     ``cores``: on a standalone cluster (``spark://``), the executor cores this application takes at most
     (``spark.cores.max``), so that several workers' drivers share the cluster; by default all it offers.
@@ -132,7 +133,10 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     # Python workers must import this interpreter's packages (pandas, pyarrow, headwater itself).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
+    if bind_address is not None:  # a process told where to listen: there, whatever it inherited (a test's 127.0.0.1)
+        os.environ["SPARK_LOCAL_IP"] = bind_address
+    else:
+        os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
