@@ -329,17 +329,9 @@ def _yield_one(settle: int, maturity: int, coupon: float, price: float, redempti
     target = price + accrued
 
     def f_of(y: float) -> tuple[float, float]:
-        v = 1.0 + y / freq
-        x = dsc / e
-        p = 0.0
-        dp = 0.0
-        for k in range(1, n + 1):
-            periods = k - 1 + x
-            amount = cf + (redemption if k == n else 0.0)
-            pv = amount / v ** periods
-            p += pv
-            dp -= periods / freq * pv / v
-        return p - target, dp
+        """The price's distance from the target, and its derivative in the yield (-sum(t * pv) / (1 + y/f))."""
+        p, s1, _, _, _, _ = _coupon_sums(settle, maturity, coupon, y, freq, basis, redemption)
+        return p - target, -s1 / (1.0 + y / freq)
 
     # the price falls as the yield rises: bracket the root, then Newton steps kept inside the bracket
     lo = -freq + 1e-9
