@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the engine_families package beside this script
-from engine_families import alerts, calendars, cross, joins, keyed_joins, time_windows
+from engine_families import alerts, calendars, cross, joins, keyed_joins, pricing, time_windows
 from engine_families.common import FLUSH, TOLERANCE, Family, Workload, ddl
 from engine_families.joins import asof_spark_batch
 
@@ -60,7 +60,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "engines.json"
 CATALOG = "bench"
 # each: FAMILIES, add_arguments(parser), QUICK (smoke-run sizes)
-MODULES = (time_windows, calendars, cross, joins, keyed_joins, alerts)
+MODULES = (time_windows, calendars, cross, joins, keyed_joins, alerts, pricing)
 FAMILIES = {f.name: f for module in MODULES for f in module.FAMILIES}
 
 

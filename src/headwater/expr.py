@@ -19,6 +19,7 @@ engine relies on that to compute a shared sub-expression once per row.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,9 +60,11 @@ def as_expr(value: Any) -> Expr:
         return Col(value)
     if value is None or isinstance(value, bool | int | float):
         return Lit(value)
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return Lit(value)  # a date constant (the pricing functions' dates)
     raise GraphDefinitionError(
         f"cannot use {value!r} (a {type(value).__name__}) in an expression; "
-        "expected a column name, a number, a bool or an expression"
+        "expected a column name, a number, a bool, a date or an expression"
     )
 
 
@@ -211,6 +214,8 @@ class Lit(Expr):
             return ("true" if self.value else "false"), 10
         if isinstance(self.value, str):
             return repr(self.value), 10
+        if isinstance(self.value, dt.date):
+            return f"date({self.value.isoformat()!r})", 10
         if (isinstance(self.value, float) and self.value < 0) or (isinstance(self.value, int) and self.value < 0):
             return repr(self.value), 7
         return repr(self.value), 10

@@ -15,6 +15,7 @@ the same spec, so ``mmax("high", 9)`` and ``"mmax(high, 9)"`` give the same tree
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import functools
 import inspect
@@ -61,9 +62,16 @@ class FunctionSpec:
     result: str = "same"  # "same" | "double" | "long" | "bool" | "numeric" | "sum" | "branch" | "array"
     n_outputs: int = 1
     doc: str = ""
+    # value arguments that may be left out, and what they are then (a constant); e.g. (("basis", 1),)
+    column_defaults: tuple[tuple[str, Any], ...] = ()
+    # value arguments of another type than a number: (("settlement", "date"), ("style", "string"))
+    arg_types: tuple[tuple[str, str], ...] = ()
+    # checks a bound call's constant arguments and parameters, raising GraphDefinitionError
+    check: Callable[[Call], None] | None = None
 
     def signature(self) -> str:
-        parts = list(self.columns) + [
+        defaults = dict(self.column_defaults)
+        parts = [c if c not in defaults else f"{c}={clip(defaults[c])}" for c in self.columns] + [
             p.name if p.default is REQUIRED else f"{p.name}={clip(p.default)}" for p in self.params
         ]
         return f"{self.name}({', '.join(parts)})"
@@ -150,6 +158,81 @@ _register(FunctionSpec("rank", "cross_section", ("x",), _p(ascending=True, perce
                        doc="0-based rank of the key's value among the keys of its cross-section (ties share the "
                            "lowest rank; NULL ranks NULL); percent=True: (rank + 1) / keys ranked"))
 
+# -- pricing (DolphinDB's bond and option functions): row-wise, over date and number columns -------------------------
+def _pricing_constants(call: Call) -> None:
+    """Constant arguments of a pricing call checked where the user wrote them (rows are checked when they come:
+    a row out of domain prices as NULL)."""
+    from headwater.kernels import pricing
+
+    spec = FUNCTIONS[call.func]
+    given = {name: a.value for name, a in zip(spec.columns, call.args, strict=True) if isinstance(a, Lit)}
+    where = str(call)
+    domains: dict[str, tuple[Any, ...]] = {"basis": pricing.BASES, "bond_type": pricing.BOND_TYPES}
+    coupon_bond = "bond_type" not in spec.columns or given.get("bond_type", "column") == 0
+    domains["frequency"] = pricing.FREQUENCIES if coupon_bond else (*pricing.FREQUENCIES, 0, None)
+    if coupon_bond and "frequency" in given and given["frequency"] is None:
+        raise GraphDefinitionError(f"{where}: frequency is required for a coupon bond (bond_type=0); expected one of "
+                                   f"{', '.join(map(str, pricing.FREQUENCIES))}")
+    for name, allowed in domains.items():
+        value = given.get(name)
+        if name in given and value is not None and (isinstance(value, bool) or value not in allowed):
+            raise GraphDefinitionError(f"{where}: {name}={clip(value)} is not supported; expected one of "
+                                       f"{', '.join(str(a) for a in allowed if a is not None)}")
+    if isinstance(given.get("style"), str) and given["style"].lower() not in pricing.STYLES:
+        raise GraphDefinitionError(f"{where}: style={clip(given['style'])}; expected 'european' or 'american'")
+    params = dict(call.params)
+    if params.get("calendar") not in (None, ""):
+        raise GraphDefinitionError(f"{where}: calendar={clip(params['calendar'])} is not supported: Headwater has "
+                                   "no trading calendars; time to expiry counts calendar days in the basis "
+                                   "(give calendar=None)")
+    if params.get("method", "BS") != "BS" and call.func == "vanilla_option":
+        raise GraphDefinitionError(f"{where}: method={clip(params['method'])} is not supported; expected 'BS' "
+                                   "(European: Black-Scholes-Merton; American: a binomial tree of `steps` steps)")
+    try:  # the kernels check the remaining parameters (output, steps, method, max_iter) the same way
+        if call.func == "vanilla_option":
+            pricing.vanilla_option(0, 1, 0, 1.0, 1.0, 0.0, 0.0, 0.1, True, output=params.get("output", "npv"),
+                                   steps=params.get("steps", 801))
+        elif call.func == "bond_yield":
+            pricing.bond_yield(0, 365, 0.05, 100.0, 100.0, 1, method=params.get("method", "newton"),
+                               max_iter=params.get("max_iter", 100))
+        elif call.func == "bond_duration" and not isinstance(params.get("modified", False), bool):
+            raise GraphDefinitionError(f"{where}: modified must be True or False, got {clip(params['modified'])}")
+    except GraphDefinitionError as exc:
+        raise GraphDefinitionError(f"{where}: {str(exc).split(': ', 1)[-1]}") from None
+
+
+_DATES2 = (("settlement", "date"), ("maturity", "date"))
+_BOND_DEFAULTS = (("frequency", None), ("basis", 1), ("bond_type", 0))
+for _f, _doc in (("bond_dirty_price", "dirty price per 100 of face value at yield yld (DolphinDB's bondDirtyPrice)"),
+                 ("bond_convexity", "convexity at yield yld (DolphinDB's bondConvexity)")):
+    _register(FunctionSpec(_f, "scalar", ("settlement", "maturity", "coupon", "yld", "frequency", "basis", "bond_type"),
+                           result="double", doc=_doc, column_defaults=_BOND_DEFAULTS, arg_types=_DATES2,
+                           check=_pricing_constants))
+_register(FunctionSpec("bond_duration", "scalar",
+                       ("settlement", "maturity", "coupon", "yld", "frequency", "basis", "bond_type"), _p(modified=False),
+                       result="double", doc="Macaulay duration in years (DolphinDB's bondDuration); modified=True: "
+                                            "modified duration", column_defaults=_BOND_DEFAULTS, arg_types=_DATES2,
+                       check=_pricing_constants))
+_register(FunctionSpec("bond_accr_int", "scalar", ("settlement", "maturity", "coupon", "frequency", "par", "basis"),
+                       result="double", doc="interest accrued since the previous coupon (DolphinDB's bondAccrInt)",
+                       column_defaults=(("par", 100.0), ("basis", 1)), arg_types=_DATES2, check=_pricing_constants))
+_register(FunctionSpec("bond_yield", "scalar",
+                       ("settlement", "maturity", "coupon", "price", "redemption", "frequency", "basis"),
+                       _p(method="newton", max_iter=100), result="double",
+                       doc="yield from the clean price (DolphinDB's bondYield)", column_defaults=(("basis", 1),),
+                       arg_types=_DATES2, check=_pricing_constants))
+_register(FunctionSpec("vanilla_option", "scalar",
+                       ("settlement", "maturity", "eval_date", "spot", "strike", "risk_free", "div_yield", "volatility",
+                        "is_call", "style", "basis"),
+                       _p(calendar=None, method="BS", output="npv", steps=801), result="double",
+                       doc="European (Black-Scholes-Merton) or American (binomial tree) option value, or a greek "
+                           "with output='delta', 'gamma', 'vega', 'theta' or 'rho' (DolphinDB's vanillaOption)",
+                       column_defaults=(("style", "european"), ("basis", 1)),
+                       arg_types=(*_DATES2, ("eval_date", "date"), ("style", "string")), check=_pricing_constants))
+PRICING_FUNCTIONS = ("bond_dirty_price", "bond_accr_int", "bond_duration", "bond_convexity", "bond_yield",
+                     "vanilla_option")
+
+
 # -- state functions of the reactive state engine: one source of truth, the kernel registry ---------
 def _register_state_functions() -> None:
     from headwater.kernels.registry import STATE_OPS
@@ -211,6 +294,8 @@ def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
         if key in col_values or key in param_values:
             raise GraphDefinitionError(f"{where}: argument {clip(key)} given twice")
         (col_values if key in spec.columns else param_values)[key] = value
+    for c, value in spec.column_defaults:
+        col_values.setdefault(c, Lit(value))
     missing = [c for c in spec.columns if c not in col_values]
     missing += [p.name for p in spec.params if p.default is REQUIRED and p.name not in param_values]
     if missing:
@@ -232,6 +317,8 @@ def bind(spec: FunctionSpec, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
     call = Call(spec.name, tuple(as_expr(col_values[c]) for c in spec.columns), tuple(params))
     if spec.kind == "state":
         _validate_state_params(call)
+    if spec.check is not None:
+        spec.check(call)
     if spec.n_outputs > 1:
         return MultiExpr(tuple(Item(call, i) for i in range(spec.n_outputs)), label=str(call))
     return call
@@ -275,6 +362,7 @@ if TYPE_CHECKING:  # the constructors below are generated; declare them for type
     mcount = prev = move = deltas = ratios = percent_change = ffill = _constructor
     cumsum = cumavg = cummax = cummin = cumcount = cumprod = _constructor
     abs = round = sqrt = log = exp = floor = ceil = signum = iif = is_null = not_null = _constructor
+    bond_dirty_price = bond_accr_int = bond_duration = bond_convexity = bond_yield = vanilla_option = _constructor
 
 _PUBLIC_SKIP = {"add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "eq", "ne", "lt", "le", "gt", "ge",
                 "and", "or", "not"}
@@ -354,6 +442,8 @@ def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str])
             return "double"
         if isinstance(v, str):
             return "string"
+        if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+            return "date"
         return "double"  # null literal
     if isinstance(expr, Item):
         inner = expr.expr
@@ -382,6 +472,9 @@ def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str])
             for node in a.walk():
                 if isinstance(node, Call) and node.func in FUNCTIONS and FUNCTIONS[node.func].kind == "aggregate":
                     raise GraphDefinitionError(f"{where}: nested aggregate {node} inside {expr} is not allowed")
+    if spec.arg_types:
+        _check_arg_types(spec, expr, arg_types, where)
+        return _result_type(spec, arg_types)
     numeric_args = spec.name not in {"eq", "ne", "and", "or", "not", "iif", "is_null", "not_null", "first", "last",
                                      "max", "min", "count", "to_array", "mfirst", "mlast", "prev", "move", "ffill", "lt", "le",
                                      "gt", "ge", "mcount", "cumcount"}
@@ -390,6 +483,22 @@ def infer_type(expr: Expr, schema: Schema, *, where: str, kinds: frozenset[str])
             if t not in NUMERIC and t != "bool" and not (spec.kind == "state" and t in TEMPORAL):
                 raise SchemaError(f"{where}: {spec.name}() needs a numeric argument, got {a} of type {t} in {expr}")
     return _result_type(spec, arg_types)
+
+
+def _check_arg_types(spec: FunctionSpec, expr: Call, arg_types: list[str], where: str) -> None:
+    """Each argument of a function with typed arguments (the pricing functions) has its type: a date, a string,
+    or else a number; a NULL constant fits any."""
+    wanted = dict(spec.arg_types)
+    for name, a, t in zip(spec.columns, expr.args, arg_types, strict=True):
+        kind = wanted.get(name, "numeric")
+        if isinstance(a, Lit) and a.value is None:
+            continue
+        ok = t == "date" if kind == "date" else t == "string" if kind == "string" else t in NUMERIC or t == "bool"
+        if not ok:
+            hint = "; give a date column (a timestamp does not convert)" \
+                if kind == "date" and t == "timestamp" else ""
+            raise SchemaError(f"{where}: {spec.name}() argument {name} must be a {kind}, got {a} of type {t} "
+                              f"in {expr}{hint}")
 
 
 def _result_type(spec: FunctionSpec, arg_types: list[str]) -> str:

@@ -25,6 +25,7 @@ from headwater.engines.arguments import as_tuple, from_arguments
 from headwater.engines.base import EngineSpec
 from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.daily_time_series import DailyTimeSeriesEngine
+from headwater.engines.pricing import PricingEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
     NarrowReactiveStateEngine,
@@ -647,6 +648,24 @@ class DStream(JoinMethods):
         return self._engine(ReactiveStatelessEngine, locals())
 
     # -- edges -------------------------------------------------------------------------------------
+    def pricing_engine(
+        self,
+        *,
+        time_column: str,
+        type_column: str,
+        security_type: Sequence[int],
+        method: Sequence[Expr | str],
+        security_reference: Any = None,
+        key_column: str | None = None,
+        extra_metrics: Sequence[Expr | str] | None = None,
+    ) -> DStream:
+        """Price each row with the formula its ``type_column`` value selects (Orca's pricingEngine): ``method[i]``
+        for ``security_type[i]``, over the row's columns, then ``security_reference``'s (a DataFrame or Arrow table of
+        per-instrument terms joined by ``key_column``: both or neither), then constants. Output: ``time_column``,
+        ``type_column``, ``key_column``, ``result`` (double) and ``extra_metrics``; see
+        ``headwater.engines.pricing``."""
+        return self._engine(PricingEngine, locals())
+
     def map(self, func: Callable[[pd.DataFrame], pd.DataFrame] | Sequence[Expr | str] | None = None, *,
             where: Expr | str | None = None) -> DStream:
         """A stateless transform: expressions (Headwater's one evaluator) or a function over a pandas batch.

@@ -46,6 +46,7 @@ class EngineKind(StrEnum):
     LOOKUP_JOIN = "LOOKUP_JOIN_ENGINE"
     LEFT_SEMI_JOIN = "LEFT_SEMI_JOIN_ENGINE"
     SNAPSHOT_JOIN = "SNAPSHOT_JOIN_ENGINE"
+    PRICING = "PRICING_ENGINE"
 
 
 SEQ = "_hw_seq"  # total order of rows within a stream (append order); reserved name

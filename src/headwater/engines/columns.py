@@ -7,6 +7,7 @@ strings are object arrays with None as NULL. Arrow is the format at the edges.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -166,18 +167,38 @@ SCALAR_KERNELS: dict[str, Callable[..., Array]] = {
 }
 
 
+def _pricing(name: str, **fixed: Any) -> Callable[..., Array]:
+    """A pricing function of :mod:`headwater.kernels.pricing` as a kernel: its parameters are the call's, and a row
+    out of its domain gives NULL (imported when first used: Numba loads only then)."""
+    def kernel(*args: Array, **params: Any) -> Array:
+        from headwater.kernels import pricing
+
+        params.pop("calendar", None)  # checked to be None when the call was built
+        if name == "vanilla_option":
+            params.pop("method", None)  # only "BS" is accepted
+        return getattr(pricing, name)(*args, **fixed, **params, strict=False)
+
+    return kernel
+
+
+SCALAR_KERNELS.update({name: _pricing(name) for name in (
+    "bond_dirty_price", "bond_accr_int", "bond_duration", "bond_convexity", "bond_yield", "vanilla_option")})
+
+
 def evaluate_scalar(call: Call, args: Sequence[Array]) -> Array:
     """Evaluate one row-wise function over already evaluated argument arrays."""
     if call.func == "round":
         return _round_half_away(args[0], int(call.param("digits", 0)))
     kernel = SCALAR_KERNELS[call.func]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return np.asarray(kernel(*args))
+        return np.asarray(kernel(*args, **dict(call.params)))
 
 
 def literal_array(lit: Lit, n: int) -> Array:
     if isinstance(lit.value, str):
         return np.full(n, lit.value, dtype=object)
+    if isinstance(lit.value, dt.date):  # a date constant: days since the epoch, as date columns are
+        return np.full(n, float((lit.value - dt.date(1970, 1, 1)).days), dtype=np.float64)
     return np.full(n, np.nan if lit.value is None else float(lit.value), dtype=np.float64)
 
 

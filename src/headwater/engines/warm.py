@@ -70,6 +70,8 @@ ENGINES: dict[EngineKind, dict[str, Any]] = {
     EngineKind.LOOKUP_JOIN: {"metrics": ["x", "right.x as rx"], "right_time_column": "time"},
     EngineKind.LEFT_SEMI_JOIN: {"metrics": ["x", "right.x as rx"]},
     EngineKind.SNAPSHOT_JOIN: {"metrics": ["x", "right.x as rx"], "time_column": "time"},
+    EngineKind.PRICING: {"time_column": "time", "type_column": "v", "security_type": [0, 1],
+                         "method": ["x * 2", "x + 1"], "extra_metrics": ["x as x"]},
 }
 """One small engine of each kind, as its ``DStream`` method's arguments (joins: both sides ``SCHEMA``, on ``sym``)."""
 
@@ -91,6 +93,23 @@ def warm_up() -> None:
         op = make_state_op(name, params)
         state, _ = op.run(op.init_state(), slots, 2, [values] * op.n_args)
         op.run(state, slots, 2, [values] * op.n_args)
+    warm_pricing()
+
+
+def warm_pricing() -> None:
+    """Every pricing kernel, as the evaluator calls them (float64 arrays; days for dates)."""
+    from headwater.kernels import pricing
+
+    days = np.array([19_000.0, 19_100.0])
+    later = days + 3_000.0
+    rate, one = np.array([0.05, np.nan]), np.ones(2)
+    for kind in ("bond_dirty_price", "bond_duration", "bond_convexity"):
+        getattr(pricing, kind)(days, later, rate, rate, one * 2, one, one * 0, strict=False)
+    pricing.bond_accr_int(days, later, rate, one * 2, one * 100, one, strict=False)
+    pricing.bond_yield(days, later, rate, one * 99, one * 100, one * 2, one, strict=False)
+    for style in ("european", "american"):
+        pricing.vanilla_option(days, later, days, one * 100, one * 100, rate, rate, one / 5, one,
+                               np.array([style] * 2, dtype=object), one, steps=5, strict=False)
 
 
 STATE_PARAMS: dict[str, dict[str, Any]] = {
