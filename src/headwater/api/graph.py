@@ -44,6 +44,7 @@ from headwater.plan.logical import (
     MAX_TASKS,
     ComputeNode,
     EngineNode,
+    HaOptions,
     LogicalGraph,
     MapNode,
     Node,
@@ -119,18 +120,21 @@ class StreamGraph:
 
     # -- sources -----------------------------------------------------------------------------------
     def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: TableKind,
-                key_column: str | Sequence[str] | None = None, time_column: str | None = None) -> DStream:
-        keys = as_tuple(key_column, f"{_table_method(TableRole.SOURCE, kind)} {clip(name)} key_column")
+                key_column: str | Sequence[str] | None = None, time_column: str | None = None,
+                ha: Mapping[str, Any] | None = None) -> DStream:
+        method = _table_method(TableRole.SOURCE, kind, ha)
+        keys = as_tuple(key_column, f"{method} {clip(name)} key_column")
         fqn = self._table_fqn(name)
         parsed = Schema.parse(schema, where=f"source {clip(name)}")
         for k in (*keys, *([time_column] if time_column else [])):
             if k not in parsed:
                 raise GraphDefinitionError(f"source {clip(name)}: column {clip(k)} is not in its schema {parsed}")
+        options = _ha_options(ha, f"{method} {clip(name)}")
         existing = self._find_table(fqn)
         if existing is not None:
             return DStream(self, existing.id)
         node = TableNode(self._graph.next_id(), fqn.name, parsed, fqn=str(fqn), role=TableRole.SOURCE, table_kind=kind,
-                         key_columns=keys, time_column=time_column)
+                         key_columns=keys, time_column=time_column, ha=options)
         self._graph.add(node)
         return DStream(self, node.id)
 
@@ -146,6 +150,21 @@ class StreamGraph:
                             schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table accepts a row only if it is newer than the stored row of its key."""
         return self._source(name, schema, TableKind.LATEST_KEYED, key_column, time_column)
+
+    def ha_source(self, name: str, schema: Mapping[str, str] | Schema, raft_group: int | str, cache_limit: int,
+                  retention_minutes: float = 1440) -> DStream:
+        """Orca's haSource: the plain source ``name``, with Orca's HA arguments checked and recorded.
+
+        Headwater's tables are as durable as the data directory's storage (replicated when it is); there is no
+        Raft group. ``raft_group`` and ``cache_limit`` are recorded in the graph's definition and change nothing;
+        ``retention_minutes`` becomes the table's replay retention. See :class:`~headwater.plan.logical.HaOptions`.
+        """
+        return self._source(name, schema, TableKind.PLAIN, ha=_ha(locals()))
+
+    def ha_keyed_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema,
+                        raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
+        """Orca's haKeyedSource: ``keyed_source`` with Orca's HA arguments (see :meth:`ha_source`)."""
+        return self._source(name, schema, TableKind.KEYED, key_column, ha=_ha(locals()))
 
     def source_by_name(self, name: str) -> DStream:
         """Read an existing public stream table (another graph's sink, a standalone table, or this graph's)."""
@@ -685,22 +704,27 @@ class DStream(JoinMethods):
 
     # -- tables ------------------------------------------------------------------------------------
     def _table(self, name: str, role: TableRole, kind: TableKind, key_column: str | Sequence[str] | None = None,
-               time_column: str | None = None) -> DStream:
-        keys = as_tuple(key_column, f"{_table_method(role, kind)} {clip(name)} key_column")
+               time_column: str | None = None, ha: Mapping[str, Any] | None = None) -> DStream:
+        method = _table_method(role, kind, ha)
+        keys = as_tuple(key_column, f"{method} {clip(name)} key_column")
         fqn = self.graph._table_fqn(name)
         schema = self.node.schema
         for k in (*keys, *([time_column] if time_column else [])):
             if k not in schema:
                 raise GraphDefinitionError(f"{role} {clip(name)}: column {clip(k)} is not in the stream's schema {schema}")
+        options = _ha_options(ha, f"{method} {clip(name)}")
         existing = self.graph._find_table(fqn)
         if existing is not None:  # writing into a table this graph already declared (may close a cycle)
             if existing.schema != schema:
                 raise SchemaError(f"{role} {clip(name)}: schema {schema} differs from the table's {existing.schema}")
+            if options is not None and existing.ha != options:
+                raise GraphDefinitionError(f"{method} {clip(name)}: the graph already declares this table with "
+                                           f"HA options {existing.ha}; declare it once")
             self.graph._graph.connect(self.node_id, existing.id)
             return DStream(self.graph, existing.id)
         check_identifier(fqn.name, what="stream table")
         node = TableNode(self.graph._graph.next_id(), fqn.name, schema, fqn=str(fqn), role=role, table_kind=kind,
-                         key_columns=keys, time_column=time_column)
+                         key_columns=keys, time_column=time_column, ha=options)
         return self._add(node)
 
     def buffer(self, name: str) -> DStream:
@@ -727,10 +751,43 @@ class DStream(JoinMethods):
         """A sink whose table accepts a row only if it is newer than the stored row of its key."""
         return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, key_column, time_column)
 
+    # Orca's HA tables: the plain/keyed table of the same name, HA arguments recorded (HaOptions; docs/orca-mapping.md)
+    def ha_buffer(self, name: str, raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
+        """Orca's haBuffer: ``buffer`` with Orca's HA arguments (see :meth:`StreamGraph.ha_source`)."""
+        return self._table(name, TableRole.BUFFER, TableKind.PLAIN, ha=_ha(locals()))
 
-def _table_method(role: TableRole, kind: TableKind) -> str:
-    """The method that declares such a table: ``keyed_sink``, ``latest_keyed_source``, ``buffer``."""
-    return str(role) if kind is TableKind.PLAIN else f"{kind}_{role}"
+    def ha_keyed_buffer(self, name: str, key_column: str | Sequence[str], raft_group: int | str, cache_limit: int,
+                        retention_minutes: float = 1440) -> DStream:
+        """Orca's haKeyedBuffer: ``keyed_buffer`` with Orca's HA arguments."""
+        return self._table(name, TableRole.BUFFER, TableKind.KEYED, key_column, ha=_ha(locals()))
+
+    def ha_sink(self, name: str, raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
+        """Orca's haSink: ``sink`` with Orca's HA arguments."""
+        return self._table(name, TableRole.SINK, TableKind.PLAIN, ha=_ha(locals()))
+
+    def ha_keyed_sink(self, name: str, key_column: str | Sequence[str], raft_group: int | str, cache_limit: int,
+                      retention_minutes: float = 1440) -> DStream:
+        """Orca's haKeyedSink: ``keyed_sink`` with Orca's HA arguments."""
+        return self._table(name, TableRole.SINK, TableKind.KEYED, key_column, ha=_ha(locals()))
+
+
+def _table_method(role: TableRole, kind: TableKind, ha: Mapping[str, Any] | None = None) -> str:
+    """The method that declares such a table: ``keyed_sink``, ``latest_keyed_source``, ``buffer``, ``ha_sink``."""
+    return ("ha_" if ha is not None else "") + (str(role) if kind is TableKind.PLAIN else f"{kind}_{role}")
+
+
+def _ha(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The HA arguments of an ``ha_*`` method's ``locals()``."""
+    return {k: arguments[k] for k in ("raft_group", "cache_limit", "retention_minutes")}
+
+
+def _ha_options(ha: Mapping[str, Any] | None, where: str) -> HaOptions | None:
+    if ha is None:
+        return None
+    try:
+        return HaOptions(**ha)
+    except GraphDefinitionError as exc:
+        raise GraphDefinitionError(f"{where}: {exc}") from None
 
 
 def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str) -> Schema:

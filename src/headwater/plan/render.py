@@ -34,7 +34,8 @@ def explain_logical(g: LogicalGraph) -> str:
 def explain_physical(p: PhysicalGraph) -> str:
     lines = [f"physical graph {p.fqn} (plan version {PLAN_VERSION})"]
     for t in p.tables():
-        lines.append(f"  table [{t.id}] {t.name} ({'private' if t.private else 'public'}, {t.table_kind})")
+        ha = ", ha: durable as the data directory's storage" if t.ha is not None else ""
+        lines.append(f"  table [{t.id}] {t.name} ({'private' if t.private else 'public'}, {t.table_kind}{ha})")
     for sg in p.subgraphs:
         chain = " -> ".join(f"{p.nodes[n].type} {p.nodes[n].name}" for n in sg.chain) or "copy"
         outs = ", ".join(p.nodes[o].name for o in sg.outputs)

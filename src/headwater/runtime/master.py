@@ -361,8 +361,10 @@ class Master:
                 path, owner = self._public_table_path(node.fqn), None
             else:
                 continue
+            # an HA table's retention_minutes (Orca's haSource...) is its replay retention; nothing else of it applies
+            retention = Retention(minutes=node.ha.retention_minutes) if node.ha is not None else None
             new_tables.append(self._create_table_files(node.fqn, path, node.schema, node.table_kind,
-                                                       node.key_columns, node.time_column, owner))
+                                                       node.key_columns, node.time_column, owner, retention))
             fault_point("submit.after_first_table")
         fault_point("submit.before_metadata")
         graph_id = self.store.create_graph(fqn, graph_json, SEMANTICS, new_tables=new_tables,
