@@ -103,3 +103,155 @@ def test_ha_retention_minutes_becomes_the_new_tables_replay_retention(tmp_path):
     meta = session.stream_table_meta().set_index("fqn")["retention"].to_dict()
     assert meta == {"demo.stream_table.ticks": "90 minutes", "demo.stream_table.out": "1440 minutes"}
     session.close()
+
+
+# -- subscription settings: set_config_map and set_local_config_once -------------------------------------------
+def _parse(config):
+    from headwater.plan.subscription import SubscriptionConfig
+
+    return SubscriptionConfig.parse(config, where="test")
+
+
+def test_orca_and_snake_case_spellings_mean_the_same_settings():
+    from datetime import timedelta
+
+    orca = _parse({"subscription.batchSize": 100, "subscription.throttle": 2, "subscription.timeTrigger": False,
+                   "subscription.sourceOffset": -1})
+    snake = _parse({"subscription.batch_size": 100, "subscription.throttle": "2s", "subscription.time_trigger": False,
+                    "subscription.source_offset": -1})
+    assert orca == snake
+    assert (orca.max_rows, orca.throttle, orca.source_offset) == (100, timedelta(seconds=2), -1)
+    assert orca.properties() == {"subscription.batchSize": 100, "subscription.throttle": 2.0,
+                                 "subscription.timeTrigger": False, "subscription.sourceOffset": -1}
+    assert _parse({"subscription.batchSize": 0}).max_rows is None  # Orca's default: no batching
+    assert _parse({"subscription.throttle": 0.25}).throttle == timedelta(milliseconds=250)
+
+
+@pytest.mark.parametrize(("config", "fragment"), [
+    ({"subscription.batchsize": 1}, "unknown key 'subscription.batchsize'; keys: subscription.batchSize"),
+    ({"batchSize": 1}, "unknown key 'batchSize'"),
+    ({1: 1}, "unknown key 1"),
+    ({"subscription.batchSize": -1}, "subscription.batch_size=-1: expected an int of rows"),
+    ({"subscription.batchSize": 1.5}, "subscription.batch_size=1.5: expected an int of rows"),
+    ({"subscription.batchSize": True}, "subscription.batch_size=True: expected an int of rows"),
+    ({"subscription.batchSize": 2**31}, "expected an int of rows"),
+    ({"subscription.batchSize": 1, "subscription.batch_size": 2}, "subscription.batchSize is given twice"),
+    ({"subscription.throttle": 0}, "subscription.throttle=0: expected seconds"),
+    ({"subscription.throttle": float("nan")}, "subscription.throttle=nan: expected seconds"),
+    ({"subscription.throttle": 7200}, "subscription.throttle=7200: expected seconds"),
+    ({"subscription.throttle": "2 fortnights"}, "subscription.throttle"),
+    ({"subscription.throttle": "10us"}, "expected a trigger interval"),
+    ({"subscription.throttle": True}, "subscription.throttle=True"),
+    ({"subscription.timeTrigger": True}, "subscription.time_trigger=True cannot apply: a micro-batch runs when"),
+    ({"subscription.timeTrigger": 1}, "subscription.time_trigger=1: expected True or False"),
+    ({"subscription.sourceOffset": -2}, "subscription.source_offset=-2 is not one of Orca's values"),
+    ({"subscription.sourceOffset": 0}, "subscription.source_offset=0 is not one of Orca's values"),
+    ({"subscription.sourceOffset": True}, "is not one of Orca's values"),
+    ({"privateTable.cacheSize": 1000}, "privateTable.cacheSize cannot apply: private tables keep no rows in memory"),
+    ({"private_table.cache_size": 1000}, "private_table.cache_size cannot apply"),
+])
+def test_bad_settings_are_refused_naming_the_key_and_the_reason(session, config, fragment):
+    g = session.stream_graph("bad_config")
+    with pytest.raises(hw.GraphDefinitionError, match="set_config_map on demo.stream_graph.bad_config") as info:
+        g.set_config_map(config)
+    assert fragment in str(info.value)
+    with pytest.raises(hw.GraphDefinitionError, match="set_local_config_once on 'ticks'") as info:
+        g.source("ticks", TICKS).set_local_config_once(config)
+    assert fragment in str(info.value)
+
+
+def test_a_config_that_is_not_a_dict_is_refused(session):
+    with pytest.raises(hw.GraphDefinitionError, match="expected a dict of settings"):
+        session.stream_graph("g").set_config_map([("subscription.batchSize", 1)])  # type: ignore[arg-type]
+
+
+def _configs(g):
+    return {g.plan().nodes[sg.input].name + "->" + (g.plan().nodes[(sg.chain or sg.outputs)[0]].name): sg.config
+            for sg in g.plan().subgraphs}
+
+
+def test_edge_settings_override_the_graphs_on_the_subscription_they_name(session):
+    g = session.stream_graph("per_edge").set_config_map({"subscription.batchSize": 500, "subscription.throttle": 1})
+    g.set_config_map({"subscription.sourceOffset": -1})  # a second call adds keys, overriding the same ones
+    ticks = g.source("ticks", TICKS)
+    bars = ticks.set_local_config_once({"subscription.batchSize": 100}).time_series_engine(
+        window="60s", step="60s", time_column="time", key_column="sym", metrics=["last(px) as close"])
+    # engine -> engine: fused into one task, no effect (as Orca's cascade)
+    bars.set_local_config_once({"subscription.batchSize": 7}).reactive_state_engine(
+        metrics=["cumsum(close) as total"], key_column="sym").sink("totals")
+    # into a sink: passed on to the sink's readers (Orca: sink creates no node)
+    copied = ticks.map(["sym", "px"]).set_local_config_once({"subscription.throttle": "250ms"}).sink("copied")
+    copied.map(["sym", "px * 2 as px2"]).sink("doubled")
+    # out of a leading map: still the subscription (Orca: map creates no node)
+    ticks.map(["time", "sym", "px"]).set_local_config_once({"subscription.batch_size": 42}).reactive_state_engine(
+        metrics=["cumsum(px) as c"], key_column="sym").sink("cums")
+    configs = _configs(g)
+    assert {k: (c.max_rows, c.throttle.total_seconds(), c.source_offset) for k, c in configs.items()} == {
+        "ticks->time_series_ticks": (100, 1.0, -1),
+        "ticks->map_4": (500, 1.0, -1),
+        "copied->map_6": (500, 0.25, None),  # source_offset: only where a graph's input table is read
+        "ticks->map_8": (42, 1.0, -1),
+    }
+    text = g.explain()
+    assert "edge settings without effect (the edge joins nodes fused into one task): 1->2" in text
+    assert "reads at most 100 rows per micro-batch, trigger interval 1s, from the latest row on start" in text
+    assert "edge 0->1 config: {'subscription.batchSize': 100}" in text
+    assert "config: {'subscription.batchSize': 500, 'subscription.throttle': 1.0, 'subscription.sourceOffset': -1}" \
+        in text
+
+
+def test_edge_settings_follow_an_edge_split_by_a_private_table(session):
+    g = session.stream_graph("fan_out")
+    bars = g.source("ticks", TICKS).time_series_engine(window="60s", step="60s", time_column="time",
+                                                        key_column="sym", metrics=["last(px) as close"])
+    bars.set_local_config_once({"subscription.batchSize": 9}).reactive_state_engine(
+        metrics=["cumsum(close) as a"], key_column="sym").sink("a")
+    bars.reactive_state_engine(metrics=["cummax(close) as b"], key_column="sym").sink("b")
+    plan = g.plan()
+    by_head = {plan.nodes[sg.chain[0]].name: sg for sg in plan.subgraphs}
+    assert plan.nodes[by_head["reactive_state_time_series_ticks"].input].private  # the fan-out's private table
+    assert by_head["reactive_state_time_series_ticks"].config.max_rows == 9
+    assert by_head["reactive_state_time_series_ticks_2"].config.max_rows is None
+    assert "without effect" not in g.explain()
+
+
+def test_join_sides_take_edge_settings_where_they_read_a_table(session):
+    g = session.stream_graph("join_cfg")
+    trades = g.source("trades", TICKS)
+    quotes = g.source("quotes", {"time": "timestamp", "sym": "string", "bid": "double"})
+    trades.set_local_config_once({"subscription.batchSize": 11}).asof_join_engine(
+        quotes, metrics=["px", "bid"], matching_column="sym", time_column="time").sink("joined")
+    plan = g.plan()
+    sizes = {plan.nodes[sg.input].name: sg.config.max_rows for sg in plan.subgraphs}
+    assert sizes["trades"] == 11 and sizes["quotes"] is None
+
+
+def test_settings_are_part_of_the_graphs_json_and_round_trip(session):
+    g = session.stream_graph("config_json").set_config_map({"subscription.throttle": 0.5})
+    ticks = g.source("ticks", TICKS)
+    ticks.set_local_config_once({"subscription.batchSize": 100, "subscription.sourceOffset": -1}).map(
+        ["sym", "px"]).sink("out")
+    doc = json.loads(g.to_json())
+    assert doc["logical"]["config"] == {"subscription.throttle": 0.5}
+    assert doc["logical"]["edges"][0]["config"] == {"subscription.batchSize": 100, "subscription.sourceOffset": -1}
+    assert doc["physical"]["subgraphs"][0]["config"] == {"subscription.batchSize": 100, "subscription.throttle": 0.5,
+                                                         "subscription.sourceOffset": -1}
+    logical, physical = from_json(doc, load_callables=False)
+    assert to_json(logical, physical) == doc
+    assert logical.edge_configs == g.logical_graph.edge_configs and logical.config == g.logical_graph.config
+    assert physical is not None and physical.subgraphs == g.plan().subgraphs
+    assert hw.StreamGraph.from_json(session, g.to_json()).explain() == g.explain()
+
+
+@pytest.mark.parametrize("bad", [{"subscription.batchSize": -5}, {"batch": 1}, [1], {"subscription.timeTrigger": True}])
+def test_bad_settings_in_a_document_are_refused(session, bad):
+    g = session.stream_graph("bad_doc")
+    g.source("ticks", TICKS).set_local_config_once({"subscription.batchSize": 1}).sink("out")
+    doc = json.loads(g.to_json())
+    doc["physical"]["subgraphs"][0]["config"] = bad
+    with pytest.raises(hw.GraphDefinitionError, match="physical subgraph 0 config"):
+        from_json(doc, load_callables=False)
+    doc = json.loads(g.to_json())
+    doc["logical"]["edges"][0]["config"] = bad
+    with pytest.raises(hw.GraphDefinitionError, match="edge 0->1 config"):
+        from_json(doc, load_callables=False)

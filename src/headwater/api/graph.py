@@ -54,6 +54,7 @@ from headwater.plan.logical import (
 )
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import explain_logical, explain_physical, to_dot
+from headwater.plan.subscription import SubscriptionConfig
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.types import Schema, TableKind
 
@@ -184,6 +185,30 @@ class StreamGraph:
                 return n
         return None
 
+    # -- configuration (Orca's setConfigMap) --------------------------------------------------------
+    def set_config_map(self, config: Mapping[str, Any]) -> StreamGraph:
+        """Subscription settings of every subgraph of the graph (Orca's setConfigMap); returns the graph.
+
+        Keys (Orca's camelCase or snake_case): ``subscription.batch_size`` (at most this many input rows per
+        micro-batch), ``subscription.throttle`` (the trigger interval, seconds), ``subscription.time_trigger``
+        (False only), ``subscription.source_offset`` (-3: a source from its first row; -1: from its latest row
+        on submit and start). ``DStream.set_local_config_once`` overrides them per edge. What each becomes, and
+        why ``private_table.cache_size`` and ``time_trigger=True`` are refused:
+        :mod:`headwater.plan.subscription`. They are part of the graph's definition (``to_json``).
+
+        >>> import headwater as hw, tempfile
+        >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> session.use_catalog("doc")
+        >>> g = session.stream_graph("configured").set_config_map({"subscription.batchSize": 10_000})
+        >>> _ = g.source("ticks", schema={"sym": "string", "px": "double"}).sink("copy")
+        >>> g.plan().subgraphs[0].config.max_rows
+        10000
+        >>> session.close()
+        """
+        self._graph.config = SubscriptionConfig.parse(config, where=f"set_config_map on {self.fqn}").over(
+            self._graph.config)
+        return self
+
     # -- planning and rendering ----------------------------------------------------------------------
     @property
     def logical_graph(self) -> LogicalGraph:
@@ -197,7 +222,7 @@ class StreamGraph:
 
     def explain(self) -> str:
         """The logical and the physical graph as text."""
-        return explain_logical(self._graph) + "\n" + explain_physical(self.plan())
+        return explain_logical(self._graph) + "\n" + explain_physical(self.plan(), self._graph)
 
     def to_graphviz(self) -> str:
         """Graphviz DOT of the graph, clustered by subgraph (render with ``dot -Tsvg``)."""
@@ -280,6 +305,7 @@ class DStream(JoinMethods):
     graph: StreamGraph
     node_id: int
     parallelism: Parallelism | None = None
+    edge_config: SubscriptionConfig | None = None  # set_local_config_once: for the next edge from this node
 
     # -- helpers ---------------------------------------------------------------------------------
     @property
@@ -292,8 +318,14 @@ class DStream(JoinMethods):
 
     def _add(self, node: Node) -> DStream:
         self.graph._graph.add(node, inputs=(self.node_id,))
+        self._note_edge(node.id)
         par = node.parallelism if isinstance(node, ComputeNode) else None
         return DStream(self.graph, node.id, par)
+
+    def _note_edge(self, dst: int) -> None:
+        """Give the edge just declared to ``dst`` this handle's ``set_local_config_once`` settings."""
+        if self.edge_config:
+            self.graph._graph.edge_configs[(self.node_id, dst)] = self.edge_config
 
     # -- modifiers ---------------------------------------------------------------------------------
     def parallelize(self, column: str, count: int) -> DStream:
@@ -311,6 +343,29 @@ class DStream(JoinMethods):
     def sync(self) -> DStream:
         """Merge parallel branches back into one stream (pairs with ``parallelize``)."""
         return replace(self, parallelism=None)
+
+    def set_local_config_once(self, config: Mapping[str, Any]) -> DStream:
+        """Subscription settings for the edge the next call declares from this node (Orca's setLocalConfigOnce).
+
+        Same keys as :meth:`StreamGraph.set_config_map` (``private_table.cache_size`` aside), which they override.
+        They apply where that edge is a subgraph's subscription: a stream task reading a table (the edge from
+        a table, or into the first node after one, or out of a leading ``map``; a sink or buffer passes them
+        to its readers, as in Orca). On an edge between nodes fused into one task they have no effect, as on
+        Orca's cascade; ``explain()`` lists such edges.
+
+        >>> import headwater as hw, tempfile
+        >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> session.use_catalog("doc")
+        >>> g = session.stream_graph("per_edge").set_config_map({"subscription.batch_size": 50_000})
+        >>> ticks = g.source("ticks", schema={"sym": "string", "px": "double"})
+        >>> _ = ticks.set_local_config_once({"subscription.batchSize": 100}).map(["sym", "px * 2 as px2"]).sink("a")
+        >>> _ = ticks.map(["sym", "px"]).sink("b")
+        >>> [sg.config.max_rows for sg in g.plan().subgraphs]
+        [100, 50000]
+        >>> session.close()
+        """
+        parsed = SubscriptionConfig.parse(config, where=f"set_local_config_once on {clip(self.node.name)}")
+        return replace(self, edge_config=parsed.over(self.edge_config or SubscriptionConfig()))
 
     def set_engine_name(self, name: str) -> DStream:
         """Name the engine declared by the previous call (names identify engine state)."""
@@ -721,6 +776,7 @@ class DStream(JoinMethods):
                 raise GraphDefinitionError(f"{method} {clip(name)}: the graph already declares this table with "
                                            f"HA options {existing.ha}; declare it once")
             self.graph._graph.connect(self.node_id, existing.id)
+            self._note_edge(existing.id)
             return DStream(self.graph, existing.id)
         check_identifier(fqn.name, what="stream table")
         node = TableNode(self.graph._graph.next_id(), fqn.name, schema, fqn=str(fqn), role=role, table_kind=kind,

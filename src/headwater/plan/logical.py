@@ -12,6 +12,7 @@ from typing import Any
 from headwater.engines.base import EngineSpec
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
+from headwater.plan.subscription import SubscriptionConfig
 from headwater.types import Schema, TableKind
 
 MAX_TASKS = 1024  # stream tasks of one subgraph
@@ -188,6 +189,8 @@ class LogicalGraph:
     fqn: str
     nodes: dict[int, Node] = field(default_factory=dict)
     edges: list[tuple[int, int]] = field(default_factory=list)
+    config: SubscriptionConfig = field(default_factory=SubscriptionConfig)  # set_config_map
+    edge_configs: dict[tuple[int, int], SubscriptionConfig] = field(default_factory=dict)  # set_local_config_once
 
     def next_id(self) -> int:
         return len(self.nodes)
