@@ -152,7 +152,7 @@ def test_orca_and_snake_case_spellings_mean_the_same_settings():
 ])
 def test_bad_settings_are_refused_naming_the_key_and_the_reason(session, config, fragment):
     g = session.stream_graph("bad_config")
-    with pytest.raises(hw.GraphDefinitionError, match="set_config_map on demo.stream_graph.bad_config") as info:
+    with pytest.raises(hw.GraphDefinitionError, match=r"set_config_map on demo\.stream_graph\.bad_config") as info:
         g.set_config_map(config)
     assert fragment in str(info.value)
     with pytest.raises(hw.GraphDefinitionError, match="set_local_config_once on 'ticks'") as info:
