@@ -255,3 +255,57 @@ def test_bad_settings_in_a_document_are_refused(session, bad):
     doc["logical"]["edges"][0]["config"] = bad
     with pytest.raises(hw.GraphDefinitionError, match="edge 0->1 config"):
         from_json(doc, load_callables=False)
+
+
+# -- the runtime side, without Spark: micro-batch ranges and the probe -------------------------------------------
+def test_admission_takes_whole_commits_up_to_the_bound_and_at_least_one():
+    from headwater.dataplane.jobs import admit
+
+    sizes = [0, 30, 30, 30, 100, 0, 10, 5]  # rows of versions 1..8 (0: a commit without rows)
+
+    def rows_of(version: int) -> int:
+        return sizes[version - 1]
+
+    def naive(start: int, latest: int, bound: int) -> int:  # the newest end whose rows fit, or the first commit
+        fitting = [end for end in range(start + 1, latest + 1) if sum(sizes[start:end]) <= bound]
+        return max([*fitting, min(start + 1, latest)])
+
+    for start in range(8):
+        for bound in (1, 29, 30, 60, 61, 100, 500):
+            assert admit(start, 8, rows_of, bound) == naive(start, 8, bound), (start, bound)
+    assert admit(3, 3, rows_of, 10) == 3 and admit(0, 8, rows_of, None) == 8
+
+
+def test_source_offset_moves_where_the_next_new_batch_starts_never_a_recorded_one(tmp_path):
+    from headwater.dataplane.jobs import begin_job, next_start, set_start_version, write_job
+
+    assert begin_job(tmp_path, 0, lambda start: start + 3) == (0, 3)  # begun, cut off before its commit
+    set_start_version(tmp_path, 10)  # the graph started again with source_offset=-1 at version 10
+    assert begin_job(tmp_path, 0, lambda start: 12) == (0, 3)  # the replay keeps its range
+    write_job(tmp_path, {"batch": 0, "input": [0, 3], "finished": 1.0})
+    assert next_start(tmp_path) == 10
+    assert begin_job(tmp_path, 1, lambda start: max(start, 12)) == (10, 12)
+    write_job(tmp_path, {"batch": 1, "input": [10, 12], "finished": 2.0})
+    assert next_start(tmp_path) == 12 and begin_job(tmp_path, 2, lambda start: 15) == (12, 15)
+
+
+def test_the_probe_reports_the_end_of_the_next_bounded_range_while_rows_wait(tmp_path):
+    import pandas as pd
+
+    from headwater.dataplane.jobs import write_job
+    from headwater.spark.fused import SubgraphStreamReader
+    from headwater.storage.stream_table import StreamTable
+    from headwater.types import Schema
+
+    table = StreamTable.create(tmp_path / "t", Schema.parse({"x": "long"}, where="test"))
+    for n in (30, 30, 30, 100):
+        table.append(pd.DataFrame({"x": range(n)}))
+    checkpoint = tmp_path / "checkpoint"
+    probe = SubgraphStreamReader(str(tmp_path / "t"), wait_s=60.0, checkpoint=str(checkpoint), max_rows=70)
+    assert probe.latestOffset() == {"version": 2}
+    write_job(checkpoint, {"batch": 0, "input": [0, 2], "finished": 1.0})
+    assert probe.latestOffset() == {"version": 3}  # rows wait: answered at once, not after wait_s
+    write_job(checkpoint, {"batch": 1, "input": [2, 3], "finished": 2.0})
+    assert probe.latestOffset() == {"version": 4}
+    unbounded = SubgraphStreamReader(str(tmp_path / "t"))
+    assert unbounded.latestOffset() == {"version": 4}

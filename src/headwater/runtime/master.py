@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from headwater.catalog import FQN
 from headwater.dataplane.engine_stats import engine_rows
+from headwater.dataplane.jobs import set_start_version
 from headwater.dataplane.task import reader_bucketing
 from headwater.errors import (
     CatalogError,
@@ -44,6 +45,7 @@ from headwater.faults import fault_point
 from headwater.plan.document import dumps, from_json, plan_changes, same_definition, to_json
 from headwater.plan.logical import EngineNode, LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
+from headwater.plan.subscription import FROM_LATEST_ROW
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.checkpoint_jobs import job_rows, subjob_rows
 from headwater.runtime.compactor import Compactor
@@ -372,6 +374,7 @@ class Master:
         fault_point("submit.after_metadata")
         rec = self.store.active_graph(fqn)
         assert rec is not None and rec.id == graph_id
+        self._skip_to_latest(rec.fqn, physical)
         self._start(rec, logical, physical, action="submit")
 
     def _check_tables(self, physical: PhysicalGraph) -> set[str]:
@@ -510,7 +513,19 @@ class Master:
             raise StreamGraphStateError(f"start stream graph {fqn}: it is {rec.status}; start_stream_graph resumes "
                                         "a stopped graph (a failed one: resubmit_stream_graph)")
         logical: LogicalGraph = _definition(rec)
-        self._start(rec, logical, plan(logical))
+        physical = plan(logical)
+        self._skip_to_latest(rec.fqn, physical)
+        self._start(rec, logical, physical)
+
+    def _skip_to_latest(self, fqn: str, physical: PhysicalGraph) -> None:
+        """``subscription.source_offset=-1`` on submit and start (never on a recovery): the subgraphs reading a
+        source table begin their next new micro-batch at its latest version (Orca's offset -1)."""
+        paths = None
+        for sg in physical.subgraphs:
+            if sg.config.source_offset == FROM_LATEST_ROW:
+                paths = paths or self._table_paths(physical)
+                checkpoint = self._graph_paths(fqn).checkpoints / sg.key(physical)
+                set_start_version(checkpoint, latest_version(paths[sg.input]))
 
     @recorded(EventType.RESUBMIT)
     def resubmit_graph(self, fqn: FQN) -> None:
