@@ -309,3 +309,31 @@ def test_the_probe_reports_the_end_of_the_next_bounded_range_while_rows_wait(tmp
     assert probe.latestOffset() == {"version": 4}
     unbounded = SubgraphStreamReader(str(tmp_path / "t"))
     assert unbounded.latestOffset() == {"version": 4}
+
+
+def test_the_worker_starts_each_subgraph_with_its_trigger_interval_and_row_bound(session, tmp_path, monkeypatch):
+    from datetime import timedelta
+
+    import headwater.spark.fused as fused
+    from headwater.runtime.worker import Worker
+
+    g = session.stream_graph("started").set_config_map({"subscription.throttle": "2s"})
+    ticks = g.source("ticks", TICKS)
+    ticks.set_local_config_once({"subscription.batchSize": 500}).map(["sym", "px"]).sink("bounded")
+    ticks.set_local_config_once({"subscription.throttle": 0.5}).map(["sym"]).sink("quick")
+    ticks.map(["px"]).sink("plain")
+    physical = g.plan()
+    calls = {}
+
+    class Started:
+        isActive, lastProgress = True, {"batchId": 0}
+
+    def start(spark, plan, checkpoint, **options):
+        calls[checkpoint.name] = (options["trigger_interval"], options["max_rows"])
+        return Started()
+
+    monkeypatch.setattr(fused, "start_fused_subgraph", start)
+    worker = Worker(tmp_path / "w", spark_master="local[1]", trigger_interval=timedelta(milliseconds=100))
+    worker._spark = object()  # no Spark: the queries are the fake's
+    worker.start_graph(g.name, physical, {t.id: str(tmp_path / t.name) for t in physical.tables()}, tmp_path / "c")
+    assert sorted((t.total_seconds(), rows or 0) for t, rows in calls.values()) == [(0.5, 0), (2.0, 0), (2.0, 500)]

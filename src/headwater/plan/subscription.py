@@ -10,7 +10,7 @@ with the reason (``docs/orca-mapping.md``):
   here starts as soon as its input grows, so the setting bounds the work of a micro-batch, not its start.
 * ``subscription.throttle`` (seconds as Orca gives them, or a duration such as ``"500ms"``): the subgraph's
   trigger interval, instead of ``connect(trigger_interval=...)``: micro-batches start at most once per
-  interval (rows arriving meanwhile go into the next), an idle subgraph as soon as its input grows.
+  interval, rows arriving meanwhile go into the next.
 * ``subscription.time_trigger`` (``timeTrigger``): ``False`` is Headwater's behaviour; ``True`` is refused.
 * ``subscription.source_offset`` (``sourceOffset``): ``-3`` (Orca's default) reads a source table from its first
   row; ``-1`` starts at the table's latest row when the graph is submitted or started

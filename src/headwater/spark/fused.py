@@ -72,6 +72,7 @@ def _load(plan_path: str) -> Any:
 POLL_SECONDS = 0.005  # how often a waiting probe looks for the input's next commit (a stat call) ...
 IDLE_POLL_SECONDS = 0.05  # ... and once the input has not grown for IDLE_AFTER_SECONDS
 IDLE_AFTER_SECONDS = 1.0
+MAX_WAIT_SECONDS = 1.0  # a probe waits at most this long, whatever the interval (a stop waits for the probe)
 
 
 class SubgraphStreamReader(DataSourceStreamReader):
@@ -246,7 +247,7 @@ def start_fused_subgraph(
             stale.stop()
     return (
         spark.readStream.format(SOURCE_NAME).option("input", plan.input_path)
-        .option("wait_s", str(trigger_interval.total_seconds()))
+        .option("wait_s", str(min(trigger_interval.total_seconds(), MAX_WAIT_SECONDS)))
         .option("checkpoint", str(checkpoint)).option("max_rows", str(max_rows or 0)).load()
         .writeStream.foreachBatch(commit_batch)
         .option("checkpointLocation", str(checkpoint / "spark"))
