@@ -193,7 +193,8 @@ def test_edge_settings_override_the_graphs_on_the_subscription_they_name(session
         "ticks->map_8": (42, 1.0, -1),
     }
     text = g.explain()
-    assert "edge settings without effect (the edge joins nodes fused into one task): 1->2" in text
+    assert "edge settings without effect (no subscription follows the edge: it joins nodes fused into one task, " \
+        "or leads to a table nothing in the graph reads): 1->2" in text
     assert "reads at most 100 rows per micro-batch, trigger interval 1s, from the latest row on start" in text
     assert "edge 0->1 config: {'subscription.batchSize': 100}" in text
     assert "config: {'subscription.batchSize': 500, 'subscription.throttle': 1.0, 'subscription.sourceOffset': -1}" \
@@ -337,3 +338,35 @@ def test_the_worker_starts_each_subgraph_with_its_trigger_interval_and_row_bound
     worker._spark = object()  # no Spark: the queries are the fake's
     worker.start_graph(g.name, physical, {t.id: str(tmp_path / t.name) for t in physical.tables()}, tmp_path / "c")
     assert sorted((t.total_seconds(), rows or 0) for t, rows in calls.values()) == [(0.5, 0), (2.0, 0), (2.0, 500)]
+
+
+def test_source_offset_minus_one_is_set_on_submit_and_start_only(tmp_path):
+    import pandas as pd
+
+    from headwater.api.session import Session, embedded_master
+    from headwater.dataplane.jobs import start_version
+    from tests.unit.test_graph_serial import Workers
+
+    master = embedded_master(tmp_path, worker=Workers(), start_spark=False)
+    session = Session.embedded(master)
+    session.use_catalog("demo")
+    session.create_stream_table("ticks", TICKS)
+    row = pd.DataFrame({"time": pd.to_datetime(["2026-01-02"]), "sym": ["a"], "px": [1.0]})
+    for _ in range(3):
+        session.append("ticks", row)  # versions 1..3
+    g = session.stream_graph("live").set_config_map({"subscription.sourceOffset": -1})
+    g.source("ticks", TICKS).map(["sym", "px"]).sink("live_out")
+    g.source("ticks", TICKS).set_local_config_once({"subscription.sourceOffset": -3}).map(["sym"]).sink("all_out")
+    g.submit()
+    physical = g.plan()
+    checkpoints = master._graph_paths(g.name).checkpoints
+    starts = lambda: [start_version(checkpoints / sg.key(physical)) for sg in physical.subgraphs]  # noqa: E731
+    assert starts() == [3, 0]
+    session.stop_stream_graph("live")
+    session.append("ticks", row)
+    session.start_stream_graph("live")
+    assert starts() == [4, 0]
+    session.append("ticks", row)
+    master.restart(master.store.active_graph(g.name))  # a recovery resumes from the checkpoint: no skip
+    assert starts() == [4, 0]
+    session.close()

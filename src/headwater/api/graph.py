@@ -133,6 +133,9 @@ class StreamGraph:
         options = _ha_options(ha, f"{method} {clip(name)}")
         existing = self._find_table(fqn)
         if existing is not None:
+            if options is not None and existing.ha != options:
+                raise GraphDefinitionError(f"{method} {clip(name)}: the graph already declares this table with "
+                                           f"HA options {existing.ha}; declare it once")
             return DStream(self, existing.id)
         node = TableNode(self._graph.next_id(), fqn.name, parsed, fqn=str(fqn), role=TableRole.SOURCE, table_kind=kind,
                          key_columns=keys, time_column=time_column, ha=options)
@@ -351,7 +354,7 @@ class DStream(JoinMethods):
         They apply where that edge is a subgraph's subscription: a stream task reading a table (the edge from
         a table, or into the first node after one, or out of a leading ``map``; a sink or buffer passes them
         to its readers, as in Orca). On an edge between nodes fused into one task they have no effect, as on
-        Orca's cascade; ``explain()`` lists such edges.
+        Orca's cascade, nor on one into a table nothing in the graph reads; ``explain()`` lists such edges.
 
         >>> import headwater as hw, tempfile
         >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)

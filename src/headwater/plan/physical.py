@@ -180,7 +180,7 @@ def subscription_edges(logical: LogicalGraph, nodes: dict[int, Node], sg: Subgra
     they override one another: the edges into its input table (a sink or buffer creates no node in Orca, so
     settings before it reach the next node), the edges into its first node, then those out of leading maps
     (Orca's map creates no node either). Settings on any other edge have no effect: it joins two nodes fused
-    into one task, as Orca's cascade."""
+    into one task, as Orca's cascade, or leads to a table nothing in the graph reads."""
     head = sg.chain[0] if sg.chain else sg.outputs[0]
     keys = [(s, sg.input) for s in logical.inputs(sg.input)] if sg.input in logical.nodes else []
     keys += [(s, head) for s in logical.inputs(head)]

@@ -50,7 +50,8 @@ def explain_physical(p: PhysicalGraph, logical: LogicalGraph | None = None) -> s
     lines.append("  edges: " + ", ".join(f"{e.src}->{e.dst} {e.partition}" for e in p.edges))
     unused = edges_without_effect(logical, p) if logical is not None else []
     if unused:
-        lines.append("  edge settings without effect (the edge joins nodes fused into one task): "
+        lines.append("  edge settings without effect (no subscription follows the edge: it joins nodes fused into "
+                     "one task, or leads to a table nothing in the graph reads): "
                      + ", ".join(f"{s}->{d}" for s, d in unused))
     lines.append(f"  spark: {len(p.subgraphs)} streaming quer{'y' if len(p.subgraphs) == 1 else 'ies'}, one per subgraph")
     lines.append(f"  each micro-batch: {EXECUTION}")

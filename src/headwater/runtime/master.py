@@ -368,13 +368,13 @@ class Master:
             new_tables.append(self._create_table_files(node.fqn, path, node.schema, node.table_kind,
                                                        node.key_columns, node.time_column, owner, retention))
             fault_point("submit.after_first_table")
+        self._skip_to_latest(fqn, physical, new_tables)  # before the graph exists: a recovery finds it done
         fault_point("submit.before_metadata")
         graph_id = self.store.create_graph(fqn, graph_json, SEMANTICS, new_tables=new_tables,
                                            refs=[t.fqn for t in physical.tables() if not t.private])
         fault_point("submit.after_metadata")
         rec = self.store.active_graph(fqn)
         assert rec is not None and rec.id == graph_id
-        self._skip_to_latest(rec.fqn, physical)
         self._start(rec, logical, physical, action="submit")
 
     def _check_tables(self, physical: PhysicalGraph) -> set[str]:
@@ -517,15 +517,20 @@ class Master:
         self._skip_to_latest(rec.fqn, physical)
         self._start(rec, logical, physical)
 
-    def _skip_to_latest(self, fqn: str, physical: PhysicalGraph) -> None:
+    def _skip_to_latest(self, fqn: str, physical: PhysicalGraph, new_tables: list[TableRecord] | None = None) -> None:
         """``subscription.source_offset=-1`` on submit and start (never on a recovery): the subgraphs reading a
-        source table begin their next new micro-batch at its latest version (Orca's offset -1)."""
-        paths = None
+        source table begin their next new micro-batch at its latest version (Orca's offset -1). ``new_tables``:
+        those a submit is creating, not yet in the catalog."""
+        made = {t.fqn: t.path for t in new_tables or []}
         for sg in physical.subgraphs:
             if sg.config.source_offset == FROM_LATEST_ROW:
-                paths = paths or self._table_paths(physical)
-                checkpoint = self._graph_paths(fqn).checkpoints / sg.key(physical)
-                set_start_version(checkpoint, latest_version(paths[sg.input]))
+                table = physical.nodes[sg.input]
+                assert isinstance(table, TableNode)
+                rec = self.store.get_table(table.fqn)
+                path = made.get(table.fqn) or (rec.path if rec is not None else "")
+                if not path:
+                    raise CatalogError(f"stream table {table.fqn} is missing from the catalog")
+                set_start_version(self._graph_paths(fqn).checkpoints / sg.key(physical), latest_version(path))
 
     @recorded(EventType.RESUBMIT)
     def resubmit_graph(self, fqn: FQN) -> None:
