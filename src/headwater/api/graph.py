@@ -45,6 +45,7 @@ from headwater.plan.logical import (
     MAX_TASKS,
     ComputeNode,
     EngineNode,
+    HaOptions,
     LogicalGraph,
     MapNode,
     Node,
@@ -54,6 +55,7 @@ from headwater.plan.logical import (
 )
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import explain_logical, explain_physical, to_dot
+from headwater.plan.subscription import SubscriptionConfig
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.types import Schema, TableKind
 
@@ -120,18 +122,24 @@ class StreamGraph:
 
     # -- sources -----------------------------------------------------------------------------------
     def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: TableKind,
-                key_column: str | Sequence[str] | None = None, time_column: str | None = None) -> DStream:
-        keys = as_tuple(key_column, f"{_table_method(TableRole.SOURCE, kind)} {clip(name)} key_column")
+                key_column: str | Sequence[str] | None = None, time_column: str | None = None,
+                ha: Mapping[str, Any] | None = None) -> DStream:
+        method = _table_method(TableRole.SOURCE, kind, ha)
+        keys = as_tuple(key_column, f"{method} {clip(name)} key_column")
         fqn = self._table_fqn(name)
         parsed = Schema.parse(schema, where=f"source {clip(name)}")
         for k in (*keys, *([time_column] if time_column else [])):
             if k not in parsed:
                 raise GraphDefinitionError(f"source {clip(name)}: column {clip(k)} is not in its schema {parsed}")
+        options = _ha_options(ha, f"{method} {clip(name)}")
         existing = self._find_table(fqn)
         if existing is not None:
+            if options is not None and existing.ha != options:
+                raise GraphDefinitionError(f"{method} {clip(name)}: the graph already declares this table with "
+                                           f"HA options {existing.ha}; declare it once")
             return DStream(self, existing.id)
         node = TableNode(self._graph.next_id(), fqn.name, parsed, fqn=str(fqn), role=TableRole.SOURCE, table_kind=kind,
-                         key_columns=keys, time_column=time_column)
+                         key_columns=keys, time_column=time_column, ha=options)
         self._graph.add(node)
         return DStream(self, node.id)
 
@@ -147,6 +155,21 @@ class StreamGraph:
                             schema: Mapping[str, str] | Schema) -> DStream:
         """A source whose table accepts a row only if it is newer than the stored row of its key."""
         return self._source(name, schema, TableKind.LATEST_KEYED, key_column, time_column)
+
+    def ha_source(self, name: str, schema: Mapping[str, str] | Schema, raft_group: int | str, cache_limit: int,
+                  retention_minutes: float = 1440) -> DStream:
+        """Orca's haSource: the plain source ``name``, with Orca's HA arguments checked and recorded.
+
+        Headwater's tables are as durable as the data directory's storage (replicated when it is); there is no
+        Raft group. ``raft_group`` and ``cache_limit`` are recorded in the graph's definition and change nothing;
+        ``retention_minutes`` becomes the table's replay retention. See :class:`~headwater.plan.logical.HaOptions`.
+        """
+        return self._source(name, schema, TableKind.PLAIN, ha=_ha(locals()))
+
+    def ha_keyed_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema,
+                        raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
+        """Orca's haKeyedSource: ``keyed_source`` with Orca's HA arguments (see :meth:`ha_source`)."""
+        return self._source(name, schema, TableKind.KEYED, key_column, ha=_ha(locals()))
 
     def source_by_name(self, name: str) -> DStream:
         """Read an existing public stream table (another graph's sink, a standalone table, or this graph's)."""
@@ -166,6 +189,30 @@ class StreamGraph:
                 return n
         return None
 
+    # -- configuration (Orca's setConfigMap) --------------------------------------------------------
+    def set_config_map(self, config: Mapping[str, Any]) -> StreamGraph:
+        """Subscription settings of every subgraph of the graph (Orca's setConfigMap); returns the graph.
+
+        Keys (Orca's camelCase or snake_case): ``subscription.batch_size`` (at most this many input rows per
+        micro-batch), ``subscription.throttle`` (the trigger interval, seconds), ``subscription.time_trigger``
+        (False only), ``subscription.source_offset`` (-3: a source from its first row; -1: from its latest row
+        on submit and start). ``DStream.set_local_config_once`` overrides them per edge. What each becomes, and
+        why ``private_table.cache_size`` and ``time_trigger=True`` are refused:
+        :mod:`headwater.plan.subscription`. They are part of the graph's definition (``to_json``).
+
+        >>> import headwater as hw, tempfile
+        >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> session.use_catalog("doc")
+        >>> g = session.stream_graph("configured").set_config_map({"subscription.batchSize": 10_000})
+        >>> _ = g.source("ticks", schema={"sym": "string", "px": "double"}).sink("copy")
+        >>> g.plan().subgraphs[0].config.max_rows
+        10000
+        >>> session.close()
+        """
+        self._graph.config = SubscriptionConfig.parse(config, where=f"set_config_map on {self.fqn}").over(
+            self._graph.config)
+        return self
+
     # -- planning and rendering ----------------------------------------------------------------------
     @property
     def logical_graph(self) -> LogicalGraph:
@@ -179,7 +226,7 @@ class StreamGraph:
 
     def explain(self) -> str:
         """The logical and the physical graph as text."""
-        return explain_logical(self._graph) + "\n" + explain_physical(self.plan())
+        return explain_logical(self._graph) + "\n" + explain_physical(self.plan(), self._graph)
 
     def to_graphviz(self) -> str:
         """Graphviz DOT of the graph, clustered by subgraph (render with ``dot -Tsvg``)."""
@@ -262,6 +309,7 @@ class DStream(JoinMethods):
     graph: StreamGraph
     node_id: int
     parallelism: Parallelism | None = None
+    edge_config: SubscriptionConfig | None = None  # set_local_config_once: for the next edge from this node
 
     # -- helpers ---------------------------------------------------------------------------------
     @property
@@ -274,8 +322,14 @@ class DStream(JoinMethods):
 
     def _add(self, node: Node) -> DStream:
         self.graph._graph.add(node, inputs=(self.node_id,))
+        self._note_edge(node.id)
         par = node.parallelism if isinstance(node, ComputeNode) else None
         return DStream(self.graph, node.id, par)
+
+    def _note_edge(self, dst: int) -> None:
+        """Give the edge just declared to ``dst`` this handle's ``set_local_config_once`` settings."""
+        if self.edge_config:
+            self.graph._graph.edge_configs[(self.node_id, dst)] = self.edge_config
 
     # -- modifiers ---------------------------------------------------------------------------------
     def parallelize(self, column: str, count: int) -> DStream:
@@ -293,6 +347,29 @@ class DStream(JoinMethods):
     def sync(self) -> DStream:
         """Merge parallel branches back into one stream (pairs with ``parallelize``)."""
         return replace(self, parallelism=None)
+
+    def set_local_config_once(self, config: Mapping[str, Any]) -> DStream:
+        """Subscription settings for the edge the next call declares from this node (Orca's setLocalConfigOnce).
+
+        Same keys as :meth:`StreamGraph.set_config_map` (``private_table.cache_size`` aside), which they override.
+        They apply where that edge is a subgraph's subscription: a stream task reading a table (the edge from
+        a table, or into the first node after one, or out of a leading ``map``; a sink or buffer passes them
+        to its readers, as in Orca). On an edge between nodes fused into one task they have no effect, as on
+        Orca's cascade, nor on one into a table nothing in the graph reads; ``explain()`` lists such edges.
+
+        >>> import headwater as hw, tempfile
+        >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> session.use_catalog("doc")
+        >>> g = session.stream_graph("per_edge").set_config_map({"subscription.batch_size": 50_000})
+        >>> ticks = g.source("ticks", schema={"sym": "string", "px": "double"})
+        >>> _ = ticks.set_local_config_once({"subscription.batchSize": 100}).map(["sym", "px * 2 as px2"]).sink("a")
+        >>> _ = ticks.map(["sym", "px"]).sink("b")
+        >>> [sg.config.max_rows for sg in g.plan().subgraphs]
+        [100, 50000]
+        >>> session.close()
+        """
+        parsed = SubscriptionConfig.parse(config, where=f"set_local_config_once on {clip(self.node.name)}")
+        return replace(self, edge_config=parsed.over(self.edge_config or SubscriptionConfig()))
 
     def set_engine_name(self, name: str) -> DStream:
         """Name the engine declared by the previous call (names identify engine state)."""
@@ -704,22 +781,28 @@ class DStream(JoinMethods):
 
     # -- tables ------------------------------------------------------------------------------------
     def _table(self, name: str, role: TableRole, kind: TableKind, key_column: str | Sequence[str] | None = None,
-               time_column: str | None = None) -> DStream:
-        keys = as_tuple(key_column, f"{_table_method(role, kind)} {clip(name)} key_column")
+               time_column: str | None = None, ha: Mapping[str, Any] | None = None) -> DStream:
+        method = _table_method(role, kind, ha)
+        keys = as_tuple(key_column, f"{method} {clip(name)} key_column")
         fqn = self.graph._table_fqn(name)
         schema = self.node.schema
         for k in (*keys, *([time_column] if time_column else [])):
             if k not in schema:
                 raise GraphDefinitionError(f"{role} {clip(name)}: column {clip(k)} is not in the stream's schema {schema}")
+        options = _ha_options(ha, f"{method} {clip(name)}")
         existing = self.graph._find_table(fqn)
         if existing is not None:  # writing into a table this graph already declared (may close a cycle)
             if existing.schema != schema:
                 raise SchemaError(f"{role} {clip(name)}: schema {schema} differs from the table's {existing.schema}")
+            if options is not None and existing.ha != options:
+                raise GraphDefinitionError(f"{method} {clip(name)}: the graph already declares this table with "
+                                           f"HA options {existing.ha}; declare it once")
             self.graph._graph.connect(self.node_id, existing.id)
+            self._note_edge(existing.id)
             return DStream(self.graph, existing.id)
         check_identifier(fqn.name, what="stream table")
         node = TableNode(self.graph._graph.next_id(), fqn.name, schema, fqn=str(fqn), role=role, table_kind=kind,
-                         key_columns=keys, time_column=time_column)
+                         key_columns=keys, time_column=time_column, ha=options)
         return self._add(node)
 
     def buffer(self, name: str) -> DStream:
@@ -746,10 +829,43 @@ class DStream(JoinMethods):
         """A sink whose table accepts a row only if it is newer than the stored row of its key."""
         return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, key_column, time_column)
 
+    # Orca's HA tables: the plain/keyed table of the same name, HA arguments recorded (HaOptions; docs/orca-mapping.md)
+    def ha_buffer(self, name: str, raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
+        """Orca's haBuffer: ``buffer`` with Orca's HA arguments (see :meth:`StreamGraph.ha_source`)."""
+        return self._table(name, TableRole.BUFFER, TableKind.PLAIN, ha=_ha(locals()))
 
-def _table_method(role: TableRole, kind: TableKind) -> str:
-    """The method that declares such a table: ``keyed_sink``, ``latest_keyed_source``, ``buffer``."""
-    return str(role) if kind is TableKind.PLAIN else f"{kind}_{role}"
+    def ha_keyed_buffer(self, name: str, key_column: str | Sequence[str], raft_group: int | str, cache_limit: int,
+                        retention_minutes: float = 1440) -> DStream:
+        """Orca's haKeyedBuffer: ``keyed_buffer`` with Orca's HA arguments."""
+        return self._table(name, TableRole.BUFFER, TableKind.KEYED, key_column, ha=_ha(locals()))
+
+    def ha_sink(self, name: str, raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
+        """Orca's haSink: ``sink`` with Orca's HA arguments."""
+        return self._table(name, TableRole.SINK, TableKind.PLAIN, ha=_ha(locals()))
+
+    def ha_keyed_sink(self, name: str, key_column: str | Sequence[str], raft_group: int | str, cache_limit: int,
+                      retention_minutes: float = 1440) -> DStream:
+        """Orca's haKeyedSink: ``keyed_sink`` with Orca's HA arguments."""
+        return self._table(name, TableRole.SINK, TableKind.KEYED, key_column, ha=_ha(locals()))
+
+
+def _table_method(role: TableRole, kind: TableKind, ha: Mapping[str, Any] | None = None) -> str:
+    """The method that declares such a table: ``keyed_sink``, ``latest_keyed_source``, ``buffer``, ``ha_sink``."""
+    return ("ha_" if ha is not None else "") + (str(role) if kind is TableKind.PLAIN else f"{kind}_{role}")
+
+
+def _ha(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The HA arguments of an ``ha_*`` method's ``locals()``."""
+    return {k: arguments[k] for k in ("raft_group", "cache_limit", "retention_minutes")}
+
+
+def _ha_options(ha: Mapping[str, Any] | None, where: str) -> HaOptions | None:
+    if ha is None:
+        return None
+    try:
+        return HaOptions(**ha)
+    except GraphDefinitionError as exc:
+        raise GraphDefinitionError(f"{where}: {exc}") from None
 
 
 def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str) -> Schema:

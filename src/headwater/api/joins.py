@@ -45,6 +45,8 @@ class JoinMethods:
 
         def __init__(self, graph: Any, node_id: int, parallelism: Parallelism | None = None) -> None: ...
 
+        def _note_edge(self, dst: int) -> None: ...
+
         @property
         def node(self) -> Node: ...
 
@@ -84,6 +86,7 @@ class JoinMethods:
             label = "left" if side == LEFT else "right"
             feeder = MapNode(graph.next_id(), f"{name}_{label}", layout.merged(), exprs=layout.feeder(side))
             graph.add(feeder, inputs=(stream.node_id,))
+            stream._note_edge(feeder.id)
             feeders.append(feeder.id)
         table_name = f"{name}_input"
         table = TableNode(graph.next_id(), table_name, layout.merged(), fqn=f"{left.graph.fqn}.{table_name}",

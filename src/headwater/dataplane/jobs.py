@@ -17,6 +17,10 @@ for ``checkpoint_job_info``.
 ([0], (3, 3), 3)
 >>> is_committed(d, 0), is_committed(d, 1)
 (True, False)
+
+Two subscription settings (:mod:`headwater.plan.subscription`) shape the ranges: ``batch_size`` bounds the rows a
+range covers (:func:`admit`), and ``source_offset=-1`` moves where the next new range starts
+(:func:`set_start_version`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 KEEP_RECORDS = 100  # as many as Spark keeps of its offset log by default
+START_FILE = "start_version"  # in jobs/: the input version before which new micro-batches read nothing
 
 
 def _file(directory: Path, batch: int) -> Path:
@@ -54,17 +59,60 @@ def _records(directory: Path, *, newest_first: bool = False) -> Iterator[dict[st
             yield json.loads(file.read_text())
 
 
+def admit(start: int, latest: int, rows_of: Callable[[int], int], max_rows: int | None) -> int:
+    """The end of a micro-batch from ``start``: the newest version ``<= latest`` whose commits after ``start``
+    hold at most ``max_rows`` rows (``rows_of(version)``), and at least one commit (a commit is not split).
+
+    >>> sizes = {1: 30, 2: 30, 3: 30, 4: 100, 5: 10}
+    >>> [admit(s, 5, sizes.__getitem__, 70) for s in (0, 2, 3, 4)], admit(0, 5, sizes.__getitem__, None)
+    ([2, 3, 4, 5], 5)
+    """
+    if not max_rows:
+        return latest
+    end, used = start, 0
+    for version in range(start + 1, latest + 1):
+        rows = rows_of(version)
+        if end > start and used + rows > max_rows:
+            break
+        end, used = version, used + rows
+    return end
+
+
+def set_start_version(directory: Path, version: int) -> None:
+    """Let the next new micro-batch start at input ``version`` at the earliest (``source_offset=-1`` on start):
+    what was appended up to it is never read. A batch already recorded keeps its range (a replay is exact)."""
+    target = directory / "jobs" / START_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{START_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(str(int(version)))
+    os.replace(tmp, target)
+
+
+def start_version(directory: Path) -> int:
+    """The version :func:`set_start_version` stored (0 if none)."""
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        return int((directory / "jobs" / START_FILE).read_text())
+    return 0
+
+
+def next_start(directory: Path) -> int:
+    """Where the next new micro-batch starts: the newest recorded range's end, or the start version if later."""
+    newest = next(_records(directory, newest_first=True), None)
+    return max(int(newest["input"][1]) if newest else 0, start_version(directory))
+
+
 def begin_job(directory: Path, batch: int, latest: Callable[[int], int]) -> tuple[int, int]:
     """The input versions ``(start, end]`` of micro-batch ``batch``, recorded before it runs.
 
     A replay gets the range its first attempt recorded. A new batch starts where the newest recorded one
-    ended (0 before the first) and ends at ``latest(start)``, the input's newest version. The record is
-    created only if absent: of two drivers racing (a placement being replaced), both run the first's range.
+    ended (0 before the first; later if :func:`set_start_version` says so) and ends at ``latest(start)``, the
+    input's newest version (or an earlier one: :func:`admit`). The record is created only if absent: of two
+    drivers racing (a placement being replaced), both run the first's range.
     """
     target = _file(directory, batch)
     if not target.exists():
         previous = next((r for r in _records(directory, newest_first=True) if r["batch"] < batch), None)
-        start = int(previous["input"][1]) if previous else 0
+        start = max(int(previous["input"][1]) if previous else 0, start_version(directory))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.begin")
         tmp.write_text(json.dumps({"batch": batch, "input": [start, latest(start)]}))

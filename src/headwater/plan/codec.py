@@ -40,12 +40,12 @@ from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item, Lit, MultiExpr
 from headwater.parse import builtins_only, parse_metric
 from headwater.plan.callables import OpaqueCallable
-from headwater.plan.logical import EngineNode, MapNode, Parallelism, TableNode
+from headwater.plan.logical import EngineNode, HaOptions, MapNode, Parallelism, TableNode
 from headwater.types import Schema
 
 # Everything a plan may hold: every engine spec (headwater.engines.catalog) and the parts of a plan.
 TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    Schema, Parallelism, TableNode, EngineNode, MapNode, Col, Lit, Call, Item, Alias, MultiExpr, Formula,
+    Schema, Parallelism, TableNode, HaOptions, EngineNode, MapNode, Col, Lit, Call, Item, Alias, MultiExpr, Formula,
     *SPECS.values(),
 )}
 

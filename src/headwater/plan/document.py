@@ -30,6 +30,7 @@ from headwater.plan.callables import OpaqueCallable
 from headwater.plan.codec import decode, encode, load_callable, pack_callables, unpack_callables
 from headwater.plan.logical import ComputeNode, LogicalGraph, Node, Parallelism
 from headwater.plan.physical import Partitioning, PhysicalEdge, PhysicalGraph, Subgraph
+from headwater.plan.subscription import SubscriptionConfig
 
 PLAN_VERSION = 3  # 3: nodes carry their definitions (from_json); 2: one execution path
 
@@ -57,7 +58,8 @@ def to_json(g: LogicalGraph, p: PhysicalGraph | None = None) -> dict[str, Any]:
         "fqn": g.fqn,
         "logical": {
             "nodes": [_node_json(n, None, callables) for n in g.nodes.values()],
-            "edges": [{"inNodeId": s, "outNodeId": d} for s, d in g.edges],
+            "edges": [{"inNodeId": s, "outNodeId": d, **_config_json(g.edge_configs.get((s, d)))} for s, d in g.edges],
+            **_config_json(g.config),
         },
     }
     if p:
@@ -66,12 +68,22 @@ def to_json(g: LogicalGraph, p: PhysicalGraph | None = None) -> dict[str, Any]:
             "edges": [{"inNodeId": e.src, "outNodeId": e.dst, "partitionType": str(e.partition)} for e in p.edges],
             "subgraphs": [
                 {"id": sg.id, "input": sg.input, "chain": list(sg.chain), "outputs": list(sg.outputs),
-                 "parallelism": _parallelism_json(sg.parallelism), "tasks": sg.task_ids()}
+                 "parallelism": _parallelism_json(sg.parallelism), "tasks": sg.task_ids(), **_config_json(sg.config)}
                 for sg in p.subgraphs
             ],
         }
     doc["callables"] = pack_callables(callables)
     return doc
+
+
+def _config_json(config: SubscriptionConfig | None) -> dict[str, Any]:
+    """Subscription settings under ``"config"`` (Orca's keys), left out when there are none."""
+    return {"config": config.properties()} if config else {}
+
+
+def _config(entry: dict[str, Any], where: str) -> SubscriptionConfig:
+    return SubscriptionConfig.from_properties(entry["config"], where=where) if "config" in entry \
+        else SubscriptionConfig()
 
 
 def dumps(doc: dict[str, Any]) -> str:
@@ -165,7 +177,9 @@ def _graphs(doc: dict[str, Any], fqn: str, callables: dict[str, Any], used: set[
             ) -> tuple[LogicalGraph, PhysicalGraph | None]:
     where = "graph JSON"
     nodes, edges = _section(doc, "logical", callables, used)
-    logical = LogicalGraph(fqn, nodes, [(s, d) for s, d, _ in edges])
+    logical = LogicalGraph(fqn, nodes, [(s, d) for s, d, _, _ in edges],
+                           config=_config(doc["logical"], f"{where}: logical config"),
+                           edge_configs={(s, d): c for s, d, _, c in edges if c})
     logical.topological_order()
     if "physical" not in doc:
         return logical, None
@@ -177,7 +191,8 @@ def _graphs(doc: dict[str, Any], fqn: str, callables: dict[str, Any], used: set[
             par = sg["parallelism"]
             subgraph = Subgraph(int(sg["id"]), int(sg["input"]), tuple(int(n) for n in sg["chain"]),
                                 tuple(int(n) for n in sg["outputs"]),
-                                Parallelism(par["keyName"], par["count"]) if par["keyName"] is not None else None)
+                                Parallelism(par["keyName"], par["count"]) if par["keyName"] is not None else None,
+                                _config(sg, f"{w} config"))
         except (KeyError, TypeError, ValueError) as exc:
             raise GraphDefinitionError(f"{w}: malformed ({type(exc).__name__}: {clip(str(exc))})") from None
         missing = [n for n in (subgraph.input, *subgraph.chain, *subgraph.outputs) if n not in nodes]
@@ -185,7 +200,7 @@ def _graphs(doc: dict[str, Any], fqn: str, callables: dict[str, Any], used: set[
             raise GraphDefinitionError(f"{w}: refers to node {missing[0]}, which the plan does not have")
         subgraphs.append(subgraph)
     try:
-        physical_edges = tuple(PhysicalEdge(s, d, Partitioning(p or "")) for s, d, p in edges)
+        physical_edges = tuple(PhysicalEdge(s, d, Partitioning(p or "")) for s, d, p, _ in edges)
     except ValueError:
         raise GraphDefinitionError(f"{where}: every physical edge needs a partitionType, one of "
                                    f"{', '.join(Partitioning)}") from None
@@ -201,7 +216,7 @@ def _list(section: Any, key: str, where: str) -> list[Any]:
 
 
 def _section(doc: dict[str, Any], name: str, callables: dict[str, Any], used: set[str]
-             ) -> tuple[dict[int, Node], list[tuple[int, int, str | None]]]:
+             ) -> tuple[dict[int, Node], list[tuple[int, int, str | None, SubscriptionConfig]]]:
     where = f"graph JSON: {name}"
     nodes: dict[int, Node] = {}
     for entry in _list(doc.get(name), "nodes", where):
@@ -219,7 +234,7 @@ def _section(doc: dict[str, Any], name: str, callables: dict[str, Any], used: se
             raise GraphDefinitionError(f"{where}: malformed edge {clip(e)}") from None
         if src not in nodes or dst not in nodes:
             raise GraphDefinitionError(f"{where}: edge {src}->{dst} refers to a node the graph does not have")
-        edges.append((src, dst, part))
+        edges.append((src, dst, part, _config(e, f"{where}: edge {src}->{dst} config")))
     return nodes, edges
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -10,6 +12,7 @@ from typing import Any
 from headwater.engines.base import EngineSpec
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
+from headwater.plan.subscription import SubscriptionConfig
 from headwater.types import Schema, TableKind
 
 MAX_TASKS = 1024  # stream tasks of one subgraph
@@ -40,6 +43,55 @@ class Parallelism:
             raise GraphDefinitionError(f"parallelize: count must be an int in 1..{MAX_TASKS}, got {clip(self.count)}")
 
 
+MAX_ORCA_INT = 2**31 - 1  # Orca's INT arguments
+_RAFT_ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+@dataclass(frozen=True)
+class HaOptions:
+    """Orca's HA table arguments (``ha_source``, ``ha_buffer``, ``ha_sink`` and their keyed forms), kept on the table.
+
+    Headwater has no Raft groups: every table is as durable as the data directory's storage (each commit is a
+    Delta commit there, replicated when that storage is), so an HA table is the plain or keyed table of the
+    same name. ``raft_group`` and ``cache_limit`` are checked as Orca checks them and recorded (``explain()``,
+    the graph's JSON); they change nothing (no rows are cached in memory, so Orca's raising of a cache below
+    1000 rows to 1000 is not applied: the value is kept as given). ``retention_minutes`` becomes the
+    table's replay retention when the graph creates it (``session.set_stream_table_retention``).
+
+    >>> HaOptions(raft_group=2, cache_limit=100).properties()
+    {'raftGroup': 2, 'cacheLimit': 100, 'retentionMinutes': 1440}
+    >>> HaOptions(raft_group=1, cache_limit=100)
+    Traceback (most recent call last):
+    ...
+    headwater.errors.GraphDefinitionError: raft_group: expected an int > 1 (Orca's group id) or an alias such as 'group2', got 1
+    """
+
+    raft_group: int | str
+    cache_limit: int
+    retention_minutes: int | float = 1440
+
+    def __post_init__(self) -> None:
+        group = self.raft_group
+        if isinstance(group, bool) or not (
+                (isinstance(group, int) and 1 < group <= MAX_ORCA_INT)
+                or (isinstance(group, str) and _RAFT_ALIAS.fullmatch(group))):
+            raise GraphDefinitionError(f"raft_group: expected an int > 1 (Orca's group id) or an alias such as "
+                                       f"'group2', got {clip(group)}")
+        if isinstance(self.cache_limit, bool) or not isinstance(self.cache_limit, int) \
+                or not 0 < self.cache_limit <= MAX_ORCA_INT:
+            raise GraphDefinitionError(f"cache_limit: expected an int of rows in 1..{MAX_ORCA_INT}, "
+                                       f"got {clip(self.cache_limit)}")
+        minutes = self.retention_minutes
+        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or not math.isfinite(minutes) \
+                or not 0 < minutes <= MAX_ORCA_INT:
+            raise GraphDefinitionError(f"retention_minutes: expected a number of minutes > 0, e.g. 1440, "
+                                       f"got {clip(minutes)}")
+
+    def properties(self) -> dict[str, Any]:
+        return {"raftGroup": self.raft_group, "cacheLimit": self.cache_limit,
+                "retentionMinutes": self.retention_minutes}
+
+
 @dataclass(frozen=True)
 class Node:
     id: int
@@ -62,10 +114,13 @@ class TableNode(Node):
     key_columns: tuple[str, ...] = ()
     time_column: str | None = None
     private: bool = False
+    ha: HaOptions | None = None  # declared by an ha_* method (Orca's HA table): recorded, see HaOptions
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", TableRole(self.role))
         object.__setattr__(self, "table_kind", TableKind(self.table_kind))
+        if self.ha is not None and (self.private or self.table_kind is TableKind.LATEST_KEYED):
+            raise GraphDefinitionError(f"table {clip(self.name)}: HA options go only on public plain or keyed tables")
 
     @property
     def type(self) -> str:
@@ -78,6 +133,8 @@ class TableNode(Node):
             props["keyColumn"] = list(self.key_columns)
         if self.time_column:
             props["timeColumn"] = self.time_column
+        if self.ha is not None:
+            props["ha"] = self.ha.properties()
         return props
 
 
@@ -132,6 +189,8 @@ class LogicalGraph:
     fqn: str
     nodes: dict[int, Node] = field(default_factory=dict)
     edges: list[tuple[int, int]] = field(default_factory=list)
+    config: SubscriptionConfig = field(default_factory=SubscriptionConfig)  # set_config_map
+    edge_configs: dict[tuple[int, int], SubscriptionConfig] = field(default_factory=dict)  # set_local_config_once
 
     def next_id(self) -> int:
         return len(self.nodes)

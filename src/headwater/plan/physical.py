@@ -11,15 +11,18 @@ The steps follow Orca's ``submit()`` (reference A.3):
 4. **subgraphs** — maximal chains of compute nodes of equal parallelism between tables;
 5. **stream tasks** — one per partition of a subgraph.
 
-Each subgraph later becomes one Spark streaming query (see ``headwater.spark``).
+Each subgraph later becomes one Spark streaming query (see ``headwater.spark``), reading its input table
+with the graph's subscription settings (``set_config_map``) overridden by those of the edges that are its
+subscription (``set_local_config_once``; :func:`subscription_edges`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from headwater.plan.logical import ComputeNode, LogicalGraph, MapNode, Node, Parallelism, TableNode, TableRole
+from headwater.plan.subscription import SubscriptionConfig
 
 
 class Partitioning(StrEnum):
@@ -36,6 +39,7 @@ class Subgraph:
     chain: tuple[int, ...]  # compute node ids, in order
     outputs: tuple[int, ...]  # table node ids
     parallelism: Parallelism | None
+    config: SubscriptionConfig = field(default_factory=SubscriptionConfig)  # how its query reads the input (subscription settings)
 
     @property
     def task_count(self) -> int:
@@ -167,4 +171,38 @@ def plan(logical: LogicalGraph, *, private_table_fqn: str = "{graph}.private_{n}
         dst = g.nodes[d]
         shuffle = isinstance(g.nodes[s], TableNode) and isinstance(dst, ComputeNode) and dst.parallelism is not None
         edges.append(PhysicalEdge(s, d, Partitioning.SHUFFLE if shuffle else Partitioning.FORWARD))
+    subgraphs = [replace(sg, config=_subscription(logical, g.nodes, sg)) for sg in subgraphs]
     return PhysicalGraph(logical.fqn, dict(sorted(g.nodes.items())), tuple(edges), tuple(subgraphs))
+
+
+def subscription_edges(logical: LogicalGraph, nodes: dict[int, Node], sg: Subgraph) -> list[tuple[int, int]]:
+    """The logical edges whose ``set_local_config_once`` settings are the subgraph's subscription, in the order
+    they override one another: the edges into its input table (a sink or buffer creates no node in Orca, so
+    settings before it reach the next node), the edges into its first node, then those out of leading maps
+    (Orca's map creates no node either). Settings on any other edge have no effect: it joins two nodes fused
+    into one task, as Orca's cascade, or leads to a table nothing in the graph reads."""
+    head = sg.chain[0] if sg.chain else sg.outputs[0]
+    keys = [(s, sg.input) for s in logical.inputs(sg.input)] if sg.input in logical.nodes else []
+    keys += [(s, head) for s in logical.inputs(head)]
+    for a, b in zip(sg.chain, sg.chain[1:], strict=False):
+        if not isinstance(nodes[a], MapNode):
+            break
+        keys.append((a, b))
+    return keys
+
+
+def _subscription(logical: LogicalGraph, nodes: dict[int, Node], sg: Subgraph) -> SubscriptionConfig:
+    config = logical.config
+    for key in subscription_edges(logical, nodes, sg):
+        if key in logical.edge_configs:
+            config = logical.edge_configs[key].over(config)
+    table = nodes[sg.input]
+    if not (isinstance(table, TableNode) and table.role in (TableRole.SOURCE, TableRole.SOURCE_BY_NAME)):
+        config = replace(config, source_offset=None)  # Orca's sourceOffset: only where a graph's input is read
+    return config
+
+
+def edges_without_effect(logical: LogicalGraph, physical: PhysicalGraph) -> list[tuple[int, int]]:
+    """The edges given settings (``set_local_config_once``) that are no subgraph's subscription."""
+    used = {key for sg in physical.subgraphs for key in subscription_edges(logical, physical.nodes, sg)}
+    return [key for key in logical.edge_configs if key not in used]

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from headwater.catalog import FQN
 from headwater.dataplane.engine_stats import engine_rows
+from headwater.dataplane.jobs import set_start_version
 from headwater.dataplane.task import reader_bucketing
 from headwater.errors import (
     CatalogError,
@@ -44,6 +45,7 @@ from headwater.faults import fault_point
 from headwater.plan.document import dumps, from_json, plan_changes, same_definition, to_json
 from headwater.plan.logical import EngineNode, LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
+from headwater.plan.subscription import FROM_LATEST_ROW
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.checkpoint_jobs import job_rows, subjob_rows
 from headwater.runtime.compactor import Compactor
@@ -361,9 +363,12 @@ class Master:
                 path, owner = self._public_table_path(node.fqn), None
             else:
                 continue
+            # an HA table's retention_minutes (Orca's haSource...) is its replay retention; nothing else of it applies
+            retention = Retention(minutes=node.ha.retention_minutes) if node.ha is not None else None
             new_tables.append(self._create_table_files(node.fqn, path, node.schema, node.table_kind,
-                                                       node.key_columns, node.time_column, owner))
+                                                       node.key_columns, node.time_column, owner, retention))
             fault_point("submit.after_first_table")
+        self._skip_to_latest(fqn, physical, new_tables)  # before the graph exists: a recovery finds it done
         fault_point("submit.before_metadata")
         graph_id = self.store.create_graph(fqn, graph_json, SEMANTICS, new_tables=new_tables,
                                            refs=[t.fqn for t in physical.tables() if not t.private])
@@ -508,7 +513,24 @@ class Master:
             raise StreamGraphStateError(f"start stream graph {fqn}: it is {rec.status}; start_stream_graph resumes "
                                         "a stopped graph (a failed one: resubmit_stream_graph)")
         logical: LogicalGraph = _definition(rec)
-        self._start(rec, logical, plan(logical))
+        physical = plan(logical)
+        self._skip_to_latest(rec.fqn, physical)
+        self._start(rec, logical, physical)
+
+    def _skip_to_latest(self, fqn: str, physical: PhysicalGraph, new_tables: list[TableRecord] | None = None) -> None:
+        """``subscription.source_offset=-1`` on submit and start (never on a recovery): the subgraphs reading a
+        source table begin their next new micro-batch at its latest version (Orca's offset -1). ``new_tables``:
+        those a submit is creating, not yet in the catalog."""
+        made = {t.fqn: t.path for t in new_tables or []}
+        for sg in physical.subgraphs:
+            if sg.config.source_offset == FROM_LATEST_ROW:
+                table = physical.nodes[sg.input]
+                assert isinstance(table, TableNode)
+                rec = self.store.get_table(table.fqn)
+                path = made.get(table.fqn) or (rec.path if rec is not None else "")
+                if not path:
+                    raise CatalogError(f"stream table {table.fqn} is missing from the catalog")
+                set_start_version(self._graph_paths(fqn).checkpoints / sg.key(physical), latest_version(path))
 
     @recorded(EventType.RESUBMIT)
     def resubmit_graph(self, fqn: FQN) -> None:

@@ -160,7 +160,9 @@ class Worker:
                 spark, subgraph_task(physical, sg, table_paths, checkpoints, run, keep_snapshots=keep_snapshots,
                                      fence=(str(checkpoints / EPOCH_FILE), epoch) if epoch else None),
                 checkpoints / sg.key(physical), app_id=f"{fqn}#{run}/{sg.key(physical)}",
-                trigger_interval=self.trigger_interval, on_batch=record, driver_batch_rows=self.driver_batch_rows,
+                # the subgraph's subscription settings (set_config_map / set_local_config_once): throttle, batch_size
+                trigger_interval=sg.config.throttle or self.trigger_interval, on_batch=record,
+                driver_batch_rows=self.driver_batch_rows, max_rows=sg.config.max_rows,
                 fence=(checkpoints / EPOCH_FILE, epoch) if epoch else None)
             running.queries[sg.id] = _retrying(starters[sg.id], f"stream graph {fqn} subgraph {sg.id}")
 

@@ -15,6 +15,10 @@ A small micro-batch (at most ``driver_batch_rows`` input rows) is not worth a Sp
 all of the batch's stream tasks itself, as one group: the same :meth:`SubgraphTask.run_tasks`, the same
 files and the same commit. Which way a batch runs depends only on its recorded range, and files are
 named by their task group, so a replay may go either way without duplicating a row.
+
+With ``max_rows`` (the subgraph's ``subscription.batch_size``) a micro-batch covers only the commits that fit
+(:func:`headwater.dataplane.jobs.admit`), and the probe reports the end of the next such range, so that
+Spark keeps triggering micro-batches while the input holds rows not yet read.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ def _load(plan_path: str) -> Any:
 POLL_SECONDS = 0.005  # how often a waiting probe looks for the input's next commit (a stat call) ...
 IDLE_POLL_SECONDS = 0.05  # ... and once the input has not grown for IDLE_AFTER_SECONDS
 IDLE_AFTER_SECONDS = 1.0
+MAX_WAIT_SECONDS = 1.0  # a probe waits at most this long, whatever the interval (a stop waits for the probe)
 
 
 class SubgraphStreamReader(DataSourceStreamReader):
@@ -81,11 +86,13 @@ class SubgraphStreamReader(DataSourceStreamReader):
     about 1.5 % of a core.
     """
 
-    def __init__(self, input_path: str, wait_s: float = 0.0) -> None:
+    def __init__(self, input_path: str, wait_s: float = 0.0, checkpoint: str = "", max_rows: int = 0) -> None:
         # planning runs in its own Python process: keep it free of the engine stack
         self.input_path = input_path
         self.wait_s = wait_s
-        self._known: int | None = None  # the version the last probe answered (None: no probe yet)
+        self.checkpoint = checkpoint  # with max_rows: where the job records say which range comes next
+        self.max_rows = max_rows
+        self._known: int | None = None  # the version the last probe saw (None: no probe yet)
         self._grew = 0.0  # time.monotonic() when a probe last saw the input grow
 
     def initialOffset(self) -> dict:
@@ -95,16 +102,33 @@ class SubgraphStreamReader(DataSourceStreamReader):
         from headwater.storage.table_log import latest_version
 
         latest = latest_version(self.input_path, self._known or 0)
+        begin = self._next_start()
         now = time.monotonic()
         deadline = now + self.wait_s  # the first probe answers at once: the query's first trigger
         poll = POLL_SECONDS if now - self._grew < IDLE_AFTER_SECONDS else IDLE_POLL_SECONDS
-        while latest == self._known and time.monotonic() < deadline:
+        while latest == self._known and not (self.max_rows and latest > begin) and time.monotonic() < deadline:
             time.sleep(poll)
             latest = latest_version(self.input_path, latest)
         if latest != self._known:
             self._grew = time.monotonic()
         self._known = latest
-        return {"version": latest}
+        return {"version": self._end(begin, latest)}
+
+    def _next_start(self) -> int:
+        """With max_rows, where the next micro-batch starts (rows wait beyond it); else -1 (nothing waits)."""
+        if not self.max_rows:
+            return -1
+        from headwater.dataplane.jobs import next_start
+
+        return next_start(Path(self.checkpoint))
+
+    def _end(self, begin: int, latest: int) -> int:
+        if not self.max_rows:
+            return latest
+        from headwater.dataplane.jobs import admit
+        from headwater.storage.table_log import read_commit
+
+        return admit(begin, latest, lambda v: read_commit(self.input_path, v).num_rows(), self.max_rows)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return []  # the driver runs the batch (start_fused_subgraph)
@@ -148,7 +172,8 @@ class SubgraphDataSource(DataSource):
         return "version BIGINT"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return SubgraphStreamReader(self.options["input"], float(self.options.get("wait_s", 0)))
+        return SubgraphStreamReader(self.options["input"], float(self.options.get("wait_s", 0)),
+                                    self.options.get("checkpoint", ""), int(self.options.get("max_rows", 0)))
 
 
 def start_fused_subgraph(
@@ -161,17 +186,19 @@ def start_fused_subgraph(
     on_batch: Any = None,
     fence: tuple[Path, int] | None = None,
     driver_batch_rows: int = DRIVER_BATCH_ROWS,
+    max_rows: int | None = None,
 ) -> Any:
     """Start the streaming query of a fused subgraph; returns the StreamingQuery.
 
     ``fence``: (file, epoch). Before each commit the file must still hold ``epoch``: once the master has
     placed the graph elsewhere (a newer epoch), this query fails instead of committing.
     ``driver_batch_rows``: a micro-batch with at most this many input rows runs on the driver (0: never).
+    ``max_rows``: a micro-batch reads at most this many input rows (whole commits, at least one; None: all).
     """
-    from headwater.dataplane.jobs import begin_job, is_committed, write_job
+    from headwater.dataplane.jobs import admit, begin_job, is_committed, write_job
     from headwater.dataplane.task import TaskReport
     from headwater.faults import fault_point
-    from headwater.storage.table_log import Batch, latest_version, read_batch
+    from headwater.storage.table_log import Batch, latest_version, read_batch, read_commit
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"
@@ -196,7 +223,9 @@ def start_fused_subgraph(
             # are saved, and running it again would save its state over a change made since (update_rule)
             return
         created = time.time()
-        start, end = begin_job(checkpoint, batch_id, lambda known: latest_version(plan.input_path, known))
+        start, end = begin_job(checkpoint, batch_id, lambda known: admit(
+            known, latest_version(plan.input_path, known), lambda v: read_commit(plan.input_path, v).num_rows(),
+            max_rows))
         report, on_driver = run_batch(read_batch(plan.input_path, start, end))  # the batch's one read of the log
         fault_point("batch.before_commit")
         if fence is not None:
@@ -218,7 +247,8 @@ def start_fused_subgraph(
             stale.stop()
     return (
         spark.readStream.format(SOURCE_NAME).option("input", plan.input_path)
-        .option("wait_s", str(trigger_interval.total_seconds())).load()
+        .option("wait_s", str(min(trigger_interval.total_seconds(), MAX_WAIT_SECONDS)))
+        .option("checkpoint", str(checkpoint)).option("max_rows", str(max_rows or 0)).load()
         .writeStream.foreachBatch(commit_batch)
         .option("checkpointLocation", str(checkpoint / "spark"))
         .queryName(name)
