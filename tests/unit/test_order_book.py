@@ -276,3 +276,144 @@ def test_the_generated_streams_reach_every_error_case():
             seen[rule] |= {code for _, _, code in errors}
     assert seen["direct"] == {3, 4}
     assert all(seen[r] == {1, 2, 3, 4} for r in ("general", "binance_spot", "binance_futures")), seen
+
+
+# -- documented cases, one at a time --------------------------------------------------------------------------
+def row(t_ms: int, incr: bool, last: int | None = None, *, first: int | None = None, prev: int | None = None,
+        bids: dict[float, float] | None = None, asks: dict[float, float] | None = None,
+        sym: str = "BTC") -> dict[str, Any]:
+    bids, asks = bids or {}, asks or {}
+    return {"sym": sym, "incr": incr, "t": T0 + pd.Timedelta(milliseconds=t_ms), "bidPrice": list(bids),
+            "bidQty": list(bids.values()), "askPrice": list(asks), "askQty": list(asks.values()),
+            "first_id": first, "last_id": last, "prev_id": prev, "note": f"t{t_ms}"}
+
+
+def run(session: hw.Session, rule: str, rows: list[dict[str, Any]], **options: Any) -> tuple[list, list]:
+    """(output books as (note, bids, asks) with levels as (price, qty) pairs, error rows as (note time, code))."""
+    name = f"ob{next(_graphs)}"
+    out = graph(session, name, rule, parallel=False, **{"depth": 5, **options}).run_local(
+        {f"{name}_in": [arrow(rows[:2]), arrow(rows[2:])]})
+    books = [(r.note, list(zip(r.bidPrice, r.bidQty, strict=True)), list(zip(r.askPrice, r.askQty, strict=True)))
+             for r in out[f"{name}_out"].itertuples()]
+    errors = [(int((r.eventTime - T0) / pd.Timedelta(milliseconds=1)), r.code)
+              for r in out[f"{name}_errors"].itertuples()]
+    return books, errors
+
+
+def test_binance_spot_follows_binances_procedure(session):
+    """Buffered updates with u <= the snapshot's lastUpdateId are dropped, the first applied has
+    U <= lastUpdateId + 1 <= u; then u <= id is stale (1), U > id + 1 a gap (2), after which updates wait."""
+    books, errors = run(session, "binance_spot", [
+        row(0, True, 103, first=101, bids={100.0: 1.0}),
+        row(100, True, 105, first=104, bids={99.0: 2.0}, asks={102.0: 3.0}),
+        row(200, False, 103, bids={100.0: 5.0}, asks={101.0: 1.0}),
+        row(300, True, 106, first=106, asks={101.0: 0.0}),
+        row(400, True, 106, first=105, bids={1.0: 1.0}),
+        row(500, True, 110, first=109),
+        row(600, True, 111, first=111),
+    ])
+    assert books == [("t200", [(100.0, 5.0), (99.0, 2.0)], [(101.0, 1.0), (102.0, 3.0)]),
+                     ("t300", [(100.0, 5.0), (99.0, 2.0)], [(102.0, 3.0)])]
+    assert errors == [(400, 1), (500, 2)]
+
+
+def test_binance_futures_follows_binances_procedure(session):
+    """After the snapshot, u < lastUpdateId is stale, the first applied has U <= lastUpdateId <= u, each later
+    one pu == the previous u; otherwise a gap."""
+    books, errors = run(session, "binance_futures", [
+        row(0, False, 200, bids={100.0: 1.0}, asks={101.0: 1.0}),
+        row(100, True, 199, first=195, prev=194, bids={100.0: 9.0}),
+        row(200, True, 202, first=198, prev=197, bids={99.0: 2.0}),
+        row(300, True, 204, first=203, prev=202, asks={101.0: 4.0}),
+        row(400, True, 207, first=206, prev=205, asks={101.0: 0.0}),
+    ])
+    assert [b[0] for b in books] == ["t0", "t200", "t300"]
+    assert books[-1][1:] == ([(100.0, 1.0), (99.0, 2.0)], [(101.0, 4.0)])
+    assert errors == [(100, 1), (400, 2)]
+
+
+@pytest.mark.parametrize(("second_ms", "replayed"), [(1000, True), (1001, False)])
+def test_a_snapshot_replays_the_updates_of_the_last_caching_interval(session, second_ms, replayed):
+    """general: updates are cached while within caching_interval of the newest; an older snapshot catches up
+    through them, or finds a gap where the interval dropped one."""
+    books, errors = run(session, "general", [
+        row(0, True, 11, prev=10, bids={99.0: 1.0}),
+        row(second_ms, True, 12, prev=11, bids={98.0: 1.0}),
+        row(second_ms, False, 10, bids={100.0: 1.0}),
+    ], caching_interval=1000)
+    if replayed:
+        assert books == [(f"t{second_ms}", [(100.0, 1.0), (99.0, 1.0), (98.0, 1.0)], [])]
+        assert errors == []
+    else:
+        assert books == []
+        assert errors == [(second_ms, 2)]
+
+
+def test_cached_updates_keep_cached_depth_levels(session):
+    books, _ = run(session, "general", [
+        row(0, True, 11, prev=10, bids={99.0: 1.0, 98.0: 1.0}),
+        row(10, False, 10, bids={100.0: 1.0}),
+    ], cached_depth=1)
+    assert books == [("t10", [(100.0, 1.0), (99.0, 1.0)], [])]
+
+
+def test_timeout_and_crossed_book_in_event_time(session):
+    """direct: a row more than ``timeout`` of event time after the symbol's last book reports 3 (once, until a
+    book is made), a best bid at or above the best ask 4; both books are still output."""
+    books, errors = run(session, "direct", [
+        row(0, False, bids={100.0: 1.0}, asks={101.0: 1.0}),
+        row(1000, True, bids={100.0: 2.0}),
+        row(2001, True, bids={101.0: 1.0}),
+        row(2002, True, sym="ETH", bids={5.0: 1.0}, asks={4.0: 1.0}),
+    ], timeout=1000)
+    assert [b[0] for b in books] == ["t0", "t1000", "t2001", "t2002"]
+    assert errors == [(2001, 3), (2001, 4), (2002, 4)]  # ETH's first row: its clock starts there
+
+
+def test_a_symbol_depth_dict_ignores_unlisted_symbols(session):
+    books, errors = run(session, "direct", [
+        row(0, False, bids={101.0: 1.0}, asks={100.0: 1.0}, sym="ETH"),
+        row(1, False, bids={1.0: 1.0, 2.0: 1.0}, asks={3.0: 1.0}),
+    ], depth={"BTC": 1})
+    assert books == [("t1", [(2.0, 1.0)], [(3.0, 1.0)])]
+    assert errors == []
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"depth": 0}, "depth must be an int in 1..5000"),
+    ({"depth": 5001}, "depth must be an int in 1..5000"),
+    ({"depth": {"BTC": 0}}, r"depth\['BTC'\] must be an int"),
+    ({"depth": {}}, "needs 1..100000 symbols"),
+    ({"cached_depth": 10**6}, "cached_depth must be an int"),
+    ({"update_rule": "binance"}, "expected one of direct, general, binance_spot, binance_futures"),
+    ({"input_col_map": {"symbol": "nope"}}, "field 'symbol' .mapped to 'nope'. is no input column"),
+    ({"input_col_map": {"price": "note"}}, "'price' is not a field of the engine"),
+    ({"input_col_map": {"updateId": "last_id"}}, "maps 'updateId', which update_rule 'direct' does not read"),
+    ({"input_col_map": {"symbol": "note", "eventTime": "t", "isIncremental": "incr"}}, None),
+    ({"input_col_map": {"symbol": "sym", "eventTime": "t", "isIncremental": "incr", "askQty": "askPrice"}},
+     "mapped to more than one field"),
+    ({"input_col_map": {"symbol": "sym", "eventTime": "last_id", "isIncremental": "incr"}},
+     "field 'eventTime' is column 'last_id' of type long; expected timestamp"),
+    ({"caching_interval": 0}, "caching_interval: duration must be positive"),
+    ({"caching_interval": 86_400_001}, "at most 24h"),
+    ({"timeout": "2d"}, "at most 24h"),
+    ({"timeout": -1}, None),
+    ({"error_table": "book_in"}, "error_table 'book_in' is already a table of this graph"),
+])
+def test_definitions_are_checked_on_the_users_line(session, options, message):
+    g = session.stream_graph(f"def{next(_graphs)}")
+    src = g.source("book_in", schema=SCHEMA)
+    arguments = {"depth": 5, "input_col_map": BASE_MAP, **options}
+    if message is None:
+        src.crypto_order_book_engine(**arguments)
+        return
+    with pytest.raises(hw.HeadwaterError, match=message):
+        src.crypto_order_book_engine(**arguments)
+
+
+def test_rows_past_the_level_limit_are_refused(session):
+    from headwater.engines.order_book import MAX_LEVELS
+
+    wide = row(0, False, bids={float(p): 1.0 for p in range(MAX_LEVELS + 1)})
+    with pytest.raises(hw.SchemaError, match=f"holds {MAX_LEVELS + 1} levels; at most {MAX_LEVELS}"):
+        run(session, "direct", [wide])

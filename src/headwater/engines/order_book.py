@@ -168,6 +168,9 @@ def _milliseconds(a: Argument, *, off: bool) -> timedelta | None:
     if off and (value is None or (isinstance(value, int) and not isinstance(value, bool) and value == -1)):
         return None
     if isinstance(value, int) and not isinstance(value, bool):
+        if value > to_micros(MAX_INTERVAL) // 1000:
+            raise GraphDefinitionError(f"{a.where}: at most {format_duration(MAX_INTERVAL)} "
+                                       f"({to_micros(MAX_INTERVAL) // 1000} ms), got {clip(value)}")
         value = timedelta(milliseconds=value) if value > 0 else f"{value}ms"
     delta = parse_duration(value, where=a.where)
     if delta > MAX_INTERVAL:
@@ -316,8 +319,8 @@ class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
         return KeyedState(KeyTable(), {"book": np.empty(0, dtype=object)}, {"dropped": 0})
 
     def stats(self, state: Any) -> dict[str, int]:
-        """``keys``: symbols with a book; ``late_rows``: updates dropped as stale or out of order, and rows with a
-        NULL in a field the engine reads."""
+        """``keys``: symbols with a book; ``late_rows``: updates dropped as stale or out of order, and rows skipped
+        (a NULL in a field the engine reads, or prices without their quantities)."""
         return {"keys": len(state.keys), "late_rows": int(state.rest.get("dropped", 0))}
 
     def process(self, state: KeyedState, table: pa.Table, *, batch_time: float = 0.0) -> tuple[KeyedState, pa.Table]:
@@ -364,7 +367,9 @@ class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
             needs_ids = self.rule != "direct" and (last[i] is None or (incremental[i] and (
                 prev[i] is None if self.rule == "general" else
                 first[i] is None or (self.rule == "binance_futures" and prev[i] is None))))
-            if incremental[i] is None or times[i] is None or needs_ids:
+            unpaired = any(len(books[p][i] or ()) != len(books[q][i] or ())
+                           for p, q in (("bidPrice", "bidQty"), ("askPrice", "askQty")))
+            if incremental[i] is None or times[i] is None or needs_ids or unpaired:
                 dropped += 1
                 continue
             keep.append(i)
@@ -388,12 +393,6 @@ class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
             symbol, t = symbols[i], times[i]
             row = (t, first[i], last[i], prev[i], books["bidPrice"][i] or [], books["bidQty"][i] or [],
                    books["askPrice"][i] or [], books["askQty"][i] or [])
-            for side in ("bid", "ask"):
-                if len(row[4 if side == "bid" else 6]) != len(row[5 if side == "bid" else 7]):
-                    raise SchemaError(f"{self.spec.where}: a row of symbol {clip(symbol)} has "
-                                      f"{len(row[4 if side == 'bid' else 6])} {side} prices and "
-                                      f"{len(row[5 if side == 'bid' else 7])} quantities; each price needs its "
-                                      "quantity")
             codes: list[int] = []
             if self.timeout is not None and not book.timed_out and t - book.book_time > self.timeout:
                 codes.append(TIMEOUT)
