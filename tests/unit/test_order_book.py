@@ -417,3 +417,16 @@ def test_rows_past_the_level_limit_are_refused(session):
     wide = row(0, False, bids={float(p): 1.0 for p in range(MAX_LEVELS + 1)})
     with pytest.raises(hw.SchemaError, match=f"holds {MAX_LEVELS + 1} levels; at most {MAX_LEVELS}"):
         run(session, "direct", [wide])
+
+
+def test_the_engine_round_trips_through_the_plan_document(session):
+    g = graph(session, f"doc{next(_graphs)}", "binance_futures", parallel=True, depth={"BTC": 2, "ETH": 3},
+              cached_depth=4, timeout="3s", caching_interval=2000)
+    again = hw.StreamGraph.from_json(session, g.to_json())
+    assert again.to_json() == g.to_json()
+    props = next(n for n in g.logical_graph.nodes.values() if n.type == "CRYPTO_ORDER_BOOK_ENGINE").properties()
+    assert props["depth"] == {"BTC": 2, "ETH": 3}
+    assert (props["updateRule"], props["cachingInterval"], props["timeout"], props["cachedDepth"]) == \
+        ("binance_futures", 2000, 3000, 4)
+    assert props["inputColMap"]["prevLastUpdateId"] == "prev_id"
+    assert "errors" in g.explain()
