@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the engine_families package beside this script
-from engine_families import alerts, calendars, cross, joins, keyed_joins, pricing, time_windows
+from engine_families import alerts, calendars, cross, joins, keyed_joins, order_book, pricing, time_windows
 from engine_families.common import FLUSH, TOLERANCE, Family, Workload, ddl
 from engine_families.joins import asof_spark_batch
 
@@ -60,7 +60,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "engines.json"
 CATALOG = "bench"
 # each: FAMILIES, add_arguments(parser), QUICK (smoke-run sizes)
-MODULES = (time_windows, calendars, cross, joins, keyed_joins, alerts, pricing)
+MODULES = (time_windows, calendars, cross, joins, keyed_joins, alerts, pricing, order_book)
 FAMILIES = {f.name: f for module in MODULES for f in module.FAMILIES}
 
 
@@ -239,8 +239,8 @@ def normalise(df: pd.DataFrame, columns: list[str], keys: list[str]) -> pd.DataF
             if col.dt.tz is not None:  # Spark's Parquet: UTC timestamps
                 col = col.dt.tz_convert("UTC").dt.tz_localize(None)
             out[c] = col.astype("datetime64[ns]")
-        elif out[c].dtype == object:
-            out[c] = out[c].astype(str)
+        elif out[c].dtype == object:  # text; array vectors (lists, or arrays from Parquet) as lists of floats
+            out[c] = [str([float(x) for x in v]) if isinstance(v, list | np.ndarray) else str(v) for v in out[c]]
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 

@@ -23,9 +23,10 @@ WARM_ROWS = 50_000  # per warm-up table: above driver_batch_rows (20,000), so th
 TICKS = {"time": "timestamp", "sym": "string", "price": "double", "volume": "long"}
 TRADES = {"time": "timestamp", "sym": "string", "price": "double", "qty": "long"}
 QUOTES = {"time": "timestamp", "sym": "string", "bid": "double", "ask": "double"}
-DDL = {"string": "string", "double": "double", "long": "bigint", "timestamp": "timestamp", "date": "date"}
+DDL = {"string": "string", "double": "double", "long": "bigint", "timestamp": "timestamp", "date": "date",
+       "bool": "boolean", "double[]": "array<double>"}
 ARROW = {"string": pa.string(), "double": pa.float64(), "long": pa.int64(), "timestamp": pa.timestamp("us"),
-         "date": pa.date32()}
+         "date": pa.date32(), "bool": pa.bool_(), "double[]": pa.list_(pa.float64())}
 
 
 # -- workloads ------------------------------------------------------------------------------------------

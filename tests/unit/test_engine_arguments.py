@@ -58,7 +58,14 @@ VALID = {
     "rule_engine": dict(rule_sets={None: ["price > 1"]}, output_columns=["sym"], policy="shortcut",
                         rule_set_column=None),
     "reactive_state_engine": dict(metrics=["cumsum(price)"], key_column="sym"),
+    "crypto_order_book_engine": dict(depth=5, input_col_map={"symbol": "sym", "eventTime": "time",
+                                                             "prevUpdateId": "prev_id", "updateId": "qty"},
+                                     update_rule="general", caching_interval=5000, timeout=None, cached_depth=None,
+                                     error_table=None),
 }
+BOOK = {"time": "timestamp", "sym": "string", "isIncremental": "bool", "askPrice": "double[]", "askQty": "double[]",
+        "bidPrice": "double[]", "bidQty": "double[]", "qty": "long", "prev_id": "long", "price": "double"}
+SOURCES = {"crypto_order_book_engine": BOOK}  # engines whose input is not TRADES
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +81,7 @@ _graphs = itertools.count()
 
 def define(session: hw.Session, method: str, arguments: dict) -> None:
     g = session.stream_graph(f"g{next(_graphs)}")
-    left, right = g.source("trades", schema=TRADES), g.source("quotes", schema=QUOTES)
+    left, right = g.source("trades", schema=SOURCES.get(method, TRADES)), g.source("quotes", schema=QUOTES)
     getattr(left, method)(*([right] if "join" in method else []), **arguments).sink("out")
     g.plan()
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import headwater as hw
-from tests.unit.test_engine_arguments import QUOTES, TRADES, VALID
+from tests.unit.test_engine_arguments import QUOTES, SOURCES, TRADES, VALID
 
 T0 = pd.Timestamp("2026-11-25 09:30")
 ODD_TIMES = [None, pd.Timestamp("1970-01-01"), pd.Timestamp("2262-04-01"), pd.Timestamp("1677-09-22"), T0, T0]
@@ -34,6 +34,12 @@ def hostile(schema: dict[str, str], rng: np.random.Generator, rows: int = 40) ->
             values[rng.random(rows) < 0.05] = np.inf
             values[rng.random(rows) < 0.05] = -np.inf
             frame[column] = values
+        elif kind == "bool":
+            frame[column] = pd.array([None if rng.random() < 0.1 else bool(x) for x in rng.integers(0, 2, rows)],
+                                     dtype="boolean")
+        elif kind == "double[]":  # pairs of arrays (prices, quantities) have equal lengths: 2 each, or NULL
+            frame[column] = [None if rng.random() < 0.1 else [float(rng.choice([np.nan, np.inf, 0.0, 1.5, -2.0])),
+                                                              float(rng.normal(100, 5))] for _ in range(rows)]
         else:
             frame[column] = pd.array([None if rng.random() < 0.1 else int(x)
                                       for x in rng.integers(-2**62, 2**62, rows)], dtype="Int64")
@@ -56,11 +62,12 @@ _graphs = itertools.count()
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hostile_rows_run_and_replay_identically(session, method, seed):
     rng = np.random.default_rng(seed)
-    inputs = {"trades": [hostile(TRADES, rng), hostile(TRADES, rng)]}
+    source = SOURCES.get(method, TRADES)
+    inputs = {"trades": [hostile(source, rng), hostile(source, rng)]}
     if "join" in method:
         inputs["quotes"] = [hostile(QUOTES, rng), hostile(QUOTES, rng)]
     g = session.stream_graph(f"g{next(_graphs)}")
-    left, right = g.source("trades", schema=TRADES), g.source("quotes", schema=QUOTES)
+    left, right = g.source("trades", schema=source), g.source("quotes", schema=QUOTES)
     getattr(left, method)(*([right] if "join" in method else []), **VALID[method]).sink("out")
     first, again = g.run_local(inputs)["out"], g.run_local(inputs)["out"]
     if method == "cross_sectional_engine":  # per_batch triggers stamp rows with the batch's processing time

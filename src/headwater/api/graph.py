@@ -25,6 +25,7 @@ from headwater.engines.arguments import as_tuple, from_arguments
 from headwater.engines.base import EngineSpec
 from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.daily_time_series import DailyTimeSeriesEngine
+from headwater.engines.order_book import CryptoOrderBookEngine
 from headwater.engines.pricing import PricingEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
@@ -392,20 +393,22 @@ class DStream(JoinMethods):
         """Declare the engine ``spec`` builds from an engine method's ``arguments`` (its ``locals()``): each argument
         converted as the spec's field declares (``headwater.engines.arguments``)."""
         name = self.graph._engine_name(spec.kind, self.node_id)
-        late_rows_table = arguments.get("late_rows_table")
-        late = None if late_rows_table is None else self.graph._table_fqn(late_rows_table)
-        engine = from_arguments(spec, {**arguments, "late_rows_table": None if late is None else str(late)},
+        side = spec.side_table_argument  # late_rows_table, or error_table
+        side_table = arguments.get(side)
+        late = None if side_table is None else self.graph._table_fqn(side_table)
+        engine = from_arguments(spec, {**arguments, side: None if late is None else str(late)},
                                 name=name, input_schema=self.node.schema)
         fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
         node = EngineNode(self.graph._graph.next_id(), name, engine.output_schema(), parallelism=self.parallelism,
                           spec=engine, fqn=str(fqn))
         if late is not None and self.graph._find_table(late) is not None:
-            raise GraphDefinitionError(f"{spec.kind} {clip(name)}: late_rows_table {clip(late.name)} is already a table "
-                                       "of this graph; give the engine's late rows a table of their own")
+            raise GraphDefinitionError(f"{spec.kind} {clip(name)}: {side} {clip(late.name)} is already a table "
+                                       "of this graph; give the engine's side table a name of its own")
         stream = self._add(node)
         if late is not None:  # beside the engine, not downstream of it: no edge, no stream task of its own
-            self.graph._graph.add(TableNode(self.graph._graph.next_id(), late.name, self.node.schema, fqn=str(late),
-                                            role=TableRole.LATE_ROWS))
+            self.graph._graph.add(TableNode(self.graph._graph.next_id(), late.name,
+                                            engine.side_table_schema(self.node.schema), fqn=str(late),
+                                            role=TableRole(spec.side_table_role)))
         return stream
 
     def time_series_engine(
@@ -723,6 +726,30 @@ class DStream(JoinMethods):
                 "reactive_stateless_engine: formulas read cells of any key, so it runs as one task; remove parallelize"
             )
         return self._engine(ReactiveStatelessEngine, locals())
+
+    def crypto_order_book_engine(
+        self,
+        *,
+        depth: int | Mapping[str, int],
+        input_col_map: Mapping[str, str] | None = None,
+        update_rule: str = "direct",
+        error_table: str | None = None,
+        caching_interval: int | str | timedelta = timedelta(seconds=5),
+        timeout: int | str | timedelta | None = None,
+        cached_depth: int | Mapping[str, int] | None = None,
+    ) -> DStream:
+        """Keep per-symbol order books from full snapshots and incremental updates; emit each new book's best
+        ``depth`` levels (Orca's cryptoOrderBookEngine).
+
+        ``input_col_map`` maps the engine's fields (``symbol``, ``isIncremental``, ``eventTime``, ``askPrice``,
+        ``askQty``, ``bidPrice``, ``bidQty`` and the rule's update ids) to input columns; unmapped fields are
+        columns of their own name. ``update_rule``: ``"direct"``, ``"general"``, ``"binance_spot"`` or
+        ``"binance_futures"``. ``depth`` (and ``cached_depth``): an int, or a dict of symbol to int (other
+        symbols are ignored). ``caching_interval`` and ``timeout`` count event time (Orca's int milliseconds, or
+        ``"5s"``). ``error_table`` names a table of the graph's catalog for the error rows (stale, gap, timeout,
+        crossed book). Output columns are the input's. See ``headwater.engines.order_book``.
+        """
+        return self._engine(CryptoOrderBookEngine, locals())
 
     # -- edges -------------------------------------------------------------------------------------
     def pricing_engine(

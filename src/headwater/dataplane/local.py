@@ -116,7 +116,7 @@ def run_local(physical: PhysicalGraph, inputs: Mapping[str, Frames | Sequence[Fr
               clock: Clock | None = None) -> LocalResult:
     """Feed ``inputs`` (table name -> frame, or a list of frames: one micro-batch each) through the graph.
 
-    Returns every table the graph writes (sinks, buffers, engines' late rows tables; private tables excluded)
+    Returns every table the graph writes (sinks, buffers, engines' late rows and error tables; private tables excluded)
     as a pandas DataFrame in commit order, and the engines' statistics (``.engine_stats``). ``clock``: the
     processing time of each round of micro-batches (the i-th frame of every input, and what it causes
     downstream), which system-time engines see: a list of times, one per round, or a function called once per
@@ -139,7 +139,7 @@ def run_local(physical: PhysicalGraph, inputs: Mapping[str, Frames | Sequence[Fr
         runner.step(at=times[i])
     runner.run_until_idle(at=times[-1] if times else None)
     written = {physical.nodes[o].name for sg in physical.subgraphs for o in sg.outputs}
-    written |= {n.name for n in physical.tables() if n.role == TableRole.LATE_ROWS}
+    written |= {n.name for n in physical.tables() if n.role in (TableRole.LATE_ROWS, TableRole.ERRORS)}
     result = LocalResult({n.name: runner.read(n.name) for n in physical.tables() if n.name in written and not n.private})
     result.engine_stats = pd.DataFrame(engine_rows(physical, root / "checkpoints"), columns=STAT_COLUMNS)
     return result

@@ -93,8 +93,8 @@ class SubgraphTask:
     outputs: tuple[tuple[str, Schema], ...]
     state_root: str
     output_buckets: tuple[Bucketing | None, ...] = ()  # per output: how its parallel reader partitions it
-    # per engine of the chain with a late_rows_table: (engine name, table path, table schema); the files of the
-    # j-th are numbered len(outputs) + j, and committed with the outputs' in the same micro-batch
+    # per engine of the chain with a side table (late or error rows): (engine name, table path, table schema);
+    # the files of the j-th are numbered len(outputs) + j, and committed with the outputs' in the same micro-batch
     late_outputs: tuple[tuple[str, str, Schema], ...] = ()
     keep_snapshots: int = KEEP_SNAPSHOTS  # per engine and task (checkpoint_config's max_retained_checkpoints)
     # (epoch file, epoch) of the worker's placement: a task whose placement is no longer current saves no state
@@ -252,10 +252,11 @@ class SubgraphTask:
                 t = clock()
                 state, out, dropped = processor.process_routed(processor.new_state() if state is None else state,
                                                                rows, batch_time=batch.time)
-                if node.name in routed and dropped is not None and dropped.any():
-                    schema = routed[node.name]
-                    late.setdefault(node.name, []).append(
-                        rows.filter(pa.array(dropped)).select(list(schema.names)).cast(schema.to_arrow()))
+                if node.name in routed and dropped is not None and len(dropped) and \
+                        (isinstance(dropped, pa.Table) or dropped.any()):
+                    schema = routed[node.name]  # the rows themselves (error rows), or a mask of input rows
+                    aside = dropped if isinstance(dropped, pa.Table) else rows.filter(pa.array(dropped))
+                    late.setdefault(node.name, []).append(aside.select(list(schema.names)).cast(schema.to_arrow()))
                 rows = out
                 seconds["kernel"] += clock() - t
                 new_states.append((store, state, processor.stats(state)))

@@ -47,6 +47,7 @@ class EngineKind(StrEnum):
     LEFT_SEMI_JOIN = "LEFT_SEMI_JOIN_ENGINE"
     SNAPSHOT_JOIN = "SNAPSHOT_JOIN_ENGINE"
     PRICING = "PRICING_ENGINE"
+    CRYPTO_ORDER_BOOK = "CRYPTO_ORDER_BOOK_ENGINE"
 
 
 SEQ = "_hw_seq"  # total order of rows within a stream (append order); reserved name
@@ -79,10 +80,12 @@ class Processor(abc.ABC):
         """
 
     def process_routed(self, state: Any, table: pa.Table, *,
-                       batch_time: float = 0.0) -> tuple[Any, pa.Table, np.ndarray | None]:
-        """:meth:`process`, and which input rows it dropped as late: a boolean mask over ``table``'s rows, or
-        None when it drops none. The data plane calls this, and writes those rows to the engine's
-        ``late_rows_table`` if it has one; engines that drop late rows derive from :class:`LateRowsProcessor`."""
+                       batch_time: float = 0.0) -> tuple[Any, pa.Table, np.ndarray | pa.Table | None]:
+        """:meth:`process`, and the rows it routes aside: which input rows it dropped as late (a boolean mask over
+        ``table``'s rows), or rows of its own in its side table's schema (an engine's error rows), or None when
+        there are none. The data plane calls this, and writes those rows to the engine's side table
+        (:attr:`EngineSpec.late_rows_fqn`) if it has one; engines that drop late rows derive from
+        :class:`LateRowsProcessor`."""
         state, out = self.process(state, table, batch_time=batch_time)
         return state, out, None
 
@@ -150,10 +153,20 @@ class EngineSpec(abc.ABC):
     def properties(self) -> dict[str, Any]:
         """JSON-ready parameters, shown by explain() and stored with the graph."""
 
+    side_table_argument: ClassVar[str] = "late_rows_table"
+    """The argument naming the engine's side table, where the rows it routes aside go: its late rows (the time
+    engines' ``late_rows_table``) or its error rows (the order book engine's ``error_table``)."""
+    side_table_role: ClassVar[str] = "late_rows"  # the side table's TableRole
+
     @property
     def late_rows_fqn(self) -> str | None:
-        """The public table the engine's late rows go to (engines with a ``late_rows_table``), else None."""
-        return getattr(self, "late_rows_table", None)
+        """The public table the engine's late (or error) rows go to (its side table), else None."""
+        value = getattr(self, self.side_table_argument, None)
+        return value if isinstance(value, str) else None
+
+    def side_table_schema(self, input_schema: Schema) -> Schema:
+        """The columns of the side table: the engine's input columns (late rows), unless the engine says."""
+        return input_schema
 
 
 @dataclass(frozen=True)

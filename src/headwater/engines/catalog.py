@@ -18,6 +18,7 @@ from headwater.engines.joins import (
     SnapshotJoinEngine,
     WindowJoinEngine,
 )
+from headwater.engines.order_book import CryptoOrderBookEngine
 from headwater.engines.pricing import PricingEngine
 from headwater.engines.reactive_state import (
     DualOwnershipReactiveStateEngine,
@@ -34,7 +35,6 @@ SPECS: dict[EngineKind, type[EngineSpec]] = {spec.kind: spec for spec in (
     TimeSeriesEngine, SessionWindowEngine, TimeBucketEngine, DailyTimeSeriesEngine, CrossSectionalEngine,
     ReactiveStateEngine, NarrowReactiveStateEngine, DualOwnershipReactiveStateEngine, ReactiveStatelessEngine,
     AnomalyDetectionEngine, RuleEngine, AsofJoinEngine, WindowJoinEngine, EqualJoinEngine, LookupJoinEngine,
-    LeftSemiJoinEngine, SnapshotJoinEngine,
-    PricingEngine,
+    LeftSemiJoinEngine, SnapshotJoinEngine, PricingEngine, CryptoOrderBookEngine,
 )}
 """Adding an engine means adding its spec here (``tests/unit/test_plan_document.py`` checks every kind is)."""

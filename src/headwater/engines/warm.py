@@ -72,8 +72,14 @@ ENGINES: dict[EngineKind, dict[str, Any]] = {
     EngineKind.SNAPSHOT_JOIN: {"metrics": ["x", "right.x as rx"], "time_column": "time"},
     EngineKind.PRICING: {"time_column": "time", "type_column": "v", "security_type": [0, 1],
                          "method": ["x * 2", "x + 1"], "extra_metrics": ["x as x"]},
+    EngineKind.CRYPTO_ORDER_BOOK: {"depth": 5, "input_col_map": {"symbol": "sym", "eventTime": "time"}},
 }
 """One small engine of each kind, as its ``DStream`` method's arguments (joins: both sides ``SCHEMA``, on ``sym``)."""
+
+SCHEMAS: dict[EngineKind, Schema] = {EngineKind.CRYPTO_ORDER_BOOK: Schema.parse(
+    {"time": "timestamp", "sym": "string", "isIncremental": "bool", **dict.fromkeys(
+        ("askPrice", "askQty", "bidPrice", "bidQty"), "double[]")})}
+"""The input of the engines that do not read ``SCHEMA``."""
 
 
 def warm_up() -> None:
@@ -134,7 +140,7 @@ def engine_spec(kind: EngineKind) -> EngineSpec:
         return from_arguments(spec, {"self": None, **arguments}, name=name, left_schema=SCHEMA, right_schema=SCHEMA,
                               metrics=to_metrics(arguments["metrics"], where=name), matching_column=("sym",),
                               right_matching_column=("sym",), **times)
-    return from_arguments(spec, {"self": None, **arguments}, name=name, input_schema=SCHEMA)
+    return from_arguments(spec, {"self": None, **arguments}, name=name, input_schema=SCHEMAS.get(kind, SCHEMA))
 
 
 def run_engine(kind: EngineKind, rows: Callable[[Schema, int], pa.Table] | None = None) -> None:
@@ -164,6 +170,8 @@ def sample_rows(schema: Schema, batch: int) -> pa.Table:
             values = (i % 7) + 0.5
         elif pa.types.is_boolean(t):
             values = i % 2 == 0
+        elif pa.types.is_list(t):  # array vectors: two elements a row
+            values = [[float(x % 7) + 1.0, float(x % 7) + 2.0] for x in i]
         else:  # integers; a join's side column alternates left (0) and right (1)
             values = i % 2
         columns.append(pa.array(values).cast(t))

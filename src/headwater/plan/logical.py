@@ -26,6 +26,7 @@ class TableRole(StrEnum):
     BUFFER = "buffer"
     SINK = "sink"
     LATE_ROWS = "late_rows"  # an engine's late rows (``late_rows_table``): written beside the engine's output
+    ERRORS = "errors"  # an engine's error rows (the order book engine's ``error_table``): likewise
 
 
 @dataclass(frozen=True)
