@@ -297,6 +297,12 @@ class DStream(JoinMethods):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_TASKS:
             raise GraphDefinitionError(
                 f"parallelize on {clip(self.node.name)}: count must be an int in 1..{MAX_TASKS}, got {clip(count)}")
+        changes = self._changelog_input()
+        if changes is not None and real not in changes.key_columns:
+            raise GraphDefinitionError(
+                f"parallelize on {clip(self.node.name)}: {clip(real)} is not a key column of the change log "
+                f"{clip(changes.name)} ({', '.join(changes.key_columns)}): changes of one key would run in different "
+                "tasks and could reach a sink out of order; parallelize by a key column")
         return replace(self, parallelism=Parallelism(real, count))
 
     def sync(self) -> DStream:
