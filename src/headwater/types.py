@@ -103,6 +103,7 @@ class TableKind(StrEnum):
     PLAIN = "plain"
     KEYED = "keyed"
     LATEST_KEYED = "latest_keyed"
+    CHANGELOG = "changelog"  # every change row kept; readers see changes or the net state (storage.changelog)
 
 
 RESERVED_PREFIX = "_hw_"  # hidden columns: _hw_seq (stream order), _hw_pos (bucketed files)

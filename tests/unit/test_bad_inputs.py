@@ -100,3 +100,11 @@ def test_non_frames_are_schema_errors(session):
 def test_reserved_column_names_are_refused(session, declare):
     with pytest.raises(hw.SchemaError, match="is reserved"):
         declare(session, session.stream_graph("g"))
+
+
+def test_a_huge_unknown_change_log_operation_gives_a_bounded_message(session):
+    session.create_stream_table("moves", {"changelog_type": "string", "id": "long"}, kind="changelog", key_column="id")
+    with pytest.raises(hw.SchemaError, match="is not an operation; expected one of 'N', 'U', 'D'") as info:
+        session.append("moves", pd.DataFrame({"changelog_type": ["x" * 1_000_000], "id": [1]}))
+    assert len(str(info.value)) < 400
+    assert session.stream_table_meta("moves")["rows"].tolist() == [0]

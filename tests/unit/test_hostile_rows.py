@@ -74,3 +74,21 @@ def test_hostile_rows_run_and_replay_identically(session, method, seed):
         first, again = first.drop(columns="time"), again.drop(columns="time")
     pd.testing.assert_frame_equal(first, again)
     assert len(first) > 0 or method in {"equal_join_engine", "time_bucket_engine", "cross_sectional_engine"}
+
+
+def test_hostile_rows_into_a_change_log_are_refused_or_stored_as_written(session):
+    """NULL keys are refused whole (nothing stored); NULL operations are upserts, stored as written with every
+    NaN, inf and odd time; a change-log sink replays identically."""
+    rng = np.random.default_rng(7)
+    frame = hostile(TRADES, rng)
+    frame.insert(0, "changelog_type", rng.choice(np.array(["N", "U", "D", None], dtype=object), len(frame)))
+    assert frame["sym"].isna().any()
+    g = session.stream_graph(f"g{next(_graphs)}")
+    g.changelog_source("moves", "sym", TRADES).map(list(frame.columns)).changelog_sink("book", "sym")
+    with pytest.raises(hw.SchemaError, match="key column 'sym' is NULL"):
+        g.run_local({"moves": frame})
+    kept = [frame[frame["sym"].notna()].iloc[:20], frame[frame["sym"].notna()].iloc[20:]]
+    first, again = g.run_local({"moves": kept})["book"], g.run_local({"moves": kept})["book"]
+    pd.testing.assert_frame_equal(first, again)
+    want = pd.concat(kept, ignore_index=True)
+    pd.testing.assert_frame_equal(first[list(want.columns)], want, check_dtype=False)

@@ -11,7 +11,7 @@ import datetime as dt
 import hashlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,7 +22,7 @@ from headwater.api.joins import JoinMethods
 from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
 from headwater.engines.anomaly import AnomalyDetectionEngine
 from headwater.engines.arguments import as_tuple, from_arguments
-from headwater.engines.base import EngineSpec
+from headwater.engines.base import EngineKind, EngineSpec
 from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.engines.order_book import CryptoOrderBookEngine
@@ -38,8 +38,8 @@ from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_bucket import TimeBucketEngine
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.errors import GraphDefinitionError, SchemaError, clip
-from headwater.expr import Alias, Expr
-from headwater.functions import default_name, infer_type
+from headwater.expr import Alias, Call, Col, Expr, Lit
+from headwater.functions import FUNCTIONS, default_name, infer_type
 from headwater.parse import metric_items, parse_expr, to_metric
 from headwater.plan.document import dumps, from_json, to_json
 from headwater.plan.logical import (
@@ -58,6 +58,7 @@ from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import explain_logical, explain_physical, to_dot
 from headwater.plan.subscription import SubscriptionConfig
 from headwater.runtime.checkpoint_config import CheckpointConfig
+from headwater.storage.changelog import OP_COLUMN
 from headwater.types import Schema, TableKind
 
 if TYPE_CHECKING:
@@ -171,6 +172,14 @@ class StreamGraph:
                         raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
         """Orca's haKeyedSource: ``keyed_source`` with Orca's HA arguments (see :meth:`ha_source`)."""
         return self._source(name, schema, TableKind.KEYED, key_column, ha=_ha(locals()))
+
+    def changelog_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema) -> DStream:
+        """A source of changes to a keyed state (Orca 3.00.5 changelogSource): a string column ``changelog_type``
+        ('N' insert, 'U' update, 'D' delete, NULL upsert) is added first unless ``schema`` declares it. Engines
+        downstream receive the change rows; SQL reads the net state (``headwater.storage.changelog``)."""
+        parsed = _with_op_column(Schema.parse(schema, where=f"changelog_source {clip(name)}"), key_column,
+                                 f"changelog_source {clip(name)}")
+        return self._source(name, parsed, TableKind.CHANGELOG, key_column)
 
     def source_by_name(self, name: str) -> DStream:
         """Read an existing public stream table (another graph's sink, a standalone table, or this graph's)."""
@@ -343,6 +352,12 @@ class DStream(JoinMethods):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_TASKS:
             raise GraphDefinitionError(
                 f"parallelize on {clip(self.node.name)}: count must be an int in 1..{MAX_TASKS}, got {clip(count)}")
+        changes = self._changelog_input()
+        if changes is not None and real not in changes.key_columns:
+            raise GraphDefinitionError(
+                f"parallelize on {clip(self.node.name)}: {clip(real)} is not a key column of the change log "
+                f"{clip(changes.name)} ({', '.join(changes.key_columns)}): changes of one key would run in different "
+                "tasks and could reach a sink out of order; parallelize by a key column")
         return replace(self, parallelism=Parallelism(real, count))
 
     def sync(self) -> DStream:
@@ -393,11 +408,14 @@ class DStream(JoinMethods):
         """Declare the engine ``spec`` builds from an engine method's ``arguments`` (its ``locals()``): each argument
         converted as the spec's field declares (``headwater.engines.arguments``)."""
         name = self.graph._engine_name(spec.kind, self.node_id)
+        changes = self._changelog_input()
         side = spec.side_table_argument  # late_rows_table, or error_table
         side_table = arguments.get(side)
         late = None if side_table is None else self.graph._table_fqn(side_table)
         engine = from_arguments(spec, {**arguments, side: None if late is None else str(late)},
                                 name=name, input_schema=self.node.schema)
+        if changes is not None:
+            _check_changelog_input(engine, changes)
         fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
         node = EngineNode(self.graph._graph.next_id(), name, engine.output_schema(), parallelism=self.parallelism,
                           spec=engine, fqn=str(fqn))
@@ -874,6 +892,63 @@ class DStream(JoinMethods):
                       retention_minutes: float = 1440) -> DStream:
         """Orca's haKeyedSink: ``keyed_sink`` with Orca's HA arguments."""
         return self._table(name, TableRole.SINK, TableKind.KEYED, key_column, ha=_ha(locals()))
+
+    def changelog_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
+        """A change-log sink (Orca 3.00.5 changelogSink): the stream's ``changelog_type`` column is kept; a stream
+        without one (an engine's output) gets it as NULL, an upsert. SQL reads the net state per key."""
+        schema = _with_op_column(self.node.schema, key_column, f"changelog_sink {clip(name)}")
+        stream = self
+        if schema != self.node.schema:  # NULL of the declared type: each row is the key's state now
+            exprs = tuple((n, Lit(None) if n == OP_COLUMN else Col(n)) for n in schema.names)
+            stream = self._add(MapNode(self.graph._graph.next_id(), f"map_{self.graph._graph.next_id()}", schema,
+                                       parallelism=self.parallelism, exprs=exprs))
+        return stream._table(name, TableRole.SINK, TableKind.CHANGELOG, key_column)
+
+    def _changelog_input(self) -> TableNode | None:
+        """The change-log table whose change rows this stream carries (through maps), or None."""
+        graph, node_id = self.graph._graph, self.node_id
+        while isinstance(graph.nodes[node_id], MapNode) and graph.inputs(node_id):
+            node_id = graph.inputs(node_id)[0]
+        node = graph.nodes[node_id]
+        return node if isinstance(node, TableNode) and node.table_kind is TableKind.CHANGELOG else None
+
+
+def _with_op_column(schema: Schema, key_column: str | Sequence[str], where: str) -> Schema:
+    """``schema`` with the string column ``changelog_type`` (first when added); refused as a key or another type."""
+    if OP_COLUMN in as_tuple(key_column, f"{where} key_column"):
+        raise GraphDefinitionError(f"{where}: {OP_COLUMN!r} is the operation column and cannot be a key column")
+    if OP_COLUMN not in schema:
+        return Schema(((OP_COLUMN, "string"), *schema.columns))
+    if schema[OP_COLUMN] != "string":
+        raise SchemaError(f"{where}: column {OP_COLUMN!r} has type {schema[OP_COLUMN]}; a change log's operation "
+                          "column is a string ('N', 'U', 'D' or NULL): rename or cast it")
+    return schema
+
+
+_CHANGE_ROW_ENGINES = (EngineKind.REACTIVE_STATE, EngineKind.NARROW_REACTIVE_STATE)
+
+
+def _check_changelog_input(engine: Any, table: TableNode) -> None:
+    """Refuse an engine over change rows where it would not compute what Orca does (docs/orca-mapping.md)."""
+    where = f"{engine.kind.lower()} {clip(engine.name)}"
+    fix = ("read the net state with SQL, or write the change rows to a plain buffer(...) first to treat them "
+           "as appends")
+    if engine.kind not in _CHANGE_ROW_ENGINES:
+        raise GraphDefinitionError(
+            f"{where}: its input {clip(table.name)} is a change log (inserts, updates and deletes of keys), which this "
+            "engine would take as new rows. Orca runs a change log only through the time-series engine (retracting "
+            "updated rows from sum/avg/std...) and the reactive state engine; Headwater does not retract, so it "
+            f"accepts one only in reactive_state_engine with stateless metrics: {fix}")
+    exprs = [e for f in fields(engine) for v in [getattr(engine, f.name)]
+             for e in (v if isinstance(v, tuple) else (v,)) if isinstance(e, Expr)]
+    state = sorted({n.func for e in exprs for n in e.walk() if isinstance(n, Call) and n.func in FUNCTIONS
+                    and FUNCTIONS[n.func].kind == "state"})
+    if state:
+        raise GraphDefinitionError(
+            f"{where}: {', '.join(state)} {'keeps' if len(state) == 1 else 'keep'} state across rows, and its input {clip(table.name)} is a change log: "
+            "Orca retracts an updated or deleted row from cumsum/msum/...; Headwater does not, and refuses rather "
+            f"than count a key twice. Use stateless metrics (e.g. of {OP_COLUMN!r}), or {fix}")
+
 
 
 def _table_method(role: TableRole, kind: TableKind, ha: Mapping[str, Any] | None = None) -> str:

@@ -59,6 +59,10 @@ class JoinMethods:
         if not isinstance(right, JoinMethods) or right.graph is not left.graph:
             raise GraphDefinitionError(f"{where}: the right input must be a DStream of the same stream graph "
                                        f"{left.graph.fqn}, got {clip(right)}")
+        if any(s._changelog_input() is not None for s in (left, right)):  # type: ignore[attr-defined]
+            raise GraphDefinitionError(f"{where}: an input is a change log (inserts, updates and deletes of keys), which "
+                                       "a join would take as new rows; join its net state from a keyed table, or "
+                                       "buffer(...) the change rows into a plain table to treat them as appends")
         left_keys, right_keys = _pair(arguments["matching_column"], "matching_column", where)
         times: dict[str, Any] = {}
         if arguments.get("time_column") is not None:

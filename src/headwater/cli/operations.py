@@ -92,7 +92,7 @@ ARGUMENT_HELP = {
     "fqn": "its name: catalog.kind.name, or a bare name in --catalog",
     "engine": "the engine's name (set_engine_name): catalog.stream_engine.name, or a bare name in --catalog",
     "schema": 'columns as JSON: {"time": "timestamp", "px": "double"}',
-    "kind": "plain, keyed or latest_keyed",
+    "kind": "plain, keyed, latest_keyed or changelog (its schema has a string changelog_type column)",
     "keys": 'key columns as JSON: ["sym"]',
     "time_column": "the table's time column",
     "retention": 'how far back it can be replayed, as JSON: {"minutes": 60} or {"rows": 1000000}',

@@ -8,7 +8,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from headwater.errors import SqlCancelled, SqlError, clip, shorten
 from headwater.sql.limits import SqlLimits, check_bounds
@@ -58,8 +58,10 @@ def _run(spark: SparkSession, query: PreparedQuery, out_dir: Path, limits: SqlLi
     is_plan = _plan_class_checker(spark)
     with _VIEWS_LOCK:  # views are session-wide; registering and analysing must not interleave
         for view, (_, path) in query.views.items():
-            schema = spark_schema(StreamTable.open(path), with_seq=False)
-            spark.read.format("headwater_stream_table").schema(schema).option("path", path).load() \
+            table = StreamTable.open(path)
+            frame = spark.read.format("headwater_stream_table") \
+                .schema(spark_schema(table, with_seq=table.kind == "changelog")).option("path", path).load()
+            (net_state(frame, table.key_columns) if table.kind == "changelog" else frame) \
                 .createOrReplaceTempView(view)
         try:
             parsed = spark._jsparkSession.sessionState().sqlParser().parsePlan(query.text)
@@ -91,6 +93,21 @@ def _run(spark: SparkSession, query: PreparedQuery, out_dir: Path, limits: SqlLi
     if rows > limits.max_rows:
         raise _limit_hit(query, limits, "max_rows", f"it returns more than {limits.max_rows:,} rows")
     return schema.with_metadata(None)
+
+
+def net_state(frame: DataFrame, key_columns: Sequence[str]) -> DataFrame:
+    """A change-log table's rows (with ``_hw_seq``) as its net state: :func:`headwater.storage.changelog.net_state`
+    in Spark (each key's last change by stream order, deletes removed, without the operation column)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from headwater.spark.stream_table_source import SEQ_COLUMN
+    from headwater.storage.changelog import DELETE, OP_COLUMN
+
+    last = Window.partitionBy(*key_columns).orderBy(F.col(SEQ_COLUMN).desc())
+    return frame.withColumn("_hw_last", F.row_number().over(last)) \
+        .where((F.col("_hw_last") == 1) & ~F.coalesce(F.col(OP_COLUMN) == DELETE, F.lit(False))) \
+        .drop("_hw_last", SEQ_COLUMN, OP_COLUMN)
 
 
 ROW_GROUP_BYTES = 8 * 2**20  # Parquet buffers a row group in memory: small ones let the byte watch see progress

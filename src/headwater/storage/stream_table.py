@@ -12,6 +12,8 @@ rows ever appended. Keyed tables de-duplicate globally:
   than the newest time already stored for its key; within one append only the
   newest row per key is kept (the first of equal newest times). Rows whose time
   is null are never appended.
+- ``changelog``: every row is appended, as in ``plain``; its ``changelog_type`` column says insert, update
+  or delete, and snapshot readers (SQL) see the net state (:mod:`~headwater.storage.changelog`).
 
 This module holds :class:`StreamTable` (creating, opening, reading and appending: commits, transactions and
 idempotency). Its parts live beside it: :mod:`~headwater.storage.table_log` reads the Delta log,
@@ -60,6 +62,7 @@ from headwater.errors import (
 )
 from headwater.faults import fault_point
 from headwater.storage.buckets import Bucketing, write_table
+from headwater.storage.changelog import check_changes
 from headwater.storage.disk_space import DiskSpace, is_disk_full, storage_full_error
 from headwater.storage.keyed_dedup import KeyIndex, KeyRule
 from headwater.storage.retention import Retention
@@ -94,6 +97,14 @@ _log = logging.getLogger(__name__)
 
 def _free_bytes(path: str | Path) -> int:
     return DiskSpace().free(path)
+
+
+def _check_retention(name: str, kind: str, retention: Retention | None) -> None:
+    if kind == "changelog" and retention is not None:
+        raise GraphDefinitionError(
+            f"stream table {clip(name)}: a change-log table keeps every change (its net state needs the insert "
+            "of every live key, however old), so it takes no retention; use a keyed table to bound it"
+        )
 
 
 class StreamTable(TableMaintenance):
@@ -151,7 +162,7 @@ class StreamTable(TableMaintenance):
         Args:
             path: Directory of the new table; it must not exist.
             schema: Column names and types.
-            kind: ``"plain"``, ``"keyed"`` or ``"latest_keyed"``.
+            kind: ``"plain"``, ``"keyed"``, ``"latest_keyed"`` or ``"changelog"``.
             key_columns: Key of a keyed or latest-keyed table.
             time_column: Column whose newest value wins in a latest-keyed table;
                 optional (informational) for the other kinds.
@@ -163,6 +174,7 @@ class StreamTable(TableMaintenance):
         schema = Schema.parse(schema, where=f"stream table {clip(name)}")
         key_columns = (key_columns,) if isinstance(key_columns, str) else tuple(key_columns)
         check_definition(name, schema, kind, key_columns, time_column)
+        _check_retention(name, kind, retention)
         if path.exists():
             raise NameTakenError(
                 f"stream table {clip(name)}: path {path} already exists; open it with "
@@ -254,7 +266,7 @@ class StreamTable(TableMaintenance):
         stream. Idempotent by ``txn`` like :meth:`append`. Keyed tables re-read the rows to
         de-duplicate them, then commit through :meth:`append`. ``at``: as :meth:`append`'s.
         """
-        if self.kind != "plain":
+        if self.kind != "plain":  # keyed: de-duplicated; changelog: checked (check_changes)
             rows = read_files([DataFile(os.path.join(self.path, n), size, r) for n, size, r in files],
                               self._arrow_schema)
             version = self.append(rows, txn=txn, at=at)
@@ -381,7 +393,7 @@ class StreamTable(TableMaintenance):
             done = st.transaction(self.path, self.name, txn[0])
             if done is not None and done >= txn[1]:
                 return None
-        if self.kind != "plain":
+        if self.kind in ("keyed", "latest_keyed"):
             rows = self._dedup(st, base, rows)
         if rows.num_rows == 0 and txn is None:
             return None
@@ -435,7 +447,18 @@ class StreamTable(TableMaintenance):
     # -- validation ----------------------------------------------------------
 
     def _conform(self, data: Any) -> pa.Table:
-        return conform(data, self.schema, self._arrow_schema, self.name)
+        rows = conform(data, self.schema, self._arrow_schema, self.name)
+        if self.kind == "changelog":
+            check_changes(rows, self.key_columns, self.name)
+        return rows
+
+    def compact(self, *, target_size: int = 128 * 2**20) -> int | None:
+        # Merging files loses the order of a change log's rows, which its net state depends on.
+        return None if self.kind == "changelog" else super().compact(target_size=target_size)
+
+    def set_retention(self, retention: Retention | None) -> None:
+        _check_retention(self.name, self.kind, retention)
+        super().set_retention(retention)
 
     # -- de-duplication ------------------------------------------------------
 

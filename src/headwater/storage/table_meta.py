@@ -182,6 +182,12 @@ def check_definition(
         )
     if kind != "plain" and not key_columns:
         raise GraphDefinitionError(f"{where}: kind={clip(kind)} needs key_columns, e.g. key_columns=['sym']")
+    if kind == "changelog":
+        from headwater.storage.changelog import OP_COLUMN
+
+        if OP_COLUMN not in schema or schema[OP_COLUMN] != "string" or OP_COLUMN in key_columns:
+            raise SchemaError(f"{where}: kind='changelog' needs a string column {OP_COLUMN!r} (the operation: "
+                              f"'N', 'U', 'D' or NULL) that is not a key column; got {schema}")
     if kind == "latest_keyed":
         if time_column is None:
             raise GraphDefinitionError(
