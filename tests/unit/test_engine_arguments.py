@@ -58,6 +58,9 @@ VALID = {
     "rule_engine": dict(rule_sets={None: ["price > 1"]}, output_columns=["sym"], policy="shortcut",
                         rule_set_column=None),
     "reactive_state_engine": dict(metrics=["cumsum(price)"], key_column="sym"),
+    "udf_engine": dict(func=lambda variables, batch: batch, output_columns=["sym", "price"], variables={"n": 0},
+                       output_schema=None),
+    "timer_engine": dict(interval="1s", func=print),
 }
 
 

@@ -47,6 +47,8 @@ class EngineKind(StrEnum):
     LEFT_SEMI_JOIN = "LEFT_SEMI_JOIN_ENGINE"
     SNAPSHOT_JOIN = "SNAPSHOT_JOIN_ENGINE"
     PRICING = "PRICING_ENGINE"
+    UDF = "UDF_ENGINE"
+    TIMER = "TIMER_ENGINE"
 
 
 SEQ = "_hw_seq"  # total order of rows within a stream (append order); reserved name

@@ -29,6 +29,7 @@ from headwater.engines.rule import RuleEngine
 from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_bucket import TimeBucketEngine
 from headwater.engines.time_series import TimeSeriesEngine
+from headwater.engines.udf import TimerEngine, UdfEngine
 
 SPECS: dict[EngineKind, type[EngineSpec]] = {spec.kind: spec for spec in (
     TimeSeriesEngine, SessionWindowEngine, TimeBucketEngine, DailyTimeSeriesEngine, CrossSectionalEngine,
@@ -36,5 +37,6 @@ SPECS: dict[EngineKind, type[EngineSpec]] = {spec.kind: spec for spec in (
     AnomalyDetectionEngine, RuleEngine, AsofJoinEngine, WindowJoinEngine, EqualJoinEngine, LookupJoinEngine,
     LeftSemiJoinEngine, SnapshotJoinEngine,
     PricingEngine,
+    UdfEngine, TimerEngine,
 )}
 """Adding an engine means adding its spec here (``tests/unit/test_plan_document.py`` checks every kind is)."""
