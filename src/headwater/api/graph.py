@@ -944,6 +944,9 @@ def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str,
     cols = []
     for column in result.columns:
         arrow_type = pa.Schema.from_pandas(result[[column]], preserve_index=False).field(str(column)).type
+        if pa.types.is_null(arrow_type) and allow_none and column not in schema:
+            raise GraphDefinitionError(f"{where}: column {clip(column)} that {name} returns on an empty batch has no "
+                                       "type (an empty object column); pass output_schema={column: type}")
         if pa.types.is_null(arrow_type):  # an empty object column: keep the input's type, else assume text
             cols.append((str(column), schema[column] if column in schema else "string"))  # noqa: SIM401 (Schema has no get)
         else:

@@ -50,7 +50,7 @@ import pyarrow as pa
 from headwater.durations import format_duration, parse_duration
 from headwater.engines.arguments import Argument, arg
 from headwater.engines.base import SEQ, EngineKind, OneInputEngine, Processor
-from headwater.errors import ExecutionError, GraphDefinitionError, clip
+from headwater.errors import ExecutionError, GraphDefinitionError, clip, shorten
 from headwater.types import Schema
 
 MAX_VARIABLES = 1_000
@@ -89,7 +89,7 @@ class UdfState:
             data = cloudpickle.dumps(self.variables, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise ExecutionError(f"{self.where}: its variables cannot be saved with the micro-batch "
-                                 f"({type(exc).__name__}: {clip(str(exc))}); keep only picklable values "
+                                 f"({type(exc).__name__}: {shorten(str(exc), 500)}); keep only picklable values "
                                  "(numbers, strings, lists, dicts, DataFrames) in them") from None
         if len(data) > MAX_STATE_BYTES:
             raise ExecutionError(f"{self.where}: its variables pickle to {len(data)} bytes, over the limit of "
@@ -138,7 +138,7 @@ def _initial_values(a: Argument) -> InitialValues:
         cloudpickle.dumps(values)
     except Exception as exc:
         raise GraphDefinitionError(f"{a.where}: the initial values cannot be pickled ({type(exc).__name__}: "
-                                   f"{clip(str(exc))}); they travel with the graph to the worker") from None
+                                   f"{shorten(str(exc), 500)}); they travel with the graph to the worker") from None
     return InitialValues(values)
 
 
@@ -228,7 +228,9 @@ class UdfProcessor(Processor, runs=UdfEngine):
             result = spec.func(state.variables, batch)
         except Exception as exc:  # the user's function: fail the micro-batch (it replays from the state before)
             raise ExecutionError(f"{where}: {spec.func_name} raised {type(exc).__name__}: "
-                                 f"{clip(str(exc))}") from exc
+                                 f"{shorten(str(exc), 500)}") from exc
+        if result is None:  # no rows for this micro-batch
+            return state, self.schema.append(pa.field(SEQ, pa.int64())).empty_table()
         out = _as_arrow(result, where)
         missing = [c for c in self.schema.names if c not in out.column_names]
         if missing:
@@ -239,15 +241,13 @@ class UdfProcessor(Processor, runs=UdfEngine):
             out = out.select(list(self.schema.names)).cast(self.schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise ExecutionError(f"{where}: {spec.func_name} returned columns that do not fit the "
-                                 f"output schema {spec.output_schema()}: {clip(str(exc))}") from None
+                                 f"output schema {spec.output_schema()}: {shorten(str(exc), 500)}") from None
         # rows in, rows out: each keeps its input row's order key; otherwise all follow the batch's last row
         out_seq = seq if out.num_rows == len(seq) else np.full(out.num_rows, seq[-1] if len(seq) else 0)
         return state, out.append_column(SEQ, pa.array(out_seq, pa.int64()))
 
 
 def _as_arrow(result: Any, where: str) -> pa.Table:
-    if result is None:
-        return pa.table({})
     if isinstance(result, pa.Table):
         return result
     if isinstance(result, Mapping):
@@ -255,13 +255,13 @@ def _as_arrow(result: Any, where: str) -> pa.Table:
             result = pd.DataFrame({str(k): v for k, v in result.items()})
         except ValueError as exc:
             raise ExecutionError(f"{where}: the function returned a dict whose columns do not make a table: "
-                                 f"{clip(str(exc))}") from None
+                                 f"{shorten(str(exc), 500)}") from None
     if isinstance(result, pd.DataFrame):
         try:
             return pa.Table.from_pandas(result, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise ExecutionError(f"{where}: the function's DataFrame cannot be read as columns: "
-                                 f"{clip(str(exc))}") from None
+                                 f"{shorten(str(exc), 500)}") from None
     raise ExecutionError(f"{where}: the function must return a pandas DataFrame, an Arrow table, a dict of "
                          f"columns or None, got {type(result).__name__}")
 
