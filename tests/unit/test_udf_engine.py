@@ -5,8 +5,6 @@ declaration's checks (schema inference, output columns, plan round trip, the ``u
 from __future__ import annotations
 
 import itertools
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +17,7 @@ import headwater as hw
 from headwater.dataplane.local import LocalRunner
 from headwater.errors import ExecutionError, GraphDefinitionError
 from headwater.plan.document import dumps, from_json, needs_udf, to_json
+from tests.support.replay import run_with_crashes
 
 ROWS = 60
 RNG = np.random.default_rng(11)
@@ -84,18 +83,7 @@ def test_the_variables_carry_over_micro_batches(session):
 def test_a_replayed_micro_batch_starts_from_the_variables_before_it(session, cuts, crashes, tasks):
     """Appends cut anywhere; at random micro-batches the process 'dies' after k of its tasks ran (their
     variables saved, nothing committed) and the batch replays: every row is counted once."""
-    g = graph(session, tasks=tasks)
-    bounds = [0, *sorted(cuts), ROWS]
-    crash_at = dict(crashes)
-    with tempfile.TemporaryDirectory() as tmp:
-        runner = LocalRunner(g.plan(), Path(tmp))
-        for i, (a, b) in enumerate(itertools.pairwise(bounds)):
-            runner.append("ticks", TICKS.iloc[a:b])
-            if i in crash_at:
-                runner.step(crash_after_tasks=crash_at[i])
-            runner.step()
-        runner.run_until_idle()
-        out = runner.read("out")
+    out = run_with_crashes(graph(session, tasks=tasks).plan(), "ticks", TICKS, cuts, dict(crashes), "out")
     expected = reference(TICKS, tasks)
     assert len(out) == ROWS
     pd.testing.assert_frame_equal(sorted_frame(out, ["sym", "qty", "total"]),
