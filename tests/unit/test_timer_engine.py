@@ -14,9 +14,10 @@ import pytest
 
 import headwater as hw
 from headwater.dataplane.engine_stats import engine_rows
-from headwater.dataplane.timers import Timer, read_status, status_path
+from headwater.dataplane.timers import read_status, status_path
 from headwater.errors import ExecutionError, GraphDefinitionError
 from headwater.plan.document import dumps, from_json, needs_udf, to_json
+from headwater.runtime.timers import Timer
 from headwater.runtime.worker import EPOCH_FILE, RunningGraph, Worker
 from tests.support.service import wait_for
 

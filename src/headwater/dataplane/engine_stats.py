@@ -46,7 +46,7 @@ def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, An
 
 
 def _timer_columns(checkpoints: Path, node: EngineNode) -> dict[str, Any]:
-    """A timer engine's counters (headwater.dataplane.timers), from their JSON; nothing for other engines."""
+    """A timer engine's counters (headwater.runtime.timers), from their JSON; nothing for other engines."""
     if str(node.type) != "TIMER_ENGINE":
         return {}
     status = read_status(status_path(checkpoints, node.name))

@@ -22,7 +22,7 @@ from headwater.dataplane.fence import check_fence
 from headwater.dataplane.jobs import committed_input_version
 from headwater.dataplane.snapshots import KEEP_SNAPSHOTS
 from headwater.dataplane.task import SubgraphTask, subgraph_task
-from headwater.dataplane.timers import Timer, status_path
+from headwater.dataplane.timers import status_path
 from headwater.engines.udf import TIMER_OPS, TimerEngine
 from headwater.errors import ExecutionError, GraphDefinitionError, shorten
 from headwater.plan.document import from_json
@@ -46,6 +46,7 @@ from headwater.runtime.protocol import (
     decode,
     encode,
 )
+from headwater.runtime.timers import Timer
 from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import PreparedQuery
 from headwater.tuning import DRIVER_BATCH_ROWS
@@ -69,7 +70,7 @@ class RunningGraph:
     stats: dict[int, dict[str, float]] = field(default_factory=dict)  # subgraph id -> cumulative rows_in, seconds
     committed: int = 0  # micro-batches committed since this start
     start_args: tuple[Any, ...] = ()  # what start_graph was called with, to restart after a warm-up
-    timers: dict[str, Timer] = field(default_factory=dict)  # timer engine name -> its timer (headwater.dataplane.timers)
+    timers: dict[str, Timer] = field(default_factory=dict)  # timer engine name -> its timer (headwater.runtime.timers)
 
 
 class Worker:
@@ -203,7 +204,7 @@ class Worker:
 
     @staticmethod
     def _start_timers(running: RunningGraph, checkpoints: Path, epoch: int) -> None:
-        """Start the graph's timer engines (one thread each; headwater.dataplane.timers), fenced like its commits."""
+        """Start the graph's timer engines (one thread each; headwater.runtime.timers), fenced like its commits."""
         fence = functools.partial(check_fence, checkpoints / EPOCH_FILE, epoch) if epoch else None
         for node in running.physical.nodes.values():
             spec = node.spec if isinstance(node, EngineNode) else None
