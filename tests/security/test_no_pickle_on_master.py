@@ -75,7 +75,7 @@ class RecordingWorker:
             self.running.discard(message.fqn)
         name = type(message).__name__
         return {"IsRunning": lambda: getattr(message, "fqn", None) in self.running, "TaskStatus": list,
-                "Health": dict, "Progress": dict}.get(name, lambda: None)()
+                "Health": dict, "Progress": dict, "ControlEngine": lambda: 1}.get(name, lambda: None)()
 
 
 def build(session: Session) -> hw.StreamGraph:
@@ -324,3 +324,39 @@ def test_a_map_graph_runs_in_process_after_its_document_went_through_the_master(
     out = run_local(loaded, {"t": frame}, tmp_path / "run")
     assert out["out"]["y"].tolist() == [2.0, 4.0, 6.0]
     assert out["sums"]["c"].tolist() == [1.0, 2.0, 4.0]
+
+
+def keep(variables: dict[str, Any], batch: pd.DataFrame) -> pd.DataFrame:
+    return batch
+
+
+def tick(path: str) -> None:
+    Path(path).write_text("tick")
+
+
+@pytest.mark.parametrize("engine", ["udf_engine", "timer_engine"])
+def test_udf_and_timer_engines_functions_stay_opaque_on_the_master(served, tmp_path, engine):
+    """udf_engine's function and initial values, timer_engine's function: each replaced by the payload, submitted
+    over HTTP, the timer paused and resumed through the master: nothing is loaded."""
+    _, worker, client, headers = served
+    session = hw.connect(tmp_path / "client", start_spark=False)
+    session.use_catalog("demo")
+    g = session.stream_graph("g")
+    src = g.source("t", schema={"k": "string", "x": "double"})
+    stream = src.udf_engine(keep, variables={"n": 0}) if engine == "udf_engine" else \
+        src.timer_engine("1s", tick, str(tmp_path / "ticked"))
+    stream.set_engine_name("user_code").sink("out")
+    doc = json.loads(g.to_json())
+    session.close()
+    marker = tmp_path / "pwned"
+    assert set(doc["callables"]) == ({"keep", "InitialValues"} if engine == "udf_engine" else {"tick"})
+    doc["callables"] = {name: payload(marker) for name in doc["callables"]}
+    r = client.post("/v1/submit", json={"document": json.dumps(doc)}, headers=headers)
+    assert r.status_code == 200, r.text
+    assert stored_callables(worker.plans[-1]) == doc["callables"]
+    for op in ("stop_timer_engine", "resume_timer_engine"):
+        r = client.post("/v1/control_engine", json={"engine": "demo.stream_engine.user_code", "op": {"op": op}},
+                        headers=headers)
+        if engine == "udf_engine":  # refused by the spec the master rebuilt, functions unloaded
+            assert r.json()["error"] == "GraphDefinitionError" and "accepts no changes" in r.text, r.text
+    assert not marker.exists() and not (tmp_path / "ticked").exists()

@@ -283,13 +283,18 @@ def test_sql_reads_only_tables_the_caller_may_read(world):
     assert master.calls == ["sql"]
 
 
-def graph_document(tmp_path, with_python: bool = False) -> str:
+def graph_document(tmp_path, with_python: bool | str = False) -> str:
+    """``with_python``: True or "map" (a ``map(fn)``), "udf_engine" or "timer_engine" (each holds Python code)."""
     s = hw.connect(tmp_path / "decl", start_spark=False)
     s.use_catalog(CATALOG)
     g = s.stream_graph("g")
     src = g.source("t", schema={"k": "string", "x": "long"})
-    if with_python:
+    if with_python in (True, "map"):
         src = src.map(lambda frame: frame)
+    elif with_python == "udf_engine":
+        src = src.udf_engine(lambda variables, frame: frame, variables={"n": 0})
+    elif with_python == "timer_engine":
+        src = src.timer_engine("1s", print, "tick")
     src.sink("out")
     doc = g.to_json()
     s.close()
@@ -313,6 +318,20 @@ def test_submit_needs_create_read_write_and_udf_for_python(world, tmp_path):
         gate(world, "alice").submit(python)
     access.grant("admin", "alice", "udf", CATALOG)
     gate(world, "alice").submit(python)
+
+
+@pytest.mark.parametrize("python", ["udf_engine", "timer_engine"])
+def test_a_graph_with_a_udf_or_timer_engine_needs_udf(world, tmp_path, python):
+    master, access = world
+    for privilege in ("graph_create", "table_create"):
+        access.grant("admin", "alice", privilege, CATALOG)
+    doc = graph_document(tmp_path, with_python=python)
+    with pytest.raises(PermissionDenied, match="udf"):
+        gate(world, "alice").submit(doc)
+    assert master.calls == []
+    access.grant("admin", "alice", "udf", CATALOG)
+    gate(world, "alice").submit(doc)
+    assert master.calls == ["submit"]
 
 
 def test_a_graph_runs_with_its_owner_s_rights(world, tmp_path):

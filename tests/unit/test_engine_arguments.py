@@ -62,6 +62,9 @@ VALID = {
                                                              "prevUpdateId": "prev_id", "updateId": "qty"},
                                      update_rule="general", caching_interval=5000, timeout=None, cached_depth=None,
                                      error_table=None),
+    "udf_engine": dict(func=lambda variables, batch: batch, output_columns=["sym", "price"], variables={"n": 0},
+                       output_schema=None),
+    "timer_engine": dict(interval="1s", func=print),
 }
 BOOK = {"time": "timestamp", "sym": "string", "isIncremental": "bool", "askPrice": "double[]", "askQty": "double[]",
         "bidPrice": "double[]", "bidQty": "double[]", "qty": "long", "prev_id": "long", "price": "double"}

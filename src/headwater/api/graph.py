@@ -37,6 +37,7 @@ from headwater.engines.rule import RuleEngine
 from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_bucket import TimeBucketEngine
 from headwater.engines.time_series import TimeSeriesEngine
+from headwater.engines.udf import TimerEngine, UdfEngine, initial_variables
 from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Alias, Call, Col, Expr, Lit
 from headwater.functions import FUNCTIONS, default_name, infer_type
@@ -788,6 +789,50 @@ class DStream(JoinMethods):
         ``headwater.engines.pricing``."""
         return self._engine(PricingEngine, locals())
 
+    # user code as engines (Orca 3.00.4's udfEngine and timerEngine): headwater.engines.udf
+    def udf_engine(
+        self,
+        func: Callable[[dict[str, Any], pd.DataFrame], Any],
+        output_columns: str | Sequence[str] | None = None,
+        variables: Mapping[str, Any] | None = None,
+        *,
+        output_schema: Mapping[str, str] | Schema | None = None,
+    ) -> DStream:
+        """Call ``func(variables, batch)`` on every micro-batch (Orca's udfEngine): ``variables`` is a dict that
+        starts as given (Orca's variableNames and initValues) and that ``func`` changes in place; it is saved
+        with each micro-batch, so a replayed batch starts from it as it was (exactly-once). ``func`` returns a
+        DataFrame, an Arrow table, a dict of columns or None; ``output_columns`` of it go on (default: all).
+        Without ``output_schema``, it is inferred by calling ``func`` here on an empty batch and a copy of the
+        variables. The graph needs the ``udf`` privilege. See ``headwater.engines.udf``.
+
+        >>> import headwater as hw, tempfile
+        >>> session = hw.connect(tempfile.mkdtemp(), start_spark=False)
+        >>> session.use_catalog("doc")
+        >>> def running_total(variables, batch):
+        ...     totals = batch["qty"].cumsum() + variables["total"]
+        ...     variables["total"] = int(totals.iloc[-1]) if len(totals) else variables["total"]
+        ...     return batch.assign(total=totals)
+        >>> g = session.stream_graph("udf_doc")
+        >>> _ = g.source("ticks", {"qty": "long"}).udf_engine(running_total, variables={"total": 0}).sink("out")
+        >>> g.run_local({"ticks": [pd.DataFrame({"qty": [1, 2]}), pd.DataFrame({"qty": [3]})]})["out"]["total"].tolist()
+        [1, 3, 6]
+        >>> session.close()
+        """
+        where = f"udf_engine on {clip(self.node.name)}"
+        if output_schema is None and callable(func):
+            initial = initial_variables(variables, where=where)
+            output_schema = _infer_function_schema(lambda batch: func(initial, batch), self.node.schema, where,
+                                                   name=getattr(func, "__qualname__", repr(func)), allow_none=True)
+        return self._engine(UdfEngine, {**locals(), "output_schema": output_schema})
+
+    def timer_engine(self, interval: str | timedelta, func: Callable[..., Any], *args: Any) -> DStream:
+        """Run ``func(*args)`` every ``interval`` while the graph runs, on the worker that runs it (Orca's
+        timerEngine); rows pass through unchanged. ``args`` are plain values (None, bool, int, float, str, lists
+        of them). Pause and resume with ``session.stop_timer_engine(name)`` / ``resume_timer_engine(name)``; a
+        run that raises is counted in ``stream_engine_stat`` and the timer goes on. The graph needs the ``udf``
+        privilege. See ``headwater.runtime.timers``."""
+        return self._engine(TimerEngine, locals())
+
     def map(self, func: Callable[[pd.DataFrame], pd.DataFrame] | Sequence[Expr | str] | None = None, *,
             where: Expr | str | None = None) -> DStream:
         """A stateless transform: expressions (Headwater's one evaluator) or a function over a pandas batch.
@@ -970,24 +1015,43 @@ def _ha_options(ha: Mapping[str, Any] | None, where: str) -> HaOptions | None:
         raise GraphDefinitionError(f"{where}: {exc}") from None
 
 
-def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str) -> Schema:
+def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str, *, name: str | None = None,
+                           allow_none: bool = False) -> Schema:
+    """The output schema of ``func`` called on an empty batch of ``schema``. ``allow_none`` (udf_engine): the
+    function may also return a dict of columns or an Arrow table; None asks for the schema to be given."""
+    import pyarrow as pa
+
     empty = schema.to_arrow().empty_table().to_pandas()
+    name = name or getattr(func, "__qualname__", repr(func))
     try:
         result = func(empty)
     except Exception as exc:  # the user's function: report its failure with context
         raise GraphDefinitionError(
-            f"{where}: calling {getattr(func, '__qualname__', func)} on an empty batch to infer its output schema "
+            f"{where}: calling {name} on an empty batch to infer its output schema "
             f"failed with {type(exc).__name__}: {exc}"
         ) from exc
+    if allow_none and result is None:
+        raise GraphDefinitionError(f"{where}: {name} returned None on an empty batch, so its output schema cannot "
+                                   "be inferred; pass output_schema={column: type}")
+    if allow_none and isinstance(result, pa.Table):
+        result = result.to_pandas()
+    elif allow_none and isinstance(result, Mapping):
+        try:
+            result = pd.DataFrame({str(k): v for k, v in result.items()})
+        except ValueError as exc:
+            raise GraphDefinitionError(f"{where}: {name} returned a dict that is not a table ({exc})") from None
     if not isinstance(result, pd.DataFrame):
         raise GraphDefinitionError(f"{where}: the function must return a pandas DataFrame, got {type(result).__name__}")
-    import pyarrow as pa
 
     cols = []
-    for name in result.columns:
-        arrow_type = pa.Schema.from_pandas(result[[name]], preserve_index=False).field(str(name)).type
+    for column in result.columns:
+        arrow_type = pa.Schema.from_pandas(result[[column]], preserve_index=False).field(str(column)).type
+        if pa.types.is_null(arrow_type) and allow_none and column not in schema:
+            raise GraphDefinitionError(f"{where}: column {clip(column)} that {name} returns on an empty batch has no "
+                                       "type (an empty object column); pass output_schema={column: type}")
         if pa.types.is_null(arrow_type):  # an empty object column: keep the input's type, else assume text
-            cols.append((str(name), schema[name] if name in schema else "string"))  # noqa: SIM401 (Schema has no get)
+            cols.append((str(column), schema[column] if column in schema else "string"))  # noqa: SIM401 (Schema has no get)
         else:
-            cols.append((str(name), Schema.from_arrow(pa.schema([pa.field(str(name), arrow_type)]), where=where).columns[0][1]))
+            cols.append((str(column), Schema.from_arrow(pa.schema([pa.field(str(column), arrow_type)]),
+                                                        where=where).columns[0][1]))
     return Schema(tuple(cols))

@@ -373,6 +373,17 @@ class Session:
         fqn = resolve(engine, "stream_engine", current_catalog=self._catalog)
         self._master.control_engine(fqn, {"op": "delete_rule", "key": key})
 
+    def stop_timer_engine(self, engine: str) -> None:
+        """Pause a running timer engine (Orca's ``useOrcaStreamEngine(name, stopTimerEngine)``): its function is not
+        called until :meth:`resume_timer_engine`; the graph's rows flow on. Kept across restarts and failovers."""
+        fqn = resolve(engine, "stream_engine", current_catalog=self._catalog)
+        self._master.control_engine(fqn, {"op": "stop_timer_engine"})
+
+    def resume_timer_engine(self, engine: str) -> None:
+        """Resume a paused timer engine (Orca's resumeTimerEngine): its function runs again every interval."""
+        fqn = resolve(engine, "stream_engine", current_catalog=self._catalog)
+        self._master.control_engine(fqn, {"op": "resume_timer_engine"})
+
     def progress(self, name: str) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch and rows written so far in this session."""
         return self._master.progress(self._graph_fqn(name))
@@ -435,16 +446,21 @@ class Session:
         when a micro-batch is replayed), state_bytes (its newest state snapshot), the newest micro-batch's
         rows in (this task's) and out (its subgraph's) and duration (last_batch_s), and last_error (the
         graph's reason while it is in error or failed). NULL where the engine keeps no such counter or no
-        micro-batch ran yet. From each task's newest state snapshot and job record."""
+        micro-batch ran yet. From each task's newest state snapshot and job record. A timer engine adds
+        timer_runs, timer_failures (runs whose function raised), timer_paused, and its function's last error
+        (in last_error while the graph is not in error)."""
         fqn = self._graph_fqn(name)
         frame = pd.DataFrame(self._master.engine_meta(fqn), columns=[
             "task_id", "name", "type", "keys", "late_rows", "state_bytes", "last_batch_rows_in", "last_batch_rows_out",
-            "last_batch_s"])
+            "last_batch_s", "timer_runs", "timer_failures", "timer_paused", "timer_last_error"])
         info = self._master.graph_info(fqn)
         frame["last_error"] = info.get("reason") if info.get("status") in ("error", "failed") else None
+        timer_error = frame.pop("timer_last_error").replace("", None)
+        frame["last_error"] = frame["last_error"].where(frame["last_error"].notna(), timer_error)
         return frame.astype({"keys": "Int64", "late_rows": "Int64", "state_bytes": "Int64",
                              "last_batch_rows_in": "Int64", "last_batch_rows_out": "Int64",
-                             "last_batch_s": "Float64"})
+                             "last_batch_s": "Float64", "timer_runs": "Int64", "timer_failures": "Int64",
+                             "timer_paused": "boolean"})
 
     def checkpoint_config(self, name: str) -> dict[str, Any]:
         """Graph ``name``'s checkpoint configuration (Orca's ``getOrcaCheckpointConfig``), with ``checkpoint_mod``."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from headwater.dataplane.jobs import newest_job
 from headwater.dataplane.snapshots import SnapshotStore
+from headwater.dataplane.timers import read_status, status_path
 from headwater.plan.logical import EngineNode
 from headwater.plan.physical import PhysicalGraph
 
@@ -39,5 +40,15 @@ def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, An
                              "state_bytes": store.newest_bytes(index),
                              "last_batch_rows_in": rows_in.get(index) if last else None,
                              "last_batch_rows_out": last["rows_out"] if last else None,
-                             "last_batch_s": round(last["finished"] - last["created"], 3) if last else None})
+                             "last_batch_s": round(last["finished"] - last["created"], 3) if last else None,
+                             **_timer_columns(checkpoints, node)})
     return rows
+
+
+def _timer_columns(checkpoints: Path, node: EngineNode) -> dict[str, Any]:
+    """A timer engine's counters (headwater.runtime.timers), from their JSON; nothing for other engines."""
+    if str(node.type) != "TIMER_ENGINE":
+        return {}
+    status = read_status(status_path(checkpoints, node.name))
+    return {"timer_runs": status["runs"], "timer_failures": status["failures"], "timer_paused": status["paused"],
+            "timer_last_error": status["last_error"]}

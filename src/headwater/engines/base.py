@@ -48,6 +48,8 @@ class EngineKind(StrEnum):
     SNAPSHOT_JOIN = "SNAPSHOT_JOIN_ENGINE"
     PRICING = "PRICING_ENGINE"
     CRYPTO_ORDER_BOOK = "CRYPTO_ORDER_BOOK_ENGINE"
+    UDF = "UDF_ENGINE"
+    TIMER = "TIMER_ENGINE"
 
 
 SEQ = "_hw_seq"  # total order of rows within a stream (append order); reserved name

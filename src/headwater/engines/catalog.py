@@ -30,11 +30,12 @@ from headwater.engines.rule import RuleEngine
 from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_bucket import TimeBucketEngine
 from headwater.engines.time_series import TimeSeriesEngine
+from headwater.engines.udf import TimerEngine, UdfEngine
 
 SPECS: dict[EngineKind, type[EngineSpec]] = {spec.kind: spec for spec in (
     TimeSeriesEngine, SessionWindowEngine, TimeBucketEngine, DailyTimeSeriesEngine, CrossSectionalEngine,
     ReactiveStateEngine, NarrowReactiveStateEngine, DualOwnershipReactiveStateEngine, ReactiveStatelessEngine,
     AnomalyDetectionEngine, RuleEngine, AsofJoinEngine, WindowJoinEngine, EqualJoinEngine, LookupJoinEngine,
-    LeftSemiJoinEngine, SnapshotJoinEngine, PricingEngine, CryptoOrderBookEngine,
+    LeftSemiJoinEngine, SnapshotJoinEngine, PricingEngine, CryptoOrderBookEngine, UdfEngine, TimerEngine,
 )}
 """Adding an engine means adding its spec here (``tests/unit/test_plan_document.py`` checks every kind is)."""

@@ -73,6 +73,9 @@ ENGINES: dict[EngineKind, dict[str, Any]] = {
     EngineKind.PRICING: {"time_column": "time", "type_column": "v", "security_type": [0, 1],
                          "method": ["x * 2", "x + 1"], "extra_metrics": ["x as x"]},
     EngineKind.CRYPTO_ORDER_BOOK: {"depth": 5, "input_col_map": {"symbol": "sym", "eventTime": "time"}},
+    EngineKind.UDF: {"func": lambda variables, batch: batch, "variables": {"calls": 0},
+                     "output_schema": {"sym": "string", "x": "double"}},
+    EngineKind.TIMER: {"interval": "1s", "func": lambda: None, "args": ()},
 }
 """One small engine of each kind, as its ``DStream`` method's arguments (joins: both sides ``SCHEMA``, on ``sym``)."""
 

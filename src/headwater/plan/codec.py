@@ -6,7 +6,8 @@ as the text the user would write, whenever parsing that text gives the same expr
 ``"$timedelta"``
 (microseconds), ``"$float"`` (NaN and infinities), ``"$datetime"``/``"$date"`` (ISO) or ``"$callable"``.
 A user's Python function is the only thing pickled, and only in the slots of :data:`CALLABLE_SLOTS`
-(``map(fn)``, ``generic_state_iterate(func=fn)``): the encoding names it, and its cloudpickle travels beside
+(``map(fn)``, ``generic_state_iterate(func=fn)``) and the fields an engine spec lists in ``CALLABLE_FIELDS``
+(``udf_engine``, ``timer_engine``): the encoding names it, and its cloudpickle travels beside
 the plan under that name. Decoding builds nothing outside :data:`TYPES`, every dataclass validates itself
 again, and a function stays an :class:`~headwater.plan.callables.OpaqueCallable` unless the caller hands
 over the loaded ones (:func:`load_callable`, only where the graph runs), so a hand-edited or hostile
@@ -161,7 +162,7 @@ def _decode(data: Any, callables: Mapping[str, Any], where: str, depth: int, use
                 if cls is Call and k == "params":
                     args[k] = _decode_params(v, data.get("func"), callables, w, depth + 1, used)
                 else:
-                    args[k] = _decode(v, callables, w, depth + 1, used, allow_callable=cls is MapNode and k == "fn")
+                    args[k] = _decode(v, callables, w, depth + 1, used, allow_callable=k in _callable_fields(cls))
             return cls(**args)
         if "$expr" in data:
             if not isinstance(data["$expr"], str):
@@ -181,8 +182,8 @@ def _decode(data: Any, callables: Mapping[str, Any], where: str, depth: int, use
         if not allow_callable:
             slots = ", ".join(f"{f}({p}=...)" for f, p in CALLABLE_SLOTS.items())
             raise GraphDefinitionError(f"{where}: a Python function ({clip(name)}) where the plan allows none; "
-                                       f"functions go only in map(fn) and {slots}. Refused before anything "
-                                       "was loaded")
+                                       f"functions go only in map(fn), udf_engine, timer_engine and {slots}. "
+                                       "Refused before anything was loaded")
         if not isinstance(name, str) or name not in callables:
             raise GraphDefinitionError(f"{where}: function {clip(name)} is not among the plan's callables")
         used.add(name)
@@ -191,6 +192,12 @@ def _decode(data: Any, callables: Mapping[str, Any], where: str, depth: int, use
         raise
     except Exception as exc:  # a spec that no longer validates, a wrong field type, a bad enum value
         raise GraphDefinitionError(f"{where}: {type(exc).__name__}: {clip(str(exc))}") from None
+
+
+def _callable_fields(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` that may hold a Python function: a MapNode's ``fn``, and those an engine spec lists in
+    its ``CALLABLE_FIELDS`` (udf_engine's ``func`` and initial values, timer_engine's ``func``)."""
+    return ("fn",) if cls is MapNode else tuple(getattr(cls, "CALLABLE_FIELDS", ()))
 
 
 def _decode_params(data: Any, func: Any, callables: Mapping[str, Any], where: str, depth: int,

@@ -155,7 +155,8 @@ def from_json(doc: Any, *, load_callables: bool) -> tuple[LogicalGraph, Physical
 
 
 def needs_udf(graph: LogicalGraph | PhysicalGraph | dict[str, Any] | str | bytes) -> bool:
-    """Whether a graph holds Python functions (``map(fn)``, ``generic_state_iterate(func=fn)``).
+    """Whether a graph holds Python functions (``map(fn)``, ``generic_state_iterate(func=fn)``, ``udf_engine``,
+    ``timer_engine``).
 
     Such a graph runs user code where it runs, so the master asks for the ``udf`` privilege to create one;
     a graph of expressions and strings needs only ``graph_create``. A document is checked (and refused as

@@ -299,7 +299,8 @@ class MasterApi:
 
     @operation(P, Privilege.ENGINE_MANAGE, scope=E, target="engine", serial=True)
     def control_engine(self, engine: EngineName, op: dict[str, Any]) -> int:
-        """Apply a change (a rule update) to a running engine; returns tasks changed."""
+        """Apply a change (a rule update, a timer engine's pause or resume) to a running engine; returns tasks
+        changed."""
         raise NotImplementedError
 
     @operation(Access.ADMIN, idempotent=True)

@@ -18,11 +18,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from headwater.dataplane.fence import check_fence
 from headwater.dataplane.jobs import committed_input_version
 from headwater.dataplane.snapshots import KEEP_SNAPSHOTS
 from headwater.dataplane.task import SubgraphTask, subgraph_task
+from headwater.dataplane.timers import status_path
+from headwater.engines.udf import TIMER_OPS, TimerEngine
 from headwater.errors import ExecutionError, GraphDefinitionError, shorten
 from headwater.plan.document import from_json
+from headwater.plan.logical import EngineNode
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.metrics import observe_batch
 from headwater.runtime.paths import sql_spool, table_path
@@ -42,6 +46,7 @@ from headwater.runtime.protocol import (
     decode,
     encode,
 )
+from headwater.runtime.timers import Timer
 from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import PreparedQuery
 from headwater.tuning import DRIVER_BATCH_ROWS
@@ -65,6 +70,7 @@ class RunningGraph:
     stats: dict[int, dict[str, float]] = field(default_factory=dict)  # subgraph id -> cumulative rows_in, seconds
     committed: int = 0  # micro-batches committed since this start
     start_args: tuple[Any, ...] = ()  # what start_graph was called with, to restart after a warm-up
+    timers: dict[str, Timer] = field(default_factory=dict)  # timer engine name -> its timer (headwater.runtime.timers)
 
 
 class Worker:
@@ -168,6 +174,7 @@ class Worker:
 
         queries_started = time.monotonic()
         self._wait_until_started(fqn, running, starters)
+        self._start_timers(running, checkpoints, epoch)
         log.info("stream graph %s (run %s) started in %.1f s: Spark ready after %.1f s, %d queries started after "
                  "%.1f s, their first micro-batches done after %.1f s", fqn, run, time.monotonic() - began,
                  spark_ready - began, len(running.queries), queries_started - began, time.monotonic() - began)
@@ -195,6 +202,18 @@ class Worker:
                 with contextlib.suppress(Exception):  # a query that died is reported by the check above
                     query.awaitTermination(0.1)  # waits on the query, returns early if it stops
 
+    @staticmethod
+    def _start_timers(running: RunningGraph, checkpoints: Path, epoch: int) -> None:
+        """Start the graph's timer engines (one thread each; headwater.runtime.timers), fenced like its commits."""
+        fence = functools.partial(check_fence, checkpoints / EPOCH_FILE, epoch) if epoch else None
+        for node in running.physical.nodes.values():
+            spec = node.spec if isinstance(node, EngineNode) else None
+            if isinstance(spec, TimerEngine):
+                timer = Timer(node.name, spec.interval.total_seconds(), functools.partial(spec.func, *spec.args),
+                              status_path(checkpoints, node.name), fence=fence)
+                running.timers[node.name] = timer
+                timer.start()
+
     def warmup(self, fqn: str, engine: str, data: pa.Table) -> int:
         """Feed ``data`` through ``engine``'s state without output (Orca's warmupOrcaStreamEngine); returns the
         number of rows used. See :meth:`_edit_state`."""
@@ -205,7 +224,15 @@ class Worker:
         return self._edit_state(fqn, engine, warm)
 
     def control_engine(self, fqn: str, engine: str, op: dict[str, Any]) -> int:
-        """Apply a user's change (a rule update) to ``engine``'s state; returns the tasks changed."""
+        """Apply a user's change (a rule update) to ``engine``'s state; returns the tasks changed. A timer engine's
+        pause or resume changes its timer only, without pausing the graph (returns 1)."""
+        if op.get("op") in TIMER_OPS:
+            g = self._graphs.get(fqn)
+            timer = g.timers.get(engine) if g is not None else None
+            if timer is None:
+                raise ExecutionError(f"stream graph {fqn} runs no timer engine {engine!r} in this worker")
+            timer.pause() if op["op"] == "stop_timer_engine" else timer.resume()
+            return 1
         return self._edit_state(fqn, engine, lambda task, _spec, version: task.control(engine, op, version))
 
     def _edit_state(self, fqn: str, engine: str, edit: Callable[[SubgraphTask, Any, int], int]) -> int:
@@ -261,6 +288,8 @@ class Worker:
         g = self._graphs.pop(fqn, None)
         if g is None:
             return
+        for timer in g.timers.values():
+            timer.stop()
         for q in g.queries.values():
             with contextlib.suppress(Exception):  # already dead: nothing left to stop
                 q.stop()
