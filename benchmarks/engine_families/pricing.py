@@ -42,12 +42,13 @@ METHODS = ["bond_dirty_price(settle, maturity, coupon, yld, 2, 1)",
 
 
 def terms(keys: int, seed: int) -> pd.DataFrame:
-    """``keys`` bonds then ``keys`` options: maturities on days 1..28 (coupon dates then fall on the same day of
-    the month), coupons, strikes, calls and puts."""
+    """``keys`` bonds then ``keys`` options: maturities on days 1..27 (coupon dates then fall on the same day of
+    the month; the 28th is February's end in most years, and a month-end maturity keeps month-end coupons),
+    coupons, strikes, calls and puts."""
     rng = np.random.default_rng(seed)
     n = 2 * keys
     months = rng.integers(0, 12 * 20, n).astype("timedelta64[M]")
-    maturity = (np.datetime64("2027-01", "M") + months).astype("datetime64[D]") + rng.integers(0, 28, n)
+    maturity = (np.datetime64("2027-01", "M") + months).astype("datetime64[D]") + rng.integers(0, 27, n)
     return pd.DataFrame({
         "sym": np.concatenate([names("B", keys), names("O", keys)]),
         "maturity": [d.item() for d in maturity],  # datetime.date: a date column on both sides
@@ -57,7 +58,7 @@ def terms(keys: int, seed: int) -> pd.DataFrame:
 
 
 def bond_prices(settle: np.ndarray, maturity: np.ndarray, coupon: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Semi-annual dirty price per 100, actual/actual, maturities on days 1..28: coupon dates are maturity - 6k
+    """Semi-annual dirty price per 100, actual/actual, maturities on days 1..27: coupon dates are maturity - 6k
     months on its day; ``(1 + y/2) ** -(k - 1 + DSC/E)`` per cash flow, simple interest in the last period."""
     s, m = settle.astype("datetime64[D]"), maturity.astype("datetime64[D]")
     sm, mm = s.astype("datetime64[M]").astype(np.int64), m.astype("datetime64[M]").astype(np.int64)
