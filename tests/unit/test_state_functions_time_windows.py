@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from headwater.errors import GraphDefinitionError
 from headwater.kernels import finance, time_windows, topn
-from headwater.kernels.base.operators import _window_units
+from headwater.kernels.base.checks import window_units
 from headwater.kernels.registry import STATE_OPS, make_state_op
 from tests.support.state_functions import run_batches
 
@@ -333,7 +333,7 @@ def _rank_ref(window: np.ndarray, params: dict[str, Any]) -> float:
 def tm_reference(name: str, params: dict[str, Any], keys: np.ndarray, cols: list[np.ndarray]) -> np.ndarray:
     """Brute force per row: the window is every earlier row of the key with time in (t_i - w, t_i]."""
     t = cols[0]
-    w = _window_units(name, params["window"])
+    w = window_units(name, params["window"])
     out = np.full(len(t), NAN)
     last: dict[int, float] = {}
     accepted = np.zeros(len(t), dtype=bool)
@@ -404,7 +404,7 @@ def top_reference(name: str, params: dict[str, Any], keys: np.ndarray, cols: lis
             last[k] = t[i]
             accepted[i] = True
             rows = rows[accepted[rows]]
-            rows = rows[t[rows] > t[i] - _window_units(name, params["window"])]
+            rows = rows[t[rows] > t[i] - window_units(name, params["window"])]
         elif not cum:
             rows = rows[-params["window"] :]
         if cum and np.isnan(s[i]):

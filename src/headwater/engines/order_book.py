@@ -59,6 +59,7 @@ from headwater.durations import format_duration, parse_duration, to_micros
 from headwater.engines.arguments import Argument, arg
 from headwater.engines.base import SEQ, EngineKind, KeyedState, KeyTable, OneInputEngine, Processor
 from headwater.errors import GraphDefinitionError, SchemaError, clip
+from headwater.kernels.base.checks import snake_case
 from headwater.types import Schema
 
 MAX_DEPTH = 5_000  # of depth and cached_depth: Binance's deepest REST snapshot
@@ -90,11 +91,7 @@ STALE, GAP, TIMEOUT, CROSSED = 1, 2, 3, 4
 REASONS = {STALE: "stale", GAP: "gap", TIMEOUT: "timeout", CROSSED: "crossed"}
 
 
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
-
-
-_FIELD_NAMES = {**{f.lower(): f for f in ALL_FIELDS}, **{_snake(f): f for f in ALL_FIELDS}}
+_FIELD_NAMES = {**{f.lower(): f for f in ALL_FIELDS}, **{snake_case(f): f for f in ALL_FIELDS}}
 
 
 def _int_value(value: Any, where: str, what: str) -> int:
@@ -224,7 +221,7 @@ class CryptoOrderBookEngine(OneInputEngine):
             column = given.get(name, name)
             real = schema.lookup(column)
             if real is None and name not in given:
-                real = schema.lookup(_snake(name))
+                real = schema.lookup(snake_case(name))
             if real is None:
                 raise GraphDefinitionError(
                     f"{where}: field {name!r} ({'mapped to ' + repr(column) if name in given else 'not in input_col_map'})"
@@ -254,7 +251,6 @@ class CryptoOrderBookEngine(OneInputEngine):
                 "cachingInterval": to_micros(self.caching_interval) // 1000,
                 "timeout": -1 if self.timeout is None else to_micros(self.timeout) // 1000,
                 "cachedDepth": plain(self.cached_depth), "errorTable": self.error_table}
-
 
 
 class _Book:

@@ -29,29 +29,26 @@ from headwater.aggregates.rules import (
     PROD,
     SUM,
 )
-from headwater.kernels.base.numeric import _INTERPOLATIONS, _quantile
+from headwater.kernels.base.checks import check_bool, check_choice, check_name, check_percent
+from headwater.kernels.base.numeric import INTERPOLATIONS, interpolated_quantile
 from headwater.kernels.base.operators import (
+    ArrayOp,
+    Field,
+    KernelOp,
     State,
     StateOp,
     StateOpSpec,
-    _ArrayOp,
-    _check_batch,
-    _check_bool,
-    _check_choice,
-    _check_name,
-    _check_percent,
-    _f64,
-    _Field,
-    _grown_copy,
-    _i64,
-    _KernelOp,
+    check_batch,
+    f64,
+    grown_copy,
+    i64,
 )
 
 __all__ = ["SPECS", "CumNunique", "CumPercentile", "CumSimple", "CumVar", "Cumulative"]
 
 
 @dataclass(frozen=True)
-class Cumulative(_KernelOp):
+class Cumulative(KernelOp):
     """Cumulative ``cumsum``, ``cumavg``, ``cummax``, ``cummin``, ``cumcount``, ``cumprod``,
     ``cumfirst_not`` (first non-NULL value) and ``cumlast_not`` (last non-NULL value) per key.
 
@@ -81,10 +78,10 @@ class Cumulative(_KernelOp):
     }
 
     def __post_init__(self) -> None:
-        _check_name("Cumulative", self.name, tuple(self._OPS))
+        check_name("Cumulative", self.name, tuple(self._OPS))
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"acc": _f64(), "count": _i64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"acc": f64(), "count": i64()}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         return running_by_key(self._OPS[self.name], slots, x, st["acc"], st["count"], np.zeros(len(st["acc"])),
@@ -92,7 +89,7 @@ class Cumulative(_KernelOp):
 
 
 @dataclass(frozen=True)
-class CumVar(_KernelOp):
+class CumVar(KernelOp):
     """``cumvar``/``cumstd`` (sample) and ``cumvarp``/``cumstdp`` (population) per key.
 
     NULL rows are skipped and output the previous result; the sample versions are
@@ -112,10 +109,10 @@ class CumVar(_KernelOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("cumvar", "cumvarp", "cumstd", "cumstdp")
 
     def __post_init__(self) -> None:
-        _check_name("CumVar", self.name, self._NAMES)
+        check_name("CumVar", self.name, self._NAMES)
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"count": _i64(), "mean": _f64(0.0), "ssqdm": _f64(0.0)}
+    def _layout(self) -> dict[str, Field]:
+        return {"count": i64(), "mean": f64(0.0), "ssqdm": f64(0.0)}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         code = CATALOG[self.name[len("cum"):]].code  # cumvar -> var, ...
@@ -123,7 +120,7 @@ class CumVar(_KernelOp):
 
 
 @dataclass(frozen=True)
-class CumSimple(_ArrayOp):
+class CumSimple(ArrayOp):
     """``cum_positive_streak(x)`` and ``cummdd(x, ratio=True)`` per key.
 
     ``cum_positive_streak``: the running sum of the current streak of positive
@@ -146,11 +143,11 @@ class CumSimple(_ArrayOp):
     _OPS: ClassVar[dict[str, int]] = {"cum_positive_streak": 0, "cummdd": 1}
 
     def __post_init__(self) -> None:
-        _check_name("CumSimple", self.name, tuple(self._OPS))
-        _check_bool(self.name, "ratio", self.ratio)
+        check_name("CumSimple", self.name, tuple(self._OPS))
+        check_bool(self.name, "ratio", self.ratio)
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"acc": _f64(0.0 if self.name == "cum_positive_streak" else math.nan), "peak": _f64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"acc": f64(0.0 if self.name == "cum_positive_streak" else math.nan), "peak": f64()}
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return [cum_simple(self._OPS[self.name], slots, args[0], self.ratio, st["acc"], st["peak"])]
@@ -195,12 +192,12 @@ class CumPercentile(StateOp):
     interpolation: str = "linear"
     n_args = 1
 
-    _FIXED: ClassVar[dict[str, _Field]] = {"n_lo": _i64(), "n_hi": _i64(), "last": _f64()}
+    _FIXED: ClassVar[dict[str, Field]] = {"n_lo": i64(), "n_hi": i64(), "last": f64()}
 
     def __post_init__(self) -> None:
-        _check_name("CumPercentile", self.name, ("cummed", "cumpercentile"))
-        _check_percent(self.name, self.percent)
-        _check_choice(self.name, "interpolation", self.interpolation, _INTERPOLATIONS)
+        check_name("CumPercentile", self.name, ("cummed", "cumpercentile"))
+        check_percent(self.name, self.percent)
+        check_choice(self.name, "interpolation", self.interpolation, INTERPOLATIONS)
 
     def init_state(self) -> dict[str, np.ndarray]:
         empty: State = {n: np.full((0, *f.shape), f.fill, dtype=f.dtype) for n, f in self._FIXED.items()}
@@ -209,8 +206,8 @@ class CumPercentile(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, (x,) = _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st = _grown_copy(self.name, self._FIXED, state, n_keys)
+        slots_, (x,) = check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = grown_copy(self.name, self._FIXED, state, n_keys)
         q = float(self.percent) / 100
         # widest heap any key needs by the end of the batch (each may hold one extra value while rebalancing)
         n_end = st["n_lo"] + st["n_hi"] + np.bincount(slots_[x == x], minlength=n_keys)
@@ -223,7 +220,7 @@ class CumPercentile(StateOp):
             slots_,
             x,
             q,
-            _INTERPOLATIONS[self.interpolation],
+            INTERPOLATIONS[self.interpolation],
             st["lo"],
             st["hi"],
             st["n_lo"],
@@ -255,10 +252,10 @@ class CumNunique(StateOp):
     name = "cumnunique"
     n_args = 1
 
-    _FIXED: ClassVar[dict[str, _Field]] = {"count": _i64(), "has_null": _i64()}
+    _FIXED: ClassVar[dict[str, Field]] = {"count": i64(), "has_null": i64()}
 
     def __post_init__(self) -> None:
-        _check_bool(self.name, "ignore_null", self.ignore_null)
+        check_bool(self.name, "ignore_null", self.ignore_null)
 
     def init_state(self) -> dict[str, np.ndarray]:
         empty: State = {n: np.full((0, *f.shape), f.fill, dtype=f.dtype) for n, f in self._FIXED.items()}
@@ -267,8 +264,8 @@ class CumNunique(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, (x,) = _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st = _grown_copy(self.name, self._FIXED, state, n_keys)
+        slots_, (x,) = check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = grown_copy(self.name, self._FIXED, state, n_keys)
         table = _regrown(self.name, state, "table", n_keys, 8, _EMPTY)
         bits = (x + 0.0).view(np.int64)  # + 0.0 turns -0.0 into 0.0: equal values, equal bits
         out = np.empty(x.shape[0])
@@ -390,7 +387,7 @@ def cum_percentile(slots, x, q, interpolation, lo, hi, n_lo, n_hi, last):  # pra
             n_hi[k] = b
             lo_v = lo[k, 0]
             hi_v = -hi[k, 0] if b > 0 else lo_v
-            last[k] = _quantile(lo_v, hi_v, h - idx, idx, interpolation)
+            last[k] = interpolated_quantile(lo_v, hi_v, h - idx, idx, interpolation)
         out[i] = last[k]
     return out
 

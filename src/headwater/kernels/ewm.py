@@ -21,27 +21,14 @@ import numpy as np
 from numba import njit
 
 from headwater.errors import GraphDefinitionError
-from headwater.kernels.base.operators import (
-    LayoutOp,
-    State,
-    StateOp,
-    StateOpSpec,
-    _bad,
-    _check_bool,
-    _check_float,
-    _check_int,
-    _check_name,
-    _f64,
-    _Field,
-    _i64,
-    _KernelOp,
-)
+from headwater.kernels.base.checks import bad, check_bool, check_float, check_int, check_name
+from headwater.kernels.base.operators import Field, KernelOp, LayoutOp, State, StateOp, StateOpSpec, f64, i64
 
 __all__ = ["SPECS", "EwmCov", "EwmMean", "EwmVar"]
 
 
 @dataclass(frozen=True)
-class EwmMean(_KernelOp):
+class EwmMean(KernelOp):
     """pandas-compatible ``ewm_mean`` (DolphinDB ``ewmMean``), per key.
 
     Equal to ``Series.ewm(com=com, adjust=..., ignore_na=..., min_periods=...).mean()``
@@ -67,8 +54,8 @@ class EwmMean(_KernelOp):
     def __post_init__(self) -> None:
         _check_ewm(self, ("adjust", "ignore_na"))
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"weighted": _f64(), "old_wt": _f64(1.0), "nobs": _i64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"weighted": f64(), "old_wt": f64(1.0), "nobs": i64()}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         minp = max(self.min_periods, 1)  # pandas never reports before the first observation
@@ -79,15 +66,15 @@ class EwmMean(_KernelOp):
 
 
 def _check_com(func: str, com: Any) -> float:
-    return _check_float(func, "com", com, lambda c: 0 <= c < math.inf, "a finite number >= 0")
+    return check_float(func, "com", com, lambda c: 0 <= c < math.inf, "a finite number >= 0")
 
 
 def _check_ewm(op: EwmMean | _EwmMoment, flags: tuple[str, ...]) -> None:
     """The checks of every EWM operator: ``com``, the boolean ``flags`` and ``min_periods``."""
     _check_com(op.name, op.com)
     for flag in flags:
-        _check_bool(op.name, flag, getattr(op, flag))
-    _check_int(op.name, "min_periods", op.min_periods, 0)
+        check_bool(op.name, flag, getattr(op, flag))
+    check_int(op.name, "min_periods", op.min_periods, 0)
 
 
 def _ewm_com(params: dict[str, Any], func: str = "ewm_mean") -> float:
@@ -103,12 +90,12 @@ def _ewm_com(params: dict[str, Any], func: str = "ewm_mean") -> float:
     if p == "com":
         return _check_com(func, v)
     if p == "span":
-        span = _check_float(func, p, v, lambda s: 1 <= s < math.inf, "a finite number >= 1")
+        span = check_float(func, p, v, lambda s: 1 <= s < math.inf, "a finite number >= 1")
         return (span - 1) / 2
     if p == "half_life":
-        hl = _check_float(func, p, v, lambda h: 0 < h < math.inf, "a finite number > 0")
+        hl = check_float(func, p, v, lambda h: 0 < h < math.inf, "a finite number > 0")
         return 1 / (1 - np.exp(np.log(0.5) / hl)) - 1
-    alpha = _check_float(func, p, v, lambda a: 0 < a <= 1, "a number in (0, 1]")
+    alpha = check_float(func, p, v, lambda a: 0 < a <= 1, "a number in (0, 1]")
     return (1 - alpha) / alpha
 
 
@@ -127,7 +114,7 @@ class _EwmMoment(LayoutOp):
     _NAMES: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, self._NAMES)
+        check_name(type(self).__name__, self.name, self._NAMES)
         _check_ewm(self, ("adjust", "ignore_na", "bias"))
 
 
@@ -149,10 +136,10 @@ class EwmVar(_EwmMoment):
 
     _NAMES: ClassVar[tuple[str, ...]] = ("ewm_var", "ewm_std")
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return {
-            "mean": _f64(), "cov": _f64(0.0), "sum_wt": _f64(1.0), "sum_wt2": _f64(1.0),
-            "old_wt": _f64(1.0), "nobs": _i64(),
+            "mean": f64(), "cov": f64(0.0), "sum_wt": f64(1.0), "sum_wt2": f64(1.0),
+            "old_wt": f64(1.0), "nobs": i64(),
         }  # fmt: skip
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
@@ -190,15 +177,15 @@ class EwmCov(_EwmMoment):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.name == "ewm_corr" and self.bias:
-            raise _bad(
+            raise bad(
                 self.name, "bias", self.bias, "False",
                 "bias scales covariance and both variances alike, so it cancels out of a correlation; drop it",
             )  # fmt: skip
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return {
-            "mean_x": _f64(), "mean_y": _f64(), "cov": _f64(0.0), "var_x": _f64(0.0), "var_y": _f64(0.0),
-            "sum_wt": _f64(1.0), "sum_wt2": _f64(1.0), "old_wt": _f64(1.0), "nobs": _i64(),
+            "mean_x": f64(), "mean_y": f64(), "cov": f64(0.0), "var_x": f64(0.0), "var_y": f64(0.0),
+            "sum_wt": f64(1.0), "sum_wt2": f64(1.0), "old_wt": f64(1.0), "nobs": i64(),
         }  # fmt: skip
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:

@@ -17,18 +17,9 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.buffers import _Arr, _BufferedOp, _grown_copy, ring_advance, ring_slot
-from headwater.kernels.base.operators import (
-    MAX_WINDOW,
-    State,
-    StateOp,
-    StateOpSpec,
-    _bad,
-    _check_batch,
-    _check_float,
-    _check_int,
-    _check_name,
-)
+from headwater.kernels.base.buffers import BufferArray, BufferedOp, grown_buffer_copy, ring_advance, ring_slot
+from headwater.kernels.base.checks import MAX_WINDOW, bad, check_float, check_int, check_name
+from headwater.kernels.base.operators import State, StateOp, StateOpSpec, check_batch
 
 __all__ = ["MAX_GROUPS", "SPECS", "DynamicGroup", "Iterate", "RangeCount", "SumBars", "TrueRange"]
 
@@ -44,7 +35,7 @@ def _numbers(func: str, param: str, value: Any) -> tuple[float, ...]:
         for v in values
     )
     if not ok:
-        raise _bad(func, param, value, "a finite number or a non-empty sequence of finite numbers", "")
+        raise bad(func, param, value, "a finite number or a non-empty sequence of finite numbers", "")
     return tuple(float(v) for v in values)
 
 
@@ -85,8 +76,8 @@ class DynamicGroup(StateOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("dynamic_group_cumsum", "dynamic_group_cumcount")
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, self._NAMES)
-        _check_int(self.name, "group_count", self.group_count, 2, MAX_GROUPS, "e.g. group_count=3")
+        check_name(type(self).__name__, self.name, self._NAMES)
+        check_int(self.name, "group_count", self.group_count, 2, MAX_GROUPS, "e.g. group_count=3")
         object.__setattr__(self, "n_args", 4 if self.name == "dynamic_group_cumsum" else 2)
 
     def init_state(self) -> dict[str, np.ndarray]:
@@ -95,8 +86,8 @@ class DynamicGroup(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st = _grown_copy(self.name, {"totals": _Arr(np.float64, 0.0, "cols", MAX_GROUPS)}, state, n_keys, 0)
+        slots_, cols = check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = grown_buffer_copy(self.name, {"totals": BufferArray(np.float64, 0.0, "cols", MAX_GROUPS)}, state, n_keys, 0)
         if self.n_args == 4:
             cum, prev_cum, member, prev_member = cols
         else:
@@ -109,7 +100,7 @@ class DynamicGroup(StateOp):
 
 
 @dataclass(frozen=True)
-class RangeCount(_BufferedOp):
+class RangeCount(BufferedOp):
     """``top_range`` / ``low_range``: how many immediately preceding values are strictly below / above x.
 
     ("A new N-period high / low".) NULL counts as the smallest value, as in
@@ -132,13 +123,13 @@ class RangeCount(_BufferedOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("top_range", "low_range")
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, self._NAMES)
+        check_name(type(self).__name__, self.name, self._NAMES)
 
-    def _layout(self) -> dict[str, _Arr]:
+    def _layout(self) -> dict[str, BufferArray]:
         return {
-            "stack_v": _Arr(np.float64, math.nan, "prefix"), "stack_i": _Arr(np.int64, 0, "prefix"),
-            "depth": _Arr(np.int64, 0), "rows": _Arr(np.int64, 0), "wall": _Arr(np.int64, -1),
-            "seen": _Arr(np.int64, 0),
+            "stack_v": BufferArray(np.float64, math.nan, "prefix"), "stack_i": BufferArray(np.int64, 0, "prefix"),
+            "depth": BufferArray(np.int64, 0), "rows": BufferArray(np.int64, 0), "wall": BufferArray(np.int64, -1),
+            "seen": BufferArray(np.int64, 0),
         }  # fmt: skip
 
     def _step(self, st: State, slots: np.ndarray, cols: list[np.ndarray], out: np.ndarray, i0: int) -> int:
@@ -178,13 +169,13 @@ class TrueRange(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, (h, lo, c) = _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st = _grown_copy(self.name, {"prev_close": _Arr(np.float64, math.nan)}, state, n_keys, 0)
+        slots_, (h, lo, c) = check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = grown_buffer_copy(self.name, {"prev_close": BufferArray(np.float64, math.nan)}, state, n_keys, 0)
         return st, [true_range(slots_, h, lo, c, st["prev_close"])]
 
 
 @dataclass(frozen=True)
-class SumBars(_BufferedOp):
+class SumBars(BufferedOp):
     """``sumbars(x, y)``: counting back from the current row, how many rows it takes for x to add up to y.
 
     0 while all the key's rows so far add up to less than ``y``. DolphinDB requires
@@ -206,10 +197,10 @@ class SumBars(_BufferedOp):
     n_args = 1
 
     def __post_init__(self) -> None:
-        _check_float(self.name, "y", self.y, math.isfinite, "a finite number")
+        check_float(self.name, "y", self.y, math.isfinite, "a finite number")
 
-    def _layout(self) -> dict[str, _Arr]:
-        return {"ring": _Arr(np.float64, 0.0, "ring"), "start": _Arr(np.int64, 0), "count": _Arr(np.int64, 0)}
+    def _layout(self) -> dict[str, BufferArray]:
+        return {"ring": BufferArray(np.float64, 0.0, "ring"), "start": BufferArray(np.int64, 0), "count": BufferArray(np.int64, 0)}
 
     def _step(self, st: State, slots: np.ndarray, cols: list[np.ndarray], out: np.ndarray, i0: int) -> int:
         return int(
@@ -246,7 +237,7 @@ class Iterate(StateOp):
         init = _numbers(self.name, "init", self.init)
         coeff = _numbers(self.name, "coeff", self.coeff)
         if len(init) != len(coeff):
-            raise _bad(
+            raise bad(
                 self.name, "init", self.init, f"{len(coeff)} number(s), as many as coeff",
                 "e.g. iterate(x, init=(1, 1), coeff=(0.5, 0.5))",
             )  # fmt: skip
@@ -265,10 +256,10 @@ class Iterate(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, (x,) = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        slots_, (x,) = check_batch(self.name, self.n_args, slots, n_keys, args)
         init, coeff = self._vectors()
-        layout = {"ring": _Arr(np.float64, init, "cols", init.size), "wpos": _Arr(np.int64, 0)}
-        st = _grown_copy(self.name, layout, state, n_keys, 0)
+        layout = {"ring": BufferArray(np.float64, init, "cols", init.size), "wpos": BufferArray(np.int64, 0)}
+        st = grown_buffer_copy(self.name, layout, state, n_keys, 0)
         return st, [iterate(slots_, x, coeff, st["ring"], st["wpos"])]
 
 

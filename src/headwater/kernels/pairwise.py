@@ -25,27 +25,18 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
+from headwater.kernels.base.checks import check_moving, check_name, resolve_min_periods
 from headwater.kernels.base.numeric import (
     BETA,
     CORR,
     COVAR,
     COVARP,
     SLR,
-    _kahan_add,
-    _pair_moment,
-    _pair_moment_layout,
+    kahan_add,
+    pair_moment_layout,
+    run_pair_moment,
 )
-from headwater.kernels.base.operators import (
-    State,
-    StateOpSpec,
-    _ArrayOp,
-    _check_moving,
-    _check_name,
-    _f64,
-    _Field,
-    _i64,
-    _minp,
-)
+from headwater.kernels.base.operators import ArrayOp, Field, State, StateOpSpec, f64, i64
 
 __all__ = ["SPECS", "CumPairMoment", "CumWeighted", "MovingPairMoment", "MovingWeighted"]
 
@@ -64,7 +55,7 @@ def _regressor_last(args: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class MovingPairMoment(_ArrayOp):
+class MovingPairMoment(ArrayOp):
     """``mcorr(x, y)``, ``mcovar(x, y)`` (sample), ``mcovarp(x, y)`` (population),
     ``mbeta(y, x)`` (OLS slope of y on x) and ``mslr(y, x)`` -> (intercept, slope) over count windows.
 
@@ -90,20 +81,20 @@ class MovingPairMoment(_ArrayOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("mcorr", "mcovar", "mcovarp", "mbeta", "mslr")
 
     def __post_init__(self) -> None:
-        _check_moving(self, self._NAMES)
+        check_moving(self, self._NAMES)
         object.__setattr__(self, "n_outputs", 2 if self.name == "mslr" else 1)
 
-    def _layout(self) -> dict[str, _Field]:
-        return _pair_moment_layout(self.window)
+    def _layout(self) -> dict[str, Field]:
+        return pair_moment_layout(self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         x, y = _regressor_last(args)
-        minp, full_only = _minp(self.min_periods)
-        return _pair_moment(_MOMENT_OPS[self.name[1:]], st, slots, x, y, self.window, minp, full_only)
+        minp, full_only = resolve_min_periods(self.min_periods)
+        return run_pair_moment(_MOMENT_OPS[self.name[1:]], st, slots, x, y, self.window, minp, full_only)
 
 
 @dataclass(frozen=True)
-class CumPairMoment(_ArrayOp):
+class CumPairMoment(ArrayOp):
     """``cumcorr(x, y)``, ``cumcovar(x, y)``, ``cumcovarp(x, y)`` and ``cumbeta(y, x)`` per key.
 
     Rows where either value is NULL output the previous result.
@@ -123,20 +114,20 @@ class CumPairMoment(_ArrayOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("cumcorr", "cumcovar", "cumcovarp", "cumbeta")
 
     def __post_init__(self) -> None:
-        _check_name("CumPairMoment", self.name, self._NAMES)
+        check_name("CumPairMoment", self.name, self._NAMES)
 
-    def _layout(self) -> dict[str, _Field]:
-        return _pair_moment_layout(0)
+    def _layout(self) -> dict[str, Field]:
+        return pair_moment_layout(0)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         x, y = _regressor_last(args)
-        return _pair_moment(_MOMENT_OPS[self.name[3:]], st, slots, x, y, 0, 1, False)
+        return run_pair_moment(_MOMENT_OPS[self.name[3:]], st, slots, x, y, 0, 1, False)
 
 
-def _weighted_layout(width: int) -> dict[str, _Field]:
+def _weighted_layout(width: int) -> dict[str, Field]:
     return {
-        "ring_x": _f64(shape=(width,)), "ring_w": _f64(shape=(width,)), "n_rows": _i64(), "wpos": _i64(),
-        "nobs": _i64(), "n_inf": _i64(), "s_xw": _f64(0.0), "c_xw": _f64(0.0), "s_w": _f64(0.0), "c_w": _f64(0.0),
+        "ring_x": f64(shape=(width,)), "ring_w": f64(shape=(width,)), "n_rows": i64(), "wpos": i64(),
+        "nobs": i64(), "n_inf": i64(), "s_xw": f64(0.0), "c_xw": f64(0.0), "s_w": f64(0.0), "c_w": f64(0.0),
     }  # fmt: skip
 
 
@@ -153,7 +144,7 @@ def _weighted(
 
 
 @dataclass(frozen=True)
-class MovingWeighted(_ArrayOp):
+class MovingWeighted(ArrayOp):
     """``mwsum(x, w)`` (sum of x·w) and ``mwavg(x, w)`` (sum of x·w / sum of w) over count windows.
 
     O(1) per row with Kahan-compensated sums; ``mwavg`` is NULL when the weights
@@ -176,18 +167,18 @@ class MovingWeighted(_ArrayOp):
     _OPS: ClassVar[dict[str, int]] = {"mwsum": WSUM, "mwavg": WAVG}
 
     def __post_init__(self) -> None:
-        _check_moving(self, tuple(self._OPS))
+        check_moving(self, tuple(self._OPS))
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return _weighted_layout(self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
-        minp, full_only = _minp(self.min_periods)
+        minp, full_only = resolve_min_periods(self.min_periods)
         return _weighted(self._OPS[self.name], st, slots, args, self.window, minp, full_only)
 
 
 @dataclass(frozen=True)
-class CumWeighted(_ArrayOp):
+class CumWeighted(ArrayOp):
     """``cumwsum(x, w)`` and ``cumwavg(x, w)``; rows with a NULL output the previous result.
 
     Example:
@@ -205,9 +196,9 @@ class CumWeighted(_ArrayOp):
     _OPS: ClassVar[dict[str, int]] = {"cumwsum": WSUM, "cumwavg": WAVG}
 
     def __post_init__(self) -> None:
-        _check_name("CumWeighted", self.name, tuple(self._OPS))
+        check_name("CumWeighted", self.name, tuple(self._OPS))
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return _weighted_layout(0)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
@@ -238,8 +229,8 @@ def weighted_sum(
                     nobs[k] -= 1
                     p = ox * ow
                     if np.isfinite(p) and np.isfinite(ow):
-                        _kahan_add(k, -p, s_xw, c_xw)
-                        _kahan_add(k, -ow, s_w, c_w)
+                        kahan_add(k, -p, s_xw, c_xw)
+                        kahan_add(k, -ow, s_w, c_w)
                     else:
                         n_inf[k] -= 1
             ring_x[k, pos] = xv
@@ -249,8 +240,8 @@ def weighted_sum(
             nobs[k] += 1
             p = xv * wv
             if np.isfinite(p) and np.isfinite(wv):
-                _kahan_add(k, p, s_xw, c_xw)
-                _kahan_add(k, wv, s_w, c_w)
+                kahan_add(k, p, s_xw, c_xw)
+                kahan_add(k, wv, s_w, c_w)
             else:
                 n_inf[k] += 1
         n_rows[k] = r + 1

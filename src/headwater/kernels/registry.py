@@ -37,7 +37,8 @@ from headwater.kernels import (
     time_windows,
     topn,
 )
-from headwater.kernels.base.operators import StateOp, StateOpSpec, _snake, build_op
+from headwater.kernels.base.checks import snake_case
+from headwater.kernels.base.operators import StateOp, StateOpSpec, build_op
 
 __all__ = ["STATE_OPS", "make_state_op"]
 
@@ -77,7 +78,7 @@ def make_state_op(name: str, params: Mapping[str, Any]) -> StateOp:
     """
     spec = STATE_OPS.get(name)
     if spec is None:
-        close = difflib.get_close_matches(_snake(name), list(STATE_OPS), n=1)
+        close = difflib.get_close_matches(snake_case(name), list(STATE_OPS), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise UnknownFunctionError(
             f"unknown state function {name!r}{hint} Supported: {', '.join(sorted(STATE_OPS))}"

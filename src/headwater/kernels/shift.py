@@ -16,18 +16,8 @@ import numpy as np
 from numba import njit
 
 from headwater.kernels.base.buffers import ring_advance
-from headwater.kernels.base.operators import (
-    MAX_WINDOW,
-    State,
-    StateOpSpec,
-    _bad,
-    _check_int,
-    _check_name,
-    _f64,
-    _Field,
-    _i64,
-    _KernelOp,
-)
+from headwater.kernels.base.checks import MAX_WINDOW, bad, check_int, check_name
+from headwater.kernels.base.operators import Field, KernelOp, State, StateOpSpec, f64, i64
 
 __all__ = ["SPECS", "Ffill", "PrevState", "Shift"]
 
@@ -37,7 +27,7 @@ SHIFT_MOVE, SHIFT_DELTA, SHIFT_RATIO, SHIFT_PCT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
-class Shift(_KernelOp):
+class Shift(KernelOp):
     """``prev``, ``move``, ``deltas``, ``ratios`` and ``percent_change`` against the row ``lag`` rows back.
 
     NULLs are not skipped: the row ``lag`` rows back is used even if it is NULL,
@@ -65,27 +55,27 @@ class Shift(_KernelOp):
     }
 
     def __post_init__(self) -> None:
-        _check_name("Shift", self.name, tuple(self._OPS))
+        check_name("Shift", self.name, tuple(self._OPS))
         param = "k" if self.name == "move" else "n"
         lag = self.lag
         if isinstance(lag, numbers.Integral) and not isinstance(lag, bool) and lag <= 0:
-            raise _bad(
+            raise bad(
                 self.name, param, lag, f"an integer in [1, {MAX_WINDOW}]",
                 f"{param} <= 0 looks at later rows, which is not causal in a stream; use {param} >= 1",
             )  # fmt: skip
-        _check_int(self.name, param, lag, 1, MAX_WINDOW, f"e.g. {self.name}(x, {param}=1)")
+        check_int(self.name, param, lag, 1, MAX_WINDOW, f"e.g. {self.name}(x, {param}=1)")
         if self.name in ("prev", "ratios") and lag != 1:
-            raise _bad(self.name, "lag", lag, "1", f"{self.name} always compares with the previous row")
+            raise bad(self.name, "lag", lag, "1", f"{self.name} always compares with the previous row")
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"ring": _f64(shape=(self.lag,)), "wpos": _i64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"ring": f64(shape=(self.lag,)), "wpos": i64()}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         return shift(self._OPS[self.name], slots, x, self.lag, st["ring"], st["wpos"])
 
 
 @dataclass(frozen=True)
-class Ffill(_KernelOp):
+class Ffill(KernelOp):
     """``ffill``: replace NULL by the key's last non-NULL value, at most ``limit`` rows in a row.
 
     Example:
@@ -102,10 +92,10 @@ class Ffill(_KernelOp):
 
     def __post_init__(self) -> None:
         if self.limit is not None:
-            _check_int(self.name, "limit", self.limit, 1, None, "e.g. ffill(x, limit=5), or omit limit")
+            check_int(self.name, "limit", self.limit, 1, None, "e.g. ffill(x, limit=5), or omit limit")
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"last": _f64(), "gap": _i64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"last": f64(), "gap": i64()}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         limit = -1 if self.limit is None else self.limit
@@ -113,7 +103,7 @@ class Ffill(_KernelOp):
 
 
 @dataclass(frozen=True)
-class PrevState(_KernelOp):
+class PrevState(KernelOp):
     """``prev_state`` (DolphinDB ``prevState``): the value of the previous state.
 
     A run of equal consecutive non-NULL values is one state; a NULL ends the run
@@ -130,8 +120,8 @@ class PrevState(_KernelOp):
 
     name = "prev_state"
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"last": _f64(), "run_prev": _f64(), "in_run": _i64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"last": f64(), "run_prev": f64(), "in_run": i64()}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         return prev_state(slots, x, st["last"], st["run_prev"], st["in_run"])

@@ -26,24 +26,19 @@ import numpy as np
 from numba import njit
 
 from headwater.kernels.base.buffers import ring_push, ring_slot
-from headwater.kernels.base.numeric import SLR, _kahan_add, _pair_moment, _pair_moment_layout
+from headwater.kernels.base.checks import bad, check_bool, check_float, check_int, check_name, check_window
+from headwater.kernels.base.numeric import SLR, kahan_add, pair_moment_layout, run_pair_moment
 from headwater.kernels.base.operators import (
+    ArrayOp,
+    DelegateOp,
+    Field,
+    KernelOp,
     State,
     StateOp,
     StateOpSpec,
-    _ArrayOp,
-    _bad,
-    _check_bool,
-    _check_float,
-    _check_int,
-    _check_name,
-    _check_window,
-    _DelegateOp,
-    _f64,
-    _Field,
-    _i64,
-    _KernelOp,
     build_op,
+    f64,
+    i64,
 )
 
 __all__ = [
@@ -64,7 +59,7 @@ TA_SMA, TA_WMA = 0, 1
 
 
 @dataclass(frozen=True)
-class TaEma(_KernelOp):
+class TaEma(KernelOp):
     """TA-lib style exponential averages ``ema``, ``wilder`` and ``gema``, per key.
 
     Leading NULLs are skipped and stay NULL. The first ``window - 1`` non-NULL
@@ -95,21 +90,21 @@ class TaEma(_KernelOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("ema", "wilder", "gema")
 
     def __post_init__(self) -> None:
-        _check_name("TaEma", self.name, self._NAMES)
-        _check_window(self.name, self.window)
+        check_name("TaEma", self.name, self._NAMES)
+        check_window(self.name, self.window)
         if self.name == "gema":
             if self.alpha is None:
-                raise _bad(
+                raise bad(
                     self.name, "alpha", None, "a number in (0, 1)", "e.g. gema(x, window=10, alpha=0.2)"
                 )
-            _check_float(self.name, "alpha", self.alpha, lambda a: 0 < a < 1, "a number in (0, 1)")
+            check_float(self.name, "alpha", self.alpha, lambda a: 0 < a < 1, "a number in (0, 1)")
         elif self.alpha is not None:
-            raise _bad(
+            raise bad(
                 self.name, "alpha", self.alpha, "no alpha", f"{self.name} derives alpha from window; use gema"
             )
-        _check_bool(self.name, "warmup", self.warmup)
+        check_bool(self.name, "warmup", self.warmup)
         if self.warmup and self.name != "ema":
-            raise _bad(self.name, "warmup", self.warmup, "False", "only ema supports warmup=True")
+            raise bad(self.name, "warmup", self.warmup, "False", "only ema supports warmup=True")
 
     @property
     def effective_alpha(self) -> float:
@@ -121,8 +116,8 @@ class TaEma(_KernelOp):
         assert self.alpha is not None
         return float(self.alpha)
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"ema": _f64(), "count": _i64(), "total": _f64(0.0)}
+    def _layout(self) -> dict[str, Field]:
+        return {"ema": f64(), "count": i64(), "total": f64(0.0)}
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
         return ta_ema(
@@ -131,7 +126,7 @@ class TaEma(_KernelOp):
 
 
 @dataclass(frozen=True)
-class TaMovingAverage(_KernelOp):
+class TaMovingAverage(KernelOp):
     """TA-lib style ``sma`` (simple) and ``wma`` (linearly weighted) moving averages, per key.
 
     The window holds the last ``window`` non-NULL values; the NULL rules are those
@@ -154,13 +149,13 @@ class TaMovingAverage(_KernelOp):
     _OPS: ClassVar[dict[str, int]] = {"sma": TA_SMA, "wma": TA_WMA}
 
     def __post_init__(self) -> None:
-        _check_name("TaMovingAverage", self.name, tuple(self._OPS))
-        _check_window(self.name, self.window)
+        check_name("TaMovingAverage", self.name, tuple(self._OPS))
+        check_window(self.name, self.window)
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return {
-            "ring": _f64(shape=(self.window,)), "count": _i64(), "wpos": _i64(),
-            "total": _f64(0.0), "comp": _f64(0.0),
+            "ring": f64(shape=(self.window,)), "count": i64(), "wpos": i64(),
+            "total": f64(0.0), "comp": f64(0.0),
         }  # fmt: skip
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -170,7 +165,7 @@ class TaMovingAverage(_KernelOp):
         )  # fmt: skip
 
 
-class _TaOp(_ArrayOp):
+class _TaOp(ArrayOp):
     """A TA-lib style operator: NULL rows output NULL and never reach the kernel."""
 
     @abc.abstractmethod
@@ -216,14 +211,14 @@ class TaCascade(_TaOp):
     _LEVELS: ClassVar[dict[str, int]] = {"dema": 2, "tema": 3, "t3": 6}
 
     def __post_init__(self) -> None:
-        _check_name("TaCascade", self.name, tuple(self._LEVELS))
-        _check_window(self.name, self.window)
+        check_name("TaCascade", self.name, tuple(self._LEVELS))
+        check_window(self.name, self.window)
         if self.name == "t3":
             if self.vfactor is None:
                 object.__setattr__(self, "vfactor", 0.7)
-            _check_float(self.name, "vfactor", self.vfactor, lambda v: 0 <= v <= 1, "a number in [0, 1]")
+            check_float(self.name, "vfactor", self.vfactor, lambda v: 0 <= v <= 1, "a number in [0, 1]")
         elif self.vfactor is not None:
-            raise _bad(self.name, "vfactor", self.vfactor, "no vfactor", "only t3 takes a volume factor")
+            raise bad(self.name, "vfactor", self.vfactor, "no vfactor", "only t3 takes a volume factor")
 
     def coefficients(self) -> np.ndarray:
         """Weights of e1, e2, ... in the result."""
@@ -238,12 +233,12 @@ class TaCascade(_TaOp):
         c4 = 1 + 3 * v + v * v * v + 3 * v * v
         return np.array([0.0, 0.0, c4, c3, c2, c1])
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         levels = self._LEVELS[self.name]
         return {
-            "count": _i64(shape=(levels,)),
-            "ema": _f64(shape=(levels,)),
-            "total": _f64(0.0, shape=(levels,)),
+            "count": i64(shape=(levels,)),
+            "ema": f64(shape=(levels,)),
+            "total": f64(0.0, shape=(levels,)),
         }
 
     def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
@@ -275,7 +270,7 @@ class Trima(_TaOp):
     name = "trima"
 
     def __post_init__(self) -> None:
-        _check_window(self.name, self.window)
+        check_window(self.name, self.window)
 
     def periods(self) -> tuple[int, int]:
         """Periods of the inner and the outer SMA."""
@@ -284,11 +279,11 @@ class Trima(_TaOp):
             return half, half
         return self.window // 2, self.window // 2 + 1
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         p1, p2 = self.periods()
         return {
-            "ring1": _f64(shape=(p1,)), "ring2": _f64(shape=(p2,)), "count": _i64(shape=(2,)),
-            "total": _f64(0.0, shape=(2,)), "comp": _f64(0.0, shape=(2,)),
+            "ring1": f64(shape=(p1,)), "ring2": f64(shape=(p2,)), "count": i64(shape=(2,)),
+            "total": f64(0.0, shape=(2,)), "comp": f64(0.0, shape=(2,)),
         }  # fmt: skip
 
     def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
@@ -317,10 +312,10 @@ class Kama(_TaOp):
     name = "kama"
 
     def __post_init__(self) -> None:
-        _check_window(self.name, self.window)
+        check_window(self.name, self.window)
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"ring": _f64(shape=(self.window + 1,)), "count": _i64(), "sum_roc": _f64(0.0), "prev": _f64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"ring": f64(shape=(self.window + 1,)), "count": i64(), "sum_roc": f64(0.0), "prev": f64()}
 
     def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
         return [kama(slots, x, self.window, st["ring"], st["count"], st["sum_roc"], st["prev"])]
@@ -348,13 +343,13 @@ class LinearTimeTrend(_TaOp):
     n_outputs = 2
 
     def __post_init__(self) -> None:
-        _check_window(self.name, self.window)
+        check_window(self.name, self.window)
 
-    def _layout(self) -> dict[str, _Field]:
-        return _pair_moment_layout(self.window)
+    def _layout(self) -> dict[str, Field]:
+        return pair_moment_layout(self.window)
 
     def _ta_kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> list[np.ndarray]:
-        return _pair_moment(SLR, st, slots, x, x, self.window, 1, True, row_x=True)
+        return run_pair_moment(SLR, st, slots, x, x, self.window, 1, True, row_x=True)
 
 
 MA_TYPES: dict[int, str] = {
@@ -371,7 +366,7 @@ MA_TYPES: dict[int, str] = {
 
 
 @dataclass(frozen=True)
-class Ma(_DelegateOp):
+class Ma(DelegateOp):
     """``ma(x, window, ma_type)``: the TA-lib moving average chosen by ``ma_type`` (see :data:`MA_TYPES`).
 
     ``t3`` uses vfactor 0.7, as TA-lib's MA does; ``window=1`` returns x for
@@ -392,14 +387,14 @@ class Ma(_DelegateOp):
     n_args = 1
 
     def __post_init__(self) -> None:
-        _check_window(self.name, self.window)
+        check_window(self.name, self.window)
         choices = ", ".join(f"{k}={v}" for k, v in MA_TYPES.items())
         if self.ma_type == 7 and not isinstance(self.ma_type, bool):
-            raise _bad(
+            raise bad(
                 self.name, "ma_type", 7, f"one of {choices}",
                 "7 is TA-lib's MAMA, which takes fast/slow limits instead of a window and is not supported",
             )  # fmt: skip
-        _check_int(self.name, "ma_type", self.ma_type, 0, 8, f"valid types: {choices}")
+        check_int(self.name, "ma_type", self.ma_type, 0, 8, f"valid types: {choices}")
         inner = "sma" if self.window == 1 else MA_TYPES[self.ma_type]
         object.__setattr__(self, "inner", build_op(_BY_NAME[inner], {"window": self.window}))
 
@@ -462,8 +457,8 @@ def ta_window(op, slots, x, window, ring, count, wpos, total, comp):  # pragma: 
         old, r, _ = ring_push(ring, count, wpos, k, v, window)
         if op == TA_SMA:
             if r >= window:
-                _kahan_add(k, -old, total, comp)
-            _kahan_add(k, v, total, comp)
+                kahan_add(k, -old, total, comp)
+            kahan_add(k, v, total, comp)
         if r + 1 < window:
             out[i] = np.nan
         elif op == TA_SMA:
@@ -521,8 +516,8 @@ def _kahan_window_push(k, v, count, ring, total, comp):  # pragma: no cover - nu
     c = count[k]
     pos = c % ring.shape[1]
     if c >= ring.shape[1]:
-        _kahan_add(k, -ring[k, pos], total, comp)
-    _kahan_add(k, v, total, comp)
+        kahan_add(k, -ring[k, pos], total, comp)
+    kahan_add(k, v, total, comp)
     ring[k, pos] = v
     count[k] = c + 1
     return c + 1

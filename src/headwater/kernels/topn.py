@@ -32,21 +32,18 @@ from numba import njit
 
 from headwater.aggregates.rules import AVG, STD, STDP, SUM, VAR, VARP
 from headwater.aggregates.values import non_null, over_values
-from headwater.kernels.base.buffers import _Arr, _BufferedOp, _grown_copy
-from headwater.kernels.base.numeric import _moments
-from headwater.kernels.base.operators import (
+from headwater.kernels.base.buffers import BufferArray, BufferedOp, grown_buffer_copy
+from headwater.kernels.base.checks import (
     MAX_WINDOW,
-    State,
-    StateOp,
-    StateOpSpec,
-    _bad,
-    _check_batch,
-    _check_bool,
-    _check_choice,
-    _check_int,
-    _check_name,
-    _window_units,
+    bad,
+    check_bool,
+    check_choice,
+    check_int,
+    check_name,
+    window_units,
 )
+from headwater.kernels.base.numeric import buffer_moments
+from headwater.kernels.base.operators import State, StateOp, StateOpSpec, check_batch
 
 __all__ = ["SPECS", "CumTopN", "MovingTopN", "TimeTopN"]
 
@@ -104,11 +101,11 @@ class MovingTopN(StateOp):
     _NAMES: ClassVar[tuple[str, ...]] = tuple(f"m{a}_top_n" for a in _ALL_AGGS)
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, self._NAMES)
-        _check_int(
+        check_name(type(self).__name__, self.name, self._NAMES)
+        check_int(
             self.name, "window", self.window, 1, MAX_WINDOW, f"e.g. {self.name}(x, s, window=20, top=5)"
         )
-        _check_int(self.name, "top", self.top, 1, self.window, f"top must not exceed window={self.window}")
+        check_int(self.name, "top", self.top, 1, self.window, f"top must not exceed window={self.window}")
         _init_top(self, _top_agg(self.name, "m"), "oldest")
 
     def init_state(self) -> dict[str, np.ndarray]:
@@ -121,13 +118,13 @@ class MovingTopN(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        slots_, cols = check_batch(self.name, self.n_args, slots, n_keys, args)
         w = self.window
         layout = {
-            "x": _Arr(np.float64, math.nan, "cols", w), "y": _Arr(np.float64, math.nan, "cols", w),
-            "s": _Arr(np.float64, math.nan, "cols", w), "n_rows": _Arr(np.int64, 0), "wpos": _Arr(np.int64, 0),
+            "x": BufferArray(np.float64, math.nan, "cols", w), "y": BufferArray(np.float64, math.nan, "cols", w),
+            "s": BufferArray(np.float64, math.nan, "cols", w), "n_rows": BufferArray(np.int64, 0), "wpos": BufferArray(np.int64, 0),
         }  # fmt: skip
-        st = _grown_copy(self.name, layout, state, n_keys, w)
+        st = grown_buffer_copy(self.name, layout, state, n_keys, w)
         x, s = cols[0], cols[-1]
         y = cols[1] if self.n_args == 3 else x
         assert self.ties_method is not None
@@ -139,20 +136,20 @@ class MovingTopN(StateOp):
 
 
 def _init_top(op: Any, agg: str, default_ties: str) -> None:
-    _check_bool(op.name, "ascending", op.ascending)
-    _check_bool(op.name, "biased", op.biased)
+    check_bool(op.name, "ascending", op.ascending)
+    check_bool(op.name, "biased", op.biased)
     if agg not in ("skew", "kurtosis") and op.biased is not True:
-        raise _bad(
+        raise bad(
             op.name, "biased", op.biased, "no biased", "only the skew and kurtosis TopN functions take it"
         )
     if op.ties_method is None:
         object.__setattr__(op, "ties_method", "latest" if agg in ("skew", "kurtosis") else default_ties)
-    _check_choice(op.name, "ties_method", op.ties_method, _TIES)
+    check_choice(op.name, "ties_method", op.ties_method, _TIES)
     object.__setattr__(op, "n_args", 3 if agg in _PAIR_AGGS else 2)
 
 
 @dataclass(frozen=True)
-class CumTopN(_BufferedOp):
+class CumTopN(BufferedOp):
     """``cum<agg>_top_n(x, [y,] s, top, ...)``: TopN over all rows so far, with the aggregates of mTopN.
 
     A row that is not among the first ``top`` can never be picked later, so a key
@@ -180,8 +177,8 @@ class CumTopN(_BufferedOp):
     _NAMES: ClassVar[tuple[str, ...]] = tuple(f"cum{a}_top_n" for a in _ALL_AGGS)
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, self._NAMES)
-        _check_int(self.name, "top", self.top, 1, MAX_WINDOW, f"e.g. {self.name}(x, s, top=5)")
+        check_name(type(self).__name__, self.name, self._NAMES)
+        check_int(self.name, "top", self.top, 1, MAX_WINDOW, f"e.g. {self.name}(x, s, top=5)")
         _init_top(self, _top_agg(self.name, "cum"), "latest")
 
     def _first_width(self) -> int:
@@ -190,14 +187,14 @@ class CumTopN(_BufferedOp):
     def _max_width(self) -> int:
         return max(self.max_rows, self.top + 1)
 
-    def _layout(self) -> dict[str, _Arr]:
+    def _layout(self) -> dict[str, BufferArray]:
         nan = math.nan
         layout = {
-            "s": _Arr(np.float64, nan, "prefix"), "x": _Arr(np.float64, nan, "prefix"),
-            "length": _Arr(np.int64, 0), "last": _Arr(np.float64, nan),
+            "s": BufferArray(np.float64, nan, "prefix"), "x": BufferArray(np.float64, nan, "prefix"),
+            "length": BufferArray(np.int64, 0), "last": BufferArray(np.float64, nan),
         }  # fmt: skip
         if self.n_args == 3:
-            layout["y"] = _Arr(np.float64, nan, "prefix")
+            layout["y"] = BufferArray(np.float64, nan, "prefix")
         return layout
 
     def _step(self, st: State, slots: np.ndarray, cols: list[np.ndarray], out: np.ndarray, i0: int) -> int:
@@ -215,7 +212,7 @@ class CumTopN(_BufferedOp):
 
 
 @dataclass(frozen=True)
-class TimeTopN(_BufferedOp):
+class TimeTopN(BufferedOp):
     """``tm<agg>_top_n(t, x, [y,] s, window, top, ...)``: TopN over the time window (t_i - window, t_i].
 
     The window and the handling of time are those of the tm-functions (a row whose
@@ -245,26 +242,26 @@ class TimeTopN(_BufferedOp):
     _NAMES: ClassVar[tuple[str, ...]] = tuple(f"tm{a}_top_n" for a in _ALL_AGGS)
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, self._NAMES)
-        _window_units(self.name, self.window)
-        _check_int(self.name, "top", self.top, 1, MAX_WINDOW, f"e.g. {self.name}(t, x, s, window=20, top=5)")
+        check_name(type(self).__name__, self.name, self._NAMES)
+        window_units(self.name, self.window)
+        check_int(self.name, "top", self.top, 1, MAX_WINDOW, f"e.g. {self.name}(t, x, s, window=20, top=5)")
         _init_top(self, _top_agg(self.name, "tm"), "latest")
         object.__setattr__(self, "n_args", self.n_args + 1)  # the time column
 
     @property
     def span(self) -> float:
         """The window in the units of the time column (microseconds for a duration)."""
-        return _window_units(self.name, self.window)
+        return window_units(self.name, self.window)
 
-    def _layout(self) -> dict[str, _Arr]:
+    def _layout(self) -> dict[str, BufferArray]:
         nan = math.nan
         layout = {
-            "t": _Arr(np.float64, nan, "ring"), "x": _Arr(np.float64, nan, "ring"),
-            "s": _Arr(np.float64, nan, "ring"), "start": _Arr(np.int64, 0), "count": _Arr(np.int64, 0),
-            "last_t": _Arr(np.float64, nan),
+            "t": BufferArray(np.float64, nan, "ring"), "x": BufferArray(np.float64, nan, "ring"),
+            "s": BufferArray(np.float64, nan, "ring"), "start": BufferArray(np.int64, 0), "count": BufferArray(np.int64, 0),
+            "last_t": BufferArray(np.float64, nan),
         }  # fmt: skip
         if self.n_args == 4:
-            layout["y"] = _Arr(np.float64, nan, "ring")
+            layout["y"] = BufferArray(np.float64, nan, "ring")
         return layout
 
     def _step(self, st: State, slots: np.ndarray, cols: list[np.ndarray], out: np.ndarray, i0: int) -> int:
@@ -375,7 +372,7 @@ def _aggregate(op, xs, ys, m, biased, buf):  # pragma: no cover - numba
     if c == 0:
         return np.nan
     if op in (TOP_SKEW, TOP_KURT):
-        return _moments(buf, c, op == TOP_KURT, biased)
+        return buffer_moments(buf, c, op == TOP_KURT, biased)
     return over_values(op, buf, c, buf)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from headwater.durations import parse_duration
 from headwater.errors import GraphDefinitionError, clip
+from headwater.kernels.base.checks import snake_case
 
 MAX_BATCH_ROWS = 2**31 - 1  # Orca's INT
 MIN_THROTTLE = timedelta(milliseconds=1)
@@ -55,11 +56,7 @@ _REFUSED = {
 }
 
 
-def _snake(key: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
-
-
-_SPELLINGS = {spelling: key for key in (*_KEYS, *_REFUSED) for spelling in (key, _snake(key))}
+_SPELLINGS = {spelling: key for key in (*_KEYS, *_REFUSED) for spelling in (key, snake_case(key))}
 
 
 @dataclass(frozen=True)
@@ -110,7 +107,7 @@ class SubscriptionConfig:
                 raise GraphDefinitionError(f"{where}: {raw} cannot apply: {_REFUSED[key]}")
             name = _KEYS[key]
             if name in values:
-                raise GraphDefinitionError(f"{where}: {key} is given twice (as {key} and {_snake(key)}); give it once")
+                raise GraphDefinitionError(f"{where}: {key} is given twice (as {key} and {snake_case(key)}); give it once")
             values[name] = _throttle(value, where) if name == "throttle" else value
         try:
             return cls(**values)

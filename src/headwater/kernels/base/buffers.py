@@ -2,7 +2,7 @@
 
 Time windows, TopN and range counts keep a variable number of rows per key. Their
 kernels take a start row and return the row at which they stopped because a key's
-buffer was full while it may still grow; :class:`_BufferedOp` then widens every
+buffer was full while it may still grow; :class:`BufferedOp` then widens every
 buffer (doubling, up to ``max_rows``) and calls again from that row. Re-running a
 row from its start is harmless: everything a kernel did for that row before
 stopping (evicting expired rows) is idempotent.
@@ -16,11 +16,11 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.operators import MAX_WINDOW, State, StateOp, _check_batch, _f64, _Field, _i64
-from headwater.kernels.base.operators import _grown_copy as _fixed_grown_copy
+from headwater.kernels.base.checks import MAX_WINDOW
+from headwater.kernels.base.operators import Field, State, StateOp, check_batch, f64, grown_copy, i64
 
 
-class _Arr(NamedTuple):
+class BufferArray(NamedTuple):
     """One state array: ``kind`` says how its second axis behaves."""
 
     dtype: type
@@ -32,7 +32,7 @@ class _Arr(NamedTuple):
 _GROWING = ("ring", "deque", "prefix")
 
 
-class _BufferedOp(StateOp):
+class BufferedOp(StateOp):
     """An operator whose per-key buffers widen on demand, up to ``max_rows`` rows.
 
     Kernels stop at the row whose key has a full buffer; ``run`` widens every
@@ -43,7 +43,7 @@ class _BufferedOp(StateOp):
     initial_rows: ClassVar[int] = 8
 
     @abc.abstractmethod
-    def _layout(self) -> dict[str, _Arr]:
+    def _layout(self) -> dict[str, BufferArray]:
         """Name, dtype, initial value and kind of every state array."""
 
     @abc.abstractmethod
@@ -63,9 +63,9 @@ class _BufferedOp(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
+        slots_, cols = check_batch(self.name, self.n_args, slots, n_keys, args)
         layout = self._layout()
-        st = _grown_copy(self.name, layout, state, n_keys, self._width_of(state, layout))
+        st = grown_buffer_copy(self.name, layout, state, n_keys, self._width_of(state, layout))
         out = np.empty(slots_.shape[0])
         i = 0
         while True:
@@ -74,26 +74,26 @@ class _BufferedOp(StateOp):
                 return st, [out]
             st = _widen(layout, st, min(2 * self._width_of(st, layout), self._max_width()))
 
-    def _width_of(self, state: State, layout: dict[str, _Arr]) -> int:
+    def _width_of(self, state: State, layout: dict[str, BufferArray]) -> int:
         for name, a in layout.items():
             if a.kind in _GROWING and name in state and state[name].ndim == 2:
                 return int(state[name].shape[1])
         return self._first_width()
 
 
-def _shape(a: _Arr, width: int) -> tuple[int, ...]:
+def _shape(a: BufferArray, width: int) -> tuple[int, ...]:
     if a.kind == "key":
         return ()
     return (a.width,) if a.kind == "cols" else (width,)
 
 
-def _grown_copy(func: str, layout: dict[str, _Arr], state: State, n_keys: int, width: int) -> State:
-    """:func:`.operators._grown_copy` of a buffered layout whose growing arrays are ``width`` wide."""
-    fields = {name: _Field(_shape(a, width), a.dtype, a.fill) for name, a in layout.items()}
-    return _fixed_grown_copy(func, fields, state, n_keys)
+def grown_buffer_copy(func: str, layout: dict[str, BufferArray], state: State, n_keys: int, width: int) -> State:
+    """:func:`.operators.grown_buffer_copy` of a buffered layout whose growing arrays are ``width`` wide."""
+    fields = {name: Field(_shape(a, width), a.dtype, a.fill) for name, a in layout.items()}
+    return grown_copy(func, fields, state, n_keys)
 
 
-def _widen(layout: dict[str, _Arr], st: State, width: int) -> State:
+def _widen(layout: dict[str, BufferArray], st: State, width: int) -> State:
     out = dict(st)
     for name, a in layout.items():
         if a.kind not in _GROWING:
@@ -138,9 +138,9 @@ def widen_deque(old, new, head, length):  # pragma: no cover - numba
 # the non-NULL values in the window.
 
 
-def ring_layout(window: int) -> dict[str, _Field]:
+def ring_layout(window: int) -> dict[str, Field]:
     """The state arrays of a count window of ``window`` rows: ``ring``, ``n_rows``, ``wpos`` and ``nobs``."""
-    return {"ring": _f64(shape=(window,)), "n_rows": _i64(), "wpos": _i64(), "nobs": _i64()}
+    return {"ring": f64(shape=(window,)), "n_rows": i64(), "wpos": i64(), "nobs": i64()}
 
 
 @njit(cache=True, inline="always")

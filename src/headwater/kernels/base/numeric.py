@@ -1,9 +1,9 @@
 """Numba helpers and kernels that more than one family uses.
 
-- ``_kahan_add``: compensated running sums (moving sums, ``sma``, ``trima``, weighted sums).
-- ``_quantile``: pandas' interpolation rules between two order statistics (``mpercentile``, ``cumpercentile``).
-- ``_tied_rank``: the rank of a value among ties (``mrank``, ``tmrank``).
-- ``_moments``: DolphinDB's skewness and kurtosis of a buffer (tm-functions and TopN).
+- ``kahan_add``: compensated running sums (moving sums, ``sma``, ``trima``, weighted sums).
+- ``interpolated_quantile``: pandas' interpolation rules between two order statistics (``mpercentile``, ``cumpercentile``).
+- ``tied_rank``: the rank of a value among ties (``mrank``, ``tmrank``).
+- ``buffer_moments``: DolphinDB's skewness and kurtosis of a buffer (tm-functions and TopN).
 - ``pair_moment``: correlation, covariance, beta and OLS over count windows by Welford add/remove
   (the pairwise m- and cum-functions, and ``linear_time_trend``); ``window == 0`` means cumulative
   (nothing ever leaves the window, and the rings may have width 0).
@@ -19,11 +19,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from headwater.kernels.base.operators import State, _f64, _Field, _i64
+from headwater.kernels.base.operators import Field, State, f64, i64
 
 
 @njit(cache=True, inline="always")
-def _kahan_add(k, v, total, comp):  # pragma: no cover - numba
+def kahan_add(k, v, total, comp):  # pragma: no cover - numba
     y = v - comp[k]
     t = total[k] + y
     comp[k] = (t - total[k]) - y
@@ -31,7 +31,7 @@ def _kahan_add(k, v, total, comp):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
-def _extend_run(v, run_v, run_n):  # pragma: no cover - numba
+def extend_run(v, run_v, run_n):  # pragma: no cover - numba
     """The run of equal values (value, length) after adding ``v`` to the run ``(run_v, run_n)``.
 
     A window whose values are one run has exactly zero variance, whatever the rounding of the sums.
@@ -47,14 +47,14 @@ def _extend_run(v, run_v, run_n):  # pragma: no cover - numba
 I_LINEAR, I_LOWER, I_HIGHER, I_NEAREST, I_MIDPOINT = 0, 1, 2, 3, 4
 
 
-_INTERPOLATIONS = {
+INTERPOLATIONS = {
     "linear": I_LINEAR, "lower": I_LOWER, "higher": I_HIGHER, "nearest": I_NEAREST,
     "midpoint": I_MIDPOINT,
 }  # fmt: skip
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _quantile(lo_v, hi_v, frac, idx, interpolation):  # pragma: no cover - numba
+def interpolated_quantile(lo_v, hi_v, frac, idx, interpolation):  # pragma: no cover - numba
     """pandas' rolling quantile rules between the idx-th and (idx+1)-th smallest values."""
     if frac == 0.0 or interpolation == I_LOWER:
         return lo_v
@@ -76,12 +76,12 @@ def _quantile(lo_v, hi_v, frac, idx, interpolation):  # pragma: no cover - numba
 RANK_MIN, RANK_MAX, RANK_AVERAGE = 0, 1, 2
 
 
-_TIES = {"min": RANK_MIN, "max": RANK_MAX, "average": RANK_AVERAGE}
+TIES = {"min": RANK_MIN, "max": RANK_MAX, "average": RANK_AVERAGE}
 """The codes of ``ties_method``, how equal values rank."""
 
 
 @njit(cache=True, inline="always")
-def _tied_rank(before, equal, ties):  # pragma: no cover - numba
+def tied_rank(before, equal, ties):  # pragma: no cover - numba
     """The 0-based rank of a value with ``before`` values ranked ahead of it and ``equal`` ties (itself included)."""
     if ties == RANK_MIN:
         return float(before)
@@ -94,7 +94,7 @@ def _tied_rank(before, equal, ties):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _moments(a, m, kurt, biased):  # pragma: no cover - numba
+def buffer_moments(a, m, kurt, biased):  # pragma: no cover - numba
     """DolphinDB ``skew`` / ``kurtosis`` (not excess) of a[:m] by two passes."""
     if m == 0:
         return np.nan
@@ -156,8 +156,8 @@ def _pair_add(
     m2x[k] += dx * (xv - mean_x[k])
     m2y[k] += dy * (yv - mean_y[k])
     cxy[k] += dx * (yv - mean_y[k])
-    run_x[k], run_xn[k] = _extend_run(xv, run_x[k], run_xn[k])
-    run_y[k], run_yn[k] = _extend_run(yv, run_y[k], run_yn[k])
+    run_x[k], run_xn[k] = extend_run(xv, run_x[k], run_xn[k])
+    run_y[k], run_yn[k] = extend_run(yv, run_y[k], run_yn[k])
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -284,15 +284,15 @@ def pair_moment(
     return out, slope
 
 
-def _pair_moment_layout(width: int) -> dict[str, _Field]:
+def pair_moment_layout(width: int) -> dict[str, Field]:
     return {
-        "ring_x": _f64(shape=(width,)), "ring_y": _f64(shape=(width,)), "n_rows": _i64(), "wpos": _i64(),
-        "nobs": _i64(), "n_inf": _i64(), "mean_x": _f64(0.0), "mean_y": _f64(0.0), "m2x": _f64(0.0),
-        "m2y": _f64(0.0), "cxy": _f64(0.0), "run_x": _f64(), "run_xn": _i64(), "run_y": _f64(), "run_yn": _i64(),
+        "ring_x": f64(shape=(width,)), "ring_y": f64(shape=(width,)), "n_rows": i64(), "wpos": i64(),
+        "nobs": i64(), "n_inf": i64(), "mean_x": f64(0.0), "mean_y": f64(0.0), "m2x": f64(0.0),
+        "m2y": f64(0.0), "cxy": f64(0.0), "run_x": f64(), "run_xn": i64(), "run_y": f64(), "run_yn": i64(),
     }  # fmt: skip
 
 
-def _pair_moment(
+def run_pair_moment(
     op: int, st: State, slots: np.ndarray, x: np.ndarray, y: np.ndarray, window: int, minp: int,
     full_only: bool, row_x: bool = False,
 ) -> list[np.ndarray]:  # fmt: skip

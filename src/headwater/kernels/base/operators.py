@@ -1,4 +1,4 @@
-"""The operator contract, state layouts, batch and parameter checks, and :class:`StateOpSpec`.
+"""The operator contract, state layouts, batch checks, and :class:`StateOpSpec`.
 
 A stream task holds many keys. Each micro-batch delivers the rows of all its
 keys in arrival order; a :class:`StateOp` processes the whole batch in one
@@ -16,7 +16,7 @@ Example:
     >>> class RunningCount(LayoutOp):
     ...     name, n_args = "running_count", 1
     ...     def _layout(self):
-    ...         return {"n": _i64()}
+    ...         return {"n": i64()}
     ...     def _compute(self, st, slots, cols):
     ...         out = np.empty(len(slots))
     ...         for i, k in enumerate(slots):  # a real operator runs a Numba kernel here
@@ -33,24 +33,21 @@ from __future__ import annotations
 
 import abc
 import math
-import numbers
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from headwater.durations import parse_duration, to_micros
 from headwater.errors import GraphDefinitionError
 from headwater.kernel_inputs import read_only
+from headwater.kernels.base.checks import snake_case
 
-__all__ = ["MAX_WINDOW", "LayoutOp", "State", "StateOp", "StateOpSpec", "build_op"]
+__all__ = [
+    "ArrayOp", "DelegateOp", "Field", "KernelOp", "LayoutOp", "State", "StateOp", "StateOpSpec", "build_op",
+    "check_batch", "f64", "grown_copy", "i64", "inner_state", "own_state", "wrap_inner_state",
+]  # fmt: skip
 
-
-MAX_WINDOW = 102_400
-"""Largest moving window DolphinDB allows in streaming engines."""
 
 
 State = dict[str, np.ndarray]
@@ -81,7 +78,7 @@ class StateOp(abc.ABC):
 
 
 @dataclass(frozen=True)
-class _DelegateOp(StateOp):
+class DelegateOp(StateOp):
     """An operator that stands for another one, ``inner`` (set by ``__post_init__``), which does the work."""
 
     inner: StateOp = field(init=False, repr=False, compare=False)
@@ -95,18 +92,18 @@ class _DelegateOp(StateOp):
         return self.inner.run(state, slots, n_keys, args)
 
 
-class _Field(NamedTuple):
+class Field(NamedTuple):
     shape: tuple[int, ...]  # per-key shape (after the key axis)
     dtype: type
     fill: Any  # a number, or an array of the per-key shape
 
 
-def _f64(fill: float = math.nan, shape: tuple[int, ...] = ()) -> _Field:
-    return _Field(shape, np.float64, fill)
+def f64(fill: float = math.nan, shape: tuple[int, ...] = ()) -> Field:
+    return Field(shape, np.float64, fill)
 
 
-def _i64(shape: tuple[int, ...] = ()) -> _Field:
-    return _Field(shape, np.int64, 0)
+def i64(shape: tuple[int, ...] = ()) -> Field:
+    return Field(shape, np.int64, 0)
 
 
 class LayoutOp(StateOp):
@@ -117,7 +114,7 @@ class LayoutOp(StateOp):
     """
 
     @abc.abstractmethod
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         """Name, per-key shape, dtype and initial value of every state array."""
 
     @abc.abstractmethod
@@ -130,12 +127,12 @@ class LayoutOp(StateOp):
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, cols = _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st = _grown_copy(self.name, self._layout(), state, n_keys)
+        slots_, cols = check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = grown_copy(self.name, self._layout(), state, n_keys)
         return st, self._compute(st, slots_, cols)
 
 
-class _KernelOp(LayoutOp):
+class KernelOp(LayoutOp):
     """A one-argument, one-output operator whose work is one kernel call over the batch."""
 
     n_args = 1
@@ -148,13 +145,13 @@ class _KernelOp(LayoutOp):
         return [self._kernel(st, slots, cols[0])]
 
 
-class _ArrayOp(LayoutOp):
+class ArrayOp(LayoutOp):
     """One-column operators by default; pair functions set ``n_args = 2``."""
 
     n_args = 1
 
 
-def _check_batch(
+def check_batch(
     func: str, n_args: int, slots: np.ndarray, n_keys: int, args: list[np.ndarray]
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     if len(args) != n_args:
@@ -179,7 +176,7 @@ def _check_batch(
     return slots_, cols
 
 
-def _grown_copy(func: str, layout: dict[str, _Field], state: State, n_keys: int) -> State:
+def grown_copy(func: str, layout: dict[str, Field], state: State, n_keys: int) -> State:
     # Always copy: the caller may keep the old dict as the last committed snapshot.
     out: State = {}
     for name, f in layout.items():
@@ -203,115 +200,21 @@ def _grown_copy(func: str, layout: dict[str, _Field], state: State, n_keys: int)
     return out
 
 
-# ---------------------------------------------------------------- parameter checks
-
-
-def _bad(func: str, param: str, got: Any, expected: str, fix: str) -> GraphDefinitionError:
-    return GraphDefinitionError(
-        f"state function {func!r}: {param}={got!r} is invalid; expected {expected}. {fix}"
-    )
-
-
-def _check_int(func: str, param: str, value: Any, lo: int, hi: int | None = None, fix: str = "") -> int:
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
-    if not ok or value < lo or (hi is not None and value > hi):
-        bound = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
-        raise _bad(func, param, value, bound, fix)
-    return int(value)
-
-
-def _check_bool(func: str, param: str, value: Any) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise _bad(func, param, value, "True or False", f"e.g. {func}(x, ..., {param}=True)")
-    return bool(value)
-
-
-def _check_float(func: str, param: str, value: Any, ok: Callable[[float], bool], expected: str) -> float:
-    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_) or not ok(float(value)):
-        raise _bad(func, param, value, expected, "")
-    return float(value)
-
-
-def _check_window(func: str, window: Any) -> int:
-    return _check_int(func, "window", window, 1, MAX_WINDOW, f"e.g. {func}(x, window=20)")
-
-
-def _check_name(cls: str, name: str, allowed: tuple[str, ...]) -> None:
-    if name not in allowed:
-        raise GraphDefinitionError(f"{cls}: name {name!r} is not one of {', '.join(allowed)}")
-
-
-def _check_min_periods(func: str, min_periods: int | None, window: int) -> None:
-    if min_periods is not None:
-        _check_int(
-            func, "min_periods", min_periods, 1, window, f"min_periods must not exceed window={window}"
-        )
-
-
-def _check_moving(op: Any, names: tuple[str, ...]) -> None:
-    """The checks of a count-window operator named one of ``names``: its ``window`` and ``min_periods``."""
-    _check_name(type(op).__name__, op.name, names)
-    _check_window(op.name, op.window)
-    _check_min_periods(op.name, op.min_periods, op.window)
-
-
-def _minp(min_periods: int | None) -> tuple[int, bool]:
-    """(min_periods, full_only): without min_periods the first window-1 rows of a key are NULL."""
-    return (1, True) if min_periods is None else (min_periods, False)
-
-
-def _check_choice(func: str, param: str, value: Any, choices: dict[str, int]) -> int:
-    """The code of ``value``, which must be one of the names in ``choices`` exactly."""
-    if not isinstance(value, str) or value not in choices:
-        raise _bad(func, param, value, f"one of {', '.join(map(repr, choices))}", "")
-    return choices[value]
-
-
-def _check_percent(func: str, value: Any) -> float:
-    return _check_float(func, "percent", value, lambda p: 0 <= p <= 100, "a number in [0, 100]")
-
-
-def _window_units(func: str, window: Any) -> float:
-    """A tm-window in the units of the time column: an integer, or a duration in microseconds."""
-    if isinstance(window, numbers.Integral) and not isinstance(window, bool | np.bool_):
-        if int(window) >= 1:
-            return float(window)
-    elif isinstance(window, str | timedelta):
-        return float(to_micros(parse_duration(window, where=f"state function {func!r}: window")))
-    raise _bad(
-        func, "window", window,
-        "a positive integer (in the units of the time column) or a duration such as '5m' or '30s'",
-        f"e.g. {func}(time, price, '5m')",
-    )  # fmt: skip
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
-def _choice(func: str, param: str, value: Any, choices: dict[str, Any] | tuple[str, ...], fix: str) -> str:
-    """``value`` as one of the names in ``choices``; DolphinDB's camelCase is accepted (``firstNot``)."""
-    name = _snake(value) if isinstance(value, str) else value
-    if not isinstance(name, str) or name not in choices:
-        raise _bad(func, param, value, f"one of {', '.join(map(repr, choices))}", fix)
-    return name
-
-
 # ---------------------------------------------------------------- operators that wrap another
 
 
 _INNER = "inner."  # prefix of a wrapped operator's state arrays
 
 
-def _inner_state(state: State) -> State:
+def inner_state(state: State) -> State:
     return {k[len(_INNER) :]: v for k, v in state.items() if k.startswith(_INNER)}
 
 
-def _own_state(state: State) -> State:
+def own_state(state: State) -> State:
     return {k: v for k, v in state.items() if not k.startswith(_INNER)}
 
 
-def _prefixed(state: State) -> State:
+def wrap_inner_state(state: State) -> State:
     return {_INNER + k: v for k, v in state.items()}
 
 
@@ -353,7 +256,7 @@ def build_op(spec: StateOpSpec, params: Mapping[str, Any]) -> StateOp:
     unknown = [p for p in params if p not in spec.params]
     if unknown:
         p = unknown[0]
-        hint = f" (did you mean {_snake(p)}=?)" if _snake(p) in spec.params else ""
+        hint = f" (did you mean {snake_case(p)}=?)" if snake_case(p) in spec.params else ""
         valid = ", ".join(spec.params) or "none"
         raise GraphDefinitionError(
             f"state function {name!r}: unknown parameter {p}={params[p]!r}{hint}; "

@@ -17,23 +17,19 @@ from headwater.aggregates.prefix import running_by_key
 from headwater.aggregates.rules import AVG, CATALOG, COUNT, MAX, MIN, STD, STDP, SUM, VAR, VARP
 from headwater.aggregates.values import over_values
 from headwater.kernels.base.buffers import ring_push
+from headwater.kernels.base.checks import MAX_WINDOW, bad, check_func_name, check_int, check_window
 from headwater.kernels.base.operators import (
-    MAX_WINDOW,
+    Field,
     LayoutOp,
     State,
     StateOp,
     StateOpSpec,
-    _bad,
-    _check_batch,
-    _check_int,
-    _check_window,
-    _choice,
-    _f64,
-    _Field,
-    _i64,
-    _inner_state,
-    _prefixed,
     build_op,
+    check_batch,
+    f64,
+    i64,
+    inner_state,
+    wrap_inner_state,
 )
 
 __all__ = ["AGGREGATES", "Accumulate", "Moving", "Segmentby", "Window", "specs"]
@@ -79,13 +75,13 @@ class Segmentby(LayoutOp):
     }  # fmt: skip
 
     def __post_init__(self) -> None:
-        func = _choice(self.name, "func", self.func, self._FUNCS, "e.g. segmentby(x, seg, func='cumsum')")
+        func = check_func_name(self.name, "func", self.func, self._FUNCS, "e.g. segmentby(x, seg, func='cumsum')")
         object.__setattr__(self, "func", func)
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return {
-            "seg_last": _f64(), "n_rows": _i64(), "count": _i64(), "acc": _f64(), "mean": _f64(0.0),
-            "ssqdm": _f64(0.0),
+            "seg_last": f64(), "n_rows": i64(), "count": i64(), "acc": f64(), "mean": f64(0.0),
+            "ssqdm": f64(0.0),
         }  # fmt: skip
 
     def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
@@ -102,7 +98,7 @@ class Segmentby(LayoutOp):
 
 
 def _check_aggregate(func: str, value: Any) -> str:
-    return _choice(func, "func", value, AGGREGATES, f"e.g. {func}(x, ..., func='sum')")
+    return check_func_name(func, "func", value, AGGREGATES, f"e.g. {func}(x, ..., func='sum')")
 
 
 class _WindowAgg(LayoutOp):
@@ -116,9 +112,9 @@ class _WindowAgg(LayoutOp):
     def _bounds(self) -> tuple[int, int, int, bool]:
         """(a, b, min_periods, full_only) of :func:`window_agg`."""
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         a = self._bounds()[0]
-        return {"ring": _f64(shape=(a + 1,)), "n_rows": _i64(), "wpos": _i64()}
+        return {"ring": f64(shape=(a + 1,)), "n_rows": i64(), "wpos": i64()}
 
     def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
         a, b, minp, full_only = self._bounds()
@@ -175,9 +171,9 @@ class Moving(_WindowAgg):
 
     def __post_init__(self, registry: Mapping[str, StateOpSpec] | None) -> None:
         object.__setattr__(self, "func", _check_aggregate(self.name, self.func))
-        _check_window(self.name, self.window)
+        check_window(self.name, self.window)
         if self.min_periods is not None:
-            _check_int(
+            check_int(
                 self.name, "min_periods", self.min_periods, 1, self.window,
                 f"min_periods must not exceed window={self.window}",
             )  # fmt: skip
@@ -203,7 +199,7 @@ class Moving(_WindowAgg):
 
     def init_state(self) -> dict[str, np.ndarray]:
         inner = self._inner()
-        return super().init_state() if inner is None else _prefixed(inner.init_state())
+        return super().init_state() if inner is None else wrap_inner_state(inner.init_state())
 
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
@@ -211,9 +207,9 @@ class Moving(_WindowAgg):
         inner = self._inner()
         if inner is None:
             return super().run(state, slots, n_keys, args)
-        _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st, outs = inner.run(_inner_state(state), slots, n_keys, args)
-        return _prefixed(st), outs
+        check_batch(self.name, self.n_args, slots, n_keys, args)
+        st, outs = inner.run(inner_state(state), slots, n_keys, args)
+        return wrap_inner_state(st), outs
 
 
 @dataclass(frozen=True)
@@ -246,17 +242,17 @@ class Window(_WindowAgg):
         for param in ("d1", "d2"):
             value = getattr(self, param)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool | np.bool_):
-                raise _bad(self.name, param, value, "an integer <= 0", fix)
+                raise bad(self.name, param, value, "an integer <= 0", fix)
         if self.d2 > 0:
-            raise _bad(
+            raise bad(
                 self.name, "d2", self.d2, "an integer <= 0",
                 f"d2={self.d2} looks at later rows, which is not causal in a stream; "
                 "shift the result instead, e.g. d1=-4, d2=0 in place of d1=-2, d2=2",
             )  # fmt: skip
         if self.d1 > self.d2:
-            raise _bad(self.name, "d1", self.d1, f"an integer <= d2={self.d2}", fix)
+            raise bad(self.name, "d1", self.d1, f"an integer <= d2={self.d2}", fix)
         if self.d1 < 1 - MAX_WINDOW:
-            raise _bad(self.name, "d1", self.d1, f"an integer >= {1 - MAX_WINDOW}", "the window is too large")
+            raise bad(self.name, "d1", self.d1, f"an integer >= {1 - MAX_WINDOW}", "the window is too large")
         object.__setattr__(self, "d1", int(self.d1))
         object.__setattr__(self, "d2", int(self.d2))
 
@@ -298,19 +294,19 @@ class Accumulate(LayoutOp):
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "func", _choice(self.name, "func", self.func, self._FUNCS, "e.g. accumulate(x, func='add')")
+            self, "func", check_func_name(self.name, "func", self.func, self._FUNCS, "e.g. accumulate(x, func='add')")
         )
         if self.init is not None:
             ok = isinstance(self.init, numbers.Real) and not isinstance(self.init, bool | np.bool_)
             if not ok or not math.isfinite(self.init):
-                raise _bad(
+                raise bad(
                     self.name, "init", self.init, "a finite number", "e.g. accumulate(x, 'mul', init=1)"
                 )
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         if self.init is None:
-            return {"acc": _f64(), "has": _i64()}
-        return {"acc": _f64(float(self.init)), "has": _Field((), np.int64, 1)}
+            return {"acc": f64(), "has": i64()}
+        return {"acc": f64(float(self.init)), "has": Field((), np.int64, 1)}
 
     def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
         return [accumulate(self._FUNCS[self.func], slots, cols[0], st["acc"], st["has"])]

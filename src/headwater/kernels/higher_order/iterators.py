@@ -14,18 +14,8 @@ from numba import njit
 
 from headwater.errors import ExecutionError
 from headwater.kernels.base.buffers import ring_advance, ring_slot
-from headwater.kernels.base.operators import (
-    MAX_WINDOW,
-    LayoutOp,
-    State,
-    StateOpSpec,
-    _bad,
-    _check_int,
-    _choice,
-    _f64,
-    _Field,
-    _i64,
-)
+from headwater.kernels.base.checks import MAX_WINDOW, bad, check_func_name, check_int
+from headwater.kernels.base.operators import Field, LayoutOp, State, StateOpSpec, f64, i64
 
 __all__ = ["COMBINERS", "ITERATE_FUNCS", "SPECS", "ConditionalIterate", "GenericStateIterate", "StateIterate"]
 
@@ -57,32 +47,32 @@ _WINDOWED = ("msum", "mavg", "mmax", "mmin", "mcount")
 
 def _iterate_func(func: str, param: str, window_param: str, value: Any, window: Any) -> tuple[str, int]:
     """Validate an iterate function and its window; return (snake name, ring width)."""
-    name = _choice(func, param, value, ITERATE_FUNCS, f"e.g. {func}(..., {param}='msum', {window_param}=3)")
+    name = check_func_name(func, param, value, ITERATE_FUNCS, f"e.g. {func}(..., {param}='msum', {window_param}=3)")
     if name in _WINDOWED:
         if window is None:
-            raise _bad(func, window_param, None, f"the window of {name}", f"e.g. {window_param}=3")
-        return name, _check_int(func, window_param, window, 1, MAX_WINDOW, f"the window of {name}")
+            raise bad(func, window_param, None, f"the window of {name}", f"e.g. {window_param}=3")
+        return name, check_int(func, window_param, window, 1, MAX_WINDOW, f"the window of {name}")
     if name == "move":
         if isinstance(window, numbers.Integral) and not isinstance(window, bool) and window <= 0:
-            raise _bad(
+            raise bad(
                 func, window_param, window, "a shift >= 1",
                 f"move by {window} looks at the current or later outputs, which do not exist yet",
             )  # fmt: skip
-        shift = _check_int(
+        shift = check_int(
             func, window_param, window, 1, MAX_WINDOW - 1, f"the shift of move, e.g. {window_param}=1"
         )
         return name, shift + 1
     if window is not None:
-        raise _bad(
+        raise bad(
             func, window_param, window, "no window", f"{name} takes no window; leave {window_param} out"
         )
     return name, 1
 
 
-def _iter_layout(width: int) -> dict[str, _Field]:
+def _iter_layout(width: int) -> dict[str, Field]:
     return {
-        "ring": _f64(shape=(width,)), "n_out": _i64(), "wpos": _i64(), "first_not": _f64(),
-        "last_not": _f64(),
+        "ring": f64(shape=(width,)), "n_out": i64(), "wpos": i64(), "first_not": f64(),
+        "last_not": f64(),
     }  # fmt: skip
 
 
@@ -118,7 +108,7 @@ class StateIterate(LayoutOp):
     n_args = 2
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "initial_window", self.initial_window, 1, MAX_WINDOW, "e.g. initial_window=3")
+        check_int(self.name, "initial_window", self.initial_window, 1, MAX_WINDOW, "e.g. initial_window=3")
         func, width = _iterate_func(
             self.name, "iterate_func", "iterate_window", self.iterate_func, self.iterate_window
         )
@@ -133,12 +123,12 @@ class StateIterate(LayoutOp):
             )
         )
         if not ok:
-            raise _bad(
+            raise bad(
                 self.name, "combine_coeff", coeff, "two finite numbers", "e.g. combine_coeff=(0.5, 0.5)"
             )
         object.__setattr__(self, "combine_coeff", (float(coeff[0]), float(coeff[1])))
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return _iter_layout(self.width)
 
     def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
@@ -183,7 +173,7 @@ class ConditionalIterate(LayoutOp):
         object.__setattr__(self, "false_iter_func", func)
         object.__setattr__(self, "width", width)
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return _iter_layout(self.width)
 
     def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
@@ -228,18 +218,18 @@ class GenericStateIterate(LayoutOp):
     n_args = 2
 
     def __post_init__(self) -> None:
-        _check_int(
+        check_int(
             self.name, "window", self.window, 0, MAX_WINDOW, "e.g. window=3 (0: the previous output only)"
         )
         if not callable(self.func):
-            func = _choice(
+            func = check_func_name(
                 self.name, "func", self.func, COMBINERS,
                 "or pass a Python callable f(last_outputs, x) -> float",
             )  # fmt: skip
             object.__setattr__(self, "func", func)
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"ring": _f64(shape=(max(self.window, 1),)), "n_out": _i64(), "wpos": _i64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"ring": f64(shape=(max(self.window, 1),)), "n_out": i64(), "wpos": i64()}
 
     def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
         x, initial = cols

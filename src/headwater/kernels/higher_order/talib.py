@@ -11,20 +11,20 @@ import numpy as np
 from numba import njit
 
 from headwater.errors import GraphDefinitionError
+from headwater.kernels.base.checks import bad
 from headwater.kernels.base.operators import (
+    Field,
     LayoutOp,
     State,
     StateOp,
     StateOpSpec,
-    _bad,
-    _check_batch,
-    _Field,
-    _grown_copy,
-    _i64,
-    _inner_state,
-    _own_state,
-    _prefixed,
     build_op,
+    check_batch,
+    grown_copy,
+    i64,
+    inner_state,
+    own_state,
+    wrap_inner_state,
 )
 
 __all__ = ["Talib", "TalibNull", "specs"]
@@ -72,7 +72,7 @@ class Talib(StateOp):
             usable = sorted(
                 n for n, s in registry.items() if s.columns == ("x",) and s.n_outputs == 1 and n != self.name
             )
-            raise _bad(
+            raise bad(
                 self.name, "func", self.func, "the name of a one-column, one-output state function",
                 f"e.g. talib(x, func='msum', window=3); usable: {', '.join(usable)}",
             )  # fmt: skip
@@ -83,18 +83,18 @@ class Talib(StateOp):
         object.__setattr__(self, "inner", inner)
 
     def init_state(self) -> dict[str, np.ndarray]:
-        return {"started": np.zeros(0, dtype=np.int64), **_prefixed(self.inner.init_state())}
+        return {"started": np.zeros(0, dtype=np.int64), **wrap_inner_state(self.inner.init_state())}
 
     def run(
         self, state: dict[str, np.ndarray], slots: np.ndarray, n_keys: int, args: list[np.ndarray]
     ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        slots_, (x,) = _check_batch(self.name, self.n_args, slots, n_keys, args)
-        st = _grown_copy(self.name, {"started": _i64()}, _own_state(state), n_keys)
+        slots_, (x,) = check_batch(self.name, self.n_args, slots, n_keys, args)
+        st = grown_copy(self.name, {"started": i64()}, own_state(state), n_keys)
         fed = started_rows(slots_, x[np.newaxis, :], st["started"])
-        inner_st, (inner_out,) = self.inner.run(_inner_state(state), slots_[fed], n_keys, [x[fed]])
+        inner_st, (inner_out,) = self.inner.run(inner_state(state), slots_[fed], n_keys, [x[fed]])
         out = np.full(x.shape[0], np.nan)
         out[fed] = inner_out
-        return {**st, **_prefixed(inner_st)}, [out]
+        return {**st, **wrap_inner_state(inner_st)}, [out]
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,8 @@ class TalibNull(LayoutOp):
     n_args = 2
     n_outputs = 2
 
-    def _layout(self) -> dict[str, _Field]:
-        return {"started": _i64()}
+    def _layout(self) -> dict[str, Field]:
+        return {"started": i64()}
 
     def _compute(self, st: State, slots: np.ndarray, cols: list[np.ndarray]) -> list[np.ndarray]:
         started = started_rows(slots, np.stack(cols), st["started"])

@@ -17,16 +17,9 @@ import numpy as np
 from numba import njit
 
 from headwater.kernels.base.buffers import ring_layout, ring_push, ring_push_count, ring_slot
-from headwater.kernels.base.numeric import _extend_run, _kahan_add
-from headwater.kernels.base.operators import (
-    State,
-    StateOpSpec,
-    _check_moving,
-    _f64,
-    _Field,
-    _i64,
-    _KernelOp,
-)
+from headwater.kernels.base.checks import check_moving
+from headwater.kernels.base.numeric import extend_run, kahan_add
+from headwater.kernels.base.operators import Field, KernelOp, State, StateOpSpec, f64, i64
 
 __all__ = ["SPECS", "MovingExtreme", "MovingPick", "MovingSum", "MovingVar"]
 
@@ -36,7 +29,7 @@ MSUM, MAVG, MCOUNT = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class _MovingOp(_KernelOp):
+class _MovingOp(KernelOp):
     """Count window over the last ``window`` rows of a key, current row included.
 
     Without ``min_periods`` the first ``window - 1`` rows of a key output NULL and
@@ -52,7 +45,7 @@ class _MovingOp(_KernelOp):
     _NAMES: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        _check_moving(self, self._NAMES)
+        check_moving(self, self._NAMES)
 
     def _minp(self) -> tuple[int, bool]:
         """(min_periods, full_only): full_only nulls the first window-1 rows of a key."""
@@ -77,13 +70,13 @@ class MovingSum(_MovingOp):
     _NAMES: ClassVar[tuple[str, ...]] = ("msum", "mavg", "mcount")
     _OPS: ClassVar[dict[str, int]] = {"msum": MSUM, "mavg": MAVG, "mcount": MCOUNT}
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return {
             **ring_layout(self.window),
-            "total": _f64(0.0),
-            "comp": _f64(0.0),
-            "n_pinf": _i64(),
-            "n_ninf": _i64(),
+            "total": f64(0.0),
+            "comp": f64(0.0),
+            "n_pinf": i64(),
+            "n_ninf": i64(),
         }
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -112,10 +105,10 @@ class MovingVar(_MovingOp):
 
     _NAMES: ClassVar[tuple[str, ...]] = ("mvar", "mstd", "mvarp", "mstdp")
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return {
-            **ring_layout(self.window), "n_inf": _i64(), "mean": _f64(0.0), "ssqdm": _f64(0.0),
-            "run_val": _f64(), "run_len": _i64(),
+            **ring_layout(self.window), "n_inf": i64(), "mean": f64(0.0), "ssqdm": f64(0.0),
+            "run_val": f64(), "run_len": i64(),
         }  # fmt: skip
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -154,11 +147,11 @@ class MovingExtreme(_MovingOp):
     def _use_deque(self) -> bool:
         return self.window > self.scan_limit
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         deque_width = self.window if self._use_deque() else 0
         return {
-            **ring_layout(self.window), "dq_idx": _Field((deque_width,), np.int32, 0),
-            "dq_head": _i64(), "dq_len": _i64(),
+            **ring_layout(self.window), "dq_idx": Field((deque_width,), np.int32, 0),
+            "dq_head": i64(), "dq_len": i64(),
         }  # fmt: skip
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -186,7 +179,7 @@ class MovingPick(_MovingOp):
 
     _NAMES: ClassVar[tuple[str, ...]] = ("mfirst", "mlast")
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return ring_layout(self.window)
 
     def _kernel(self, st: State, slots: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -226,7 +219,7 @@ def moving_sum(
             elif old == -np.inf:
                 n_ninf[k] -= 1
             else:
-                _kahan_add(k, -old, total, comp)
+                kahan_add(k, -old, total, comp)
         if v == v:
             nobs[k] += 1
             if v == np.inf:
@@ -234,7 +227,7 @@ def moving_sum(
             elif v == -np.inf:
                 n_ninf[k] += 1
             else:
-                _kahan_add(k, v, total, comp)
+                kahan_add(k, v, total, comp)
         cnt = nobs[k]
         if cnt - n_pinf[k] - n_ninf[k] == 0:
             # no finite value left: drop accumulated rounding error
@@ -305,7 +298,7 @@ def moving_var(
                 delta = v - mean[k]
                 mean[k] += delta / m
                 ssqdm[k] += delta * (v - mean[k])
-                run_val[k], run_len[k] = _extend_run(v, run_val[k], run_len[k])
+                run_val[k], run_len[k] = extend_run(v, run_val[k], run_len[k])
         cnt = nobs[k]
         if cnt == 0 or cnt < minp or cnt <= ddof or (full_only and r + 1 < window) or n_inf[k] > 0:
             out[i] = np.nan

@@ -17,28 +17,18 @@ import numpy as np
 from numba import njit
 
 from headwater.kernels.base.buffers import ring_layout, ring_push, ring_push_count
-from headwater.kernels.base.numeric import (
-    _INTERPOLATIONS,
-    _TIES,
-    _quantile,
-    _tied_rank,
+from headwater.kernels.base.checks import (
+    check_bool,
+    check_choice,
+    check_min_periods,
+    check_moving,
+    check_name,
+    check_percent,
+    check_window,
+    resolve_min_periods,
 )
-from headwater.kernels.base.operators import (
-    State,
-    StateOp,
-    StateOpSpec,
-    _ArrayOp,
-    _check_bool,
-    _check_choice,
-    _check_min_periods,
-    _check_moving,
-    _check_name,
-    _check_percent,
-    _check_window,
-    _f64,
-    _Field,
-    _minp,
-)
+from headwater.kernels.base.numeric import INTERPOLATIONS, TIES, interpolated_quantile, tied_rank
+from headwater.kernels.base.operators import ArrayOp, Field, State, StateOp, StateOpSpec, f64
 
 __all__ = ["SPECS", "MovingMad", "MovingMoments", "MovingPercentile", "MovingRank", "MovingScan"]
 
@@ -49,20 +39,20 @@ PROD, POS_STREAK = 0, 1
 SKEW, KURT = 0, 1
 
 
-class _SortedWindowOp(_ArrayOp):
+class _SortedWindowOp(ArrayOp):
     """A count window that keeps a sorted copy of its non-NULL values: O(window) per row (a memmove)."""
 
     window: int
 
-    def _layout(self) -> dict[str, _Field]:
-        return {**ring_layout(self.window), "srt": _f64(shape=(self.window,))}
+    def _layout(self) -> dict[str, Field]:
+        return {**ring_layout(self.window), "srt": f64(shape=(self.window,))}
 
     def _sorted(
         self, st: State, slots: np.ndarray, x: np.ndarray, op: int, min_periods: int | None, *,
         ascending: bool = True, ignore_na: bool = True, ties: int = 0, percent: bool = False, q: float = 0.5,
         interpolation: int = 0,
     ) -> list[np.ndarray]:  # fmt: skip
-        minp, full_only = _minp(min_periods)
+        minp, full_only = resolve_min_periods(min_periods)
         return [
             sorted_window(
                 op, slots, x, self.window, minp, full_only, ascending, ignore_na, ties, percent, q, interpolation,
@@ -99,15 +89,15 @@ class MovingRank(_SortedWindowOp):
 
     def __post_init__(self) -> None:
         for flag in ("ascending", "ignore_na", "percent"):
-            _check_bool(self.name, flag, getattr(self, flag))
-        _check_window(self.name, self.window)
-        _check_choice(self.name, "ties_method", self.ties_method, _TIES)
-        _check_min_periods(self.name, self.min_periods, self.window)
+            check_bool(self.name, flag, getattr(self, flag))
+        check_window(self.name, self.window)
+        check_choice(self.name, "ties_method", self.ties_method, TIES)
+        check_min_periods(self.name, self.min_periods, self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return self._sorted(
             st, slots, args[0], RANK, self.min_periods, ascending=self.ascending, ignore_na=self.ignore_na,
-            ties=_TIES[self.ties_method], percent=self.percent,
+            ties=TIES[self.ties_method], percent=self.percent,
         )  # fmt: skip
 
 
@@ -134,16 +124,16 @@ class MovingPercentile(_SortedWindowOp):
     min_periods: int | None = None
 
     def __post_init__(self) -> None:
-        _check_name("MovingPercentile", self.name, ("mmed", "mpercentile"))
-        _check_window(self.name, self.window)
-        _check_percent(self.name, self.percent)
-        _check_choice(self.name, "interpolation", self.interpolation, _INTERPOLATIONS)
-        _check_min_periods(self.name, self.min_periods, self.window)
+        check_name("MovingPercentile", self.name, ("mmed", "mpercentile"))
+        check_window(self.name, self.window)
+        check_percent(self.name, self.percent)
+        check_choice(self.name, "interpolation", self.interpolation, INTERPOLATIONS)
+        check_min_periods(self.name, self.min_periods, self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return self._sorted(
             st, slots, args[0], PCTL, self.min_periods, q=float(self.percent) / 100,
-            interpolation=_INTERPOLATIONS[self.interpolation],
+            interpolation=INTERPOLATIONS[self.interpolation],
         )  # fmt: skip
 
 
@@ -166,25 +156,25 @@ class MovingMad(_SortedWindowOp):
     name = "mmad"
 
     def __post_init__(self) -> None:
-        _check_window(self.name, self.window)
-        _check_bool(self.name, "use_median", self.use_median)
-        _check_min_periods(self.name, self.min_periods, self.window)
+        check_window(self.name, self.window)
+        check_bool(self.name, "use_median", self.use_median)
+        check_min_periods(self.name, self.min_periods, self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
         return self._sorted(st, slots, args[0], MAD_MEDIAN if self.use_median else MAD_MEAN, self.min_periods)
 
 
-class _RescanOp(_ArrayOp):
+class _RescanOp(ArrayOp):
     """A count window kept in a ring and rescanned on every row: O(window) per row."""
 
     window: int
     min_periods: int | None
 
-    def _layout(self) -> dict[str, _Field]:
+    def _layout(self) -> dict[str, Field]:
         return ring_layout(self.window)
 
     def _compute(self, st: State, slots: np.ndarray, args: list[np.ndarray]) -> list[np.ndarray]:
-        minp, full_only = _minp(self.min_periods)
+        minp, full_only = resolve_min_periods(self.min_periods)
         return [self._rescan(slots, args[0], minp, full_only, st["ring"], st["n_rows"], st["wpos"], st["nobs"])]
 
     @abc.abstractmethod
@@ -215,7 +205,7 @@ class MovingScan(_RescanOp):
     _OPS: ClassVar[dict[str, int]] = {"mprod": PROD, "mmax_positive_streak": POS_STREAK}
 
     def __post_init__(self) -> None:
-        _check_moving(self, tuple(self._OPS))
+        check_moving(self, tuple(self._OPS))
 
     def _rescan(self, slots: np.ndarray, x: np.ndarray, minp: int, full_only: bool, *ring: np.ndarray) -> np.ndarray:
         return window_scan(self._OPS[self.name], slots, x, self.window, minp, full_only, *ring)
@@ -248,8 +238,8 @@ class MovingMoments(_RescanOp):
     _OPS: ClassVar[dict[str, int]] = {"mskew": SKEW, "mkurtosis": KURT}
 
     def __post_init__(self) -> None:
-        _check_moving(self, tuple(self._OPS))
-        _check_bool(self.name, "biased", self.biased)
+        check_moving(self, tuple(self._OPS))
+        check_bool(self.name, "biased", self.biased)
 
     def _rescan(self, slots: np.ndarray, x: np.ndarray, minp: int, full_only: bool, *ring: np.ndarray) -> np.ndarray:
         return moving_moments(self._OPS[self.name], slots, x, self.window, minp, full_only, self.biased, *ring)
@@ -330,14 +320,14 @@ def sorted_window(
             else:
                 eq = n_null
                 before = 0 if ascending else cnt
-            rank = _tied_rank(before, eq, ties)
+            rank = tied_rank(before, eq, ties)
             total = cnt if ignore_na else cnt + n_null
             out[i] = (rank + 1.0) / total if percent else rank
         elif op == PCTL:
             h = q * (cnt - 1)
             idx = int(h)
             hi_v = row[idx + 1] if idx + 1 < cnt else row[idx]
-            out[i] = _quantile(row[idx], hi_v, h - idx, idx, interpolation)
+            out[i] = interpolated_quantile(row[idx], hi_v, h - idx, idx, interpolation)
         elif op == MAD_MEAN:
             s = 0.0
             for t in range(cnt):

@@ -14,7 +14,7 @@ from numba import njit
 from headwater.aggregates.rules import PROD
 from headwater.aggregates.values import fold
 from headwater.kernels.base.buffers import ring_slot
-from headwater.kernels.base.numeric import _extend_run, _moments, _tied_rank
+from headwater.kernels.base.numeric import buffer_moments, extend_run, tied_rank
 
 # Time-window operations (one kernel serves them all).
 TM_SUM, TM_SUM2, TM_AVG, TM_COUNT, TM_WSUM, TM_WAVG = 0, 1, 2, 3, 4, 5
@@ -101,7 +101,7 @@ def _var_update(acc, k, v, sign):  # pragma: no cover - numba
         delta = v - acc[k, 2]
         acc[k, 2] += delta / m
         acc[k, 3] += delta * (v - acc[k, 2])
-        acc[k, 4], acc[k, 5] = _extend_run(v, acc[k, 4], acc[k, 5])
+        acc[k, 4], acc[k, 5] = extend_run(v, acc[k, 4], acc[k, 5])
     elif m == 0:
         acc[k, 2] = 0.0
         acc[k, 3] = 0.0
@@ -129,8 +129,8 @@ def _pair_update(acc, k, a, b, sign):  # pragma: no cover - numba
         acc[k, 4] += da * (b - acc[k, 3])
         acc[k, 5] += da * (a - acc[k, 2])
         acc[k, 6] += db * (b - acc[k, 3])
-        acc[k, 7], acc[k, 8] = _extend_run(a, acc[k, 7], acc[k, 8])
-        acc[k, 9], acc[k, 10] = _extend_run(b, acc[k, 9], acc[k, 10])
+        acc[k, 7], acc[k, 8] = extend_run(a, acc[k, 7], acc[k, 8])
+        acc[k, 9], acc[k, 10] = extend_run(b, acc[k, 9], acc[k, 10])
     elif m == 0:
         for c in range(2, 7):
             acc[k, c] = 0.0
@@ -270,7 +270,7 @@ def _rank(
             equal += 1
         elif (e < v) if ascending else (e > v):
             before += 1
-    r = _tied_rank(before, equal, ties)
+    r = tied_rank(before, equal, ties)
     return (r + 1.0) / total if as_percent else r
 
 
@@ -292,7 +292,7 @@ def _tw_scan(op, ring_x, k, start, count, cap, v, params, buf):  # pragma: no co
     if op == TM_PROD:
         return fold(PROD, buf, m)
     if op in (TM_SKEW, TM_KURT):
-        return _moments(buf, m, op == TM_KURT, params[0] != 0)
+        return buffer_moments(buf, m, op == TM_KURT, params[0] != 0)
     srt = np.sort(buf[:m])
     if op == TM_MED:
         return _percentile_sorted(srt, m, 50.0, INTERP_LINEAR)

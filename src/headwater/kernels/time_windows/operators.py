@@ -10,21 +10,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from headwater.kernels.base.buffers import _Arr, _BufferedOp
-from headwater.kernels.base.numeric import _TIES
-from headwater.kernels.base.operators import (
-    State,
-    StateOp,
-    StateOpSpec,
-    _check_bool,
-    _check_choice,
-    _check_float,
-    _check_name,
-    _choice,
-    _DelegateOp,
-    _window_units,
-    build_op,
+from headwater.kernels.base.buffers import BufferArray, BufferedOp
+from headwater.kernels.base.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_func_name,
+    check_name,
+    window_units,
 )
+from headwater.kernels.base.numeric import TIES
+from headwater.kernels.base.operators import DelegateOp, State, StateOp, StateOpSpec, build_op
 from headwater.kernels.time_windows import kernels as kt
 
 __all__ = ["SPECS", "TMoving", "TimeMoment", "TimePercentile", "TimeRank", "TimeWindow"]
@@ -36,7 +32,7 @@ _NO_ACC = np.zeros((0, 0))
 
 
 @dataclass(frozen=True)
-class TimeWindow(_BufferedOp):
+class TimeWindow(BufferedOp):
     """tm-functions over the time window ``(t_i - window, t_i]`` of each key.
 
     ``tmsum``, ``tmsum2``, ``tmavg``, ``tmcount``, ``tmvar``/``tmstd`` (sample),
@@ -77,14 +73,14 @@ class TimeWindow(_BufferedOp):
     )
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name, tuple(self._OPS))
-        _window_units(self.name, self.window)
+        check_name(type(self).__name__, self.name, tuple(self._OPS))
+        window_units(self.name, self.window)
         object.__setattr__(self, "n_args", 3 if self.name in self._PAIRS else 2)
 
     @property
     def span(self) -> float:
         """The window in the units of the time column (microseconds for a duration)."""
-        return _window_units(self.name, self.window)
+        return window_units(self.name, self.window)
 
     @property
     def op(self) -> int:
@@ -93,26 +89,26 @@ class TimeWindow(_BufferedOp):
     def _params(self) -> np.ndarray:
         return np.zeros(4)
 
-    def _layout(self) -> dict[str, _Arr]:
+    def _layout(self) -> dict[str, BufferArray]:
         nan = math.nan
         layout = {
-            "t": _Arr(np.float64, nan, "ring"),
-            "x": _Arr(np.float64, nan, "ring"),
-            "start": _Arr(np.int64, 0),
-            "count": _Arr(np.int64, 0),
-            "last_t": _Arr(np.float64, nan),
-            "prev": _Arr(np.float64, nan, "cols", 2),
+            "t": BufferArray(np.float64, nan, "ring"),
+            "x": BufferArray(np.float64, nan, "ring"),
+            "start": BufferArray(np.int64, 0),
+            "count": BufferArray(np.int64, 0),
+            "last_t": BufferArray(np.float64, nan),
+            "prev": BufferArray(np.float64, nan, "cols", 2),
         }
         if self.n_args == 3:
-            layout["y"] = _Arr(np.float64, nan, "ring")
+            layout["y"] = BufferArray(np.float64, nan, "ring")
         acc = kt.acc_layout(self.op)
         if acc.size:
-            layout["acc"] = _Arr(np.float64, acc, "cols", acc.size)
+            layout["acc"] = BufferArray(np.float64, acc, "cols", acc.size)
         if self.op in (kt.TM_MAX, kt.TM_MIN):
             layout |= {
-                "dq": _Arr(np.int64, 0, "deque"),
-                "dq_head": _Arr(np.int64, 0),
-                "dq_len": _Arr(np.int64, 0),
+                "dq": BufferArray(np.int64, 0, "deque"),
+                "dq_head": BufferArray(np.int64, 0),
+                "dq_len": BufferArray(np.int64, 0),
             }
         return layout
 
@@ -159,8 +155,8 @@ class TimePercentile(TimeWindow):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_float(self.name, "percent", self.percent, lambda p: 0 <= p <= 100, "a number in [0, 100]")
-        _check_choice(self.name, "interpolation", self.interpolation, self._INTERP)
+        check_float(self.name, "percent", self.percent, lambda p: 0 <= p <= 100, "a number in [0, 100]")
+        check_choice(self.name, "interpolation", self.interpolation, self._INTERP)
 
     def _params(self) -> np.ndarray:
         return np.array([float(self.percent), self._INTERP[self.interpolation], 0.0, 0.0])
@@ -195,12 +191,12 @@ class TimeRank(TimeWindow):
     def __post_init__(self) -> None:
         super().__post_init__()
         for flag in ("ascending", "ignore_na", "percent"):
-            _check_bool(self.name, flag, getattr(self, flag))
-        _check_choice(self.name, "ties_method", self.ties_method, _TIES)
+            check_bool(self.name, flag, getattr(self, flag))
+        check_choice(self.name, "ties_method", self.ties_method, TIES)
 
     def _params(self) -> np.ndarray:
         return np.array(
-            [self.ascending, self.ignore_na, _TIES[self.ties_method], self.percent], dtype=np.float64
+            [self.ascending, self.ignore_na, TIES[self.ties_method], self.percent], dtype=np.float64
         )
 
 
@@ -229,7 +225,7 @@ class TimeMoment(TimeWindow):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_bool(self.name, "biased", self.biased)
+        check_bool(self.name, "biased", self.biased)
 
     def _params(self) -> np.ndarray:
         return np.array([float(self.biased), 0.0, 0.0, 0.0])
@@ -241,7 +237,7 @@ _TMOVING = {"sum": "tmsum", "sum2": "tmsum2", "avg": "tmavg", "mean": "tmavg", "
 
 
 @dataclass(frozen=True)
-class TMoving(_DelegateOp):
+class TMoving(DelegateOp):
     """``tmoving(t, x, window, func)``: an aggregate over each time window ``(t_i - window, t_i]`` of the key.
 
     ``func`` names the aggregate; the window follows the tm-functions exactly (it runs the matching
@@ -261,7 +257,7 @@ class TMoving(_DelegateOp):
     n_args = 2
 
     def __post_init__(self) -> None:
-        inner = _choice(self.name, "func", self.func, _TMOVING, "e.g. tmoving(time, price, '5m', func='avg')")
+        inner = check_func_name(self.name, "func", self.func, _TMOVING, "e.g. tmoving(time, price, '5m', func='avg')")
         object.__setattr__(self, "inner", build_op(_BY_NAME[_TMOVING[inner]], {"window": self.window}))
 
 
