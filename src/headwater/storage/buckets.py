@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -45,6 +44,14 @@ class Bucketing:
     count: int
 
 
+def _hash_array(values: np.ndarray) -> np.ndarray:
+    # imported here: the processes that only plan a query's input (Spark's streaming-source runner, one new
+    # process per query start) never hash rows, and pandas is 0.3-0.5 s of their start-up
+    from pandas.util import hash_array
+
+    return hash_array(values)
+
+
 def _hash_column(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A stable 64-bit hash per row; strings are hashed once per distinct value."""
     if isinstance(column, pa.ChunkedArray):
@@ -52,9 +59,9 @@ def _hash_column(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         encoded = column.dictionary_encode()
         uniques = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
-        return pd.util.hash_array(uniques)[encoded.indices.to_numpy(zero_copy_only=False)]
+        return _hash_array(uniques)[encoded.indices.to_numpy(zero_copy_only=False)]
     values = column.to_numpy(zero_copy_only=False)
-    return pd.util.hash_array(values)
+    return _hash_array(values)
 
 
 def task_of(columns: list[pa.ChunkedArray | pa.Array], n_tasks: int) -> np.ndarray:
@@ -62,7 +69,7 @@ def task_of(columns: list[pa.ChunkedArray | pa.Array], n_tasks: int) -> np.ndarr
     hashed = None
     for column in columns:
         h = _hash_column(column)
-        hashed = h if hashed is None else pd.util.hash_array(hashed ^ (h * np.uint64(0x9E3779B97F4A7C15)))
+        hashed = h if hashed is None else _hash_array(hashed ^ (h * np.uint64(0x9E3779B97F4A7C15)))
     assert hashed is not None
     return (hashed % np.uint64(n_tasks)).astype(np.int64)
 
