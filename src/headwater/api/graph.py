@@ -2,7 +2,8 @@
 
 Handles are immutable: every ``DStream`` method returns a new handle, and only the
 ``StreamGraph`` accumulates nodes. Each node validates itself when it is declared, so
-a bad metric fails on the user's own line, long before Spark starts.
+a bad metric fails on the user's own line, long before Spark starts. The join methods are in
+:mod:`headwater.api.joins`, the table methods (``buffer``, ``sink``, ...) in :mod:`headwater.api.tables`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import datetime as dt
 import hashlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,10 +20,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pandas as pd
 
 from headwater.api.joins import JoinMethods
+from headwater.api.tables import (
+    TableMethods,
+    check_changelog_input,
+    ha_arguments,
+    ha_options,
+    table_method,
+    with_op_column,
+)
 from headwater.catalog import FQN, MAX_NAME_CHARS, check_identifier, resolve
 from headwater.engines.anomaly import AnomalyDetectionEngine
 from headwater.engines.arguments import as_tuple, from_arguments
-from headwater.engines.base import EngineKind, EngineSpec
+from headwater.engines.base import EngineSpec
 from headwater.engines.cross_sectional import CrossSectionalEngine
 from headwater.engines.daily_time_series import DailyTimeSeriesEngine
 from headwater.engines.order_book import CryptoOrderBookEngine
@@ -38,16 +47,15 @@ from headwater.engines.session_window import SessionWindowEngine
 from headwater.engines.time_bucket import TimeBucketEngine
 from headwater.engines.time_series import TimeSeriesEngine
 from headwater.engines.udf import TimerEngine, UdfEngine, initial_variables
-from headwater.errors import GraphDefinitionError, SchemaError, clip
-from headwater.expr import Alias, Call, Col, Expr, Lit
-from headwater.functions import FUNCTIONS, default_name, infer_type
+from headwater.errors import GraphDefinitionError, clip
+from headwater.expr import Alias, Expr
+from headwater.functions import default_name, infer_type
 from headwater.parse import metric_items, parse_expr, to_metric
 from headwater.plan.document import dumps, from_json, to_json
 from headwater.plan.logical import (
     MAX_TASKS,
     ComputeNode,
     EngineNode,
-    HaOptions,
     LogicalGraph,
     MapNode,
     Node,
@@ -59,7 +67,6 @@ from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.render import explain_logical, explain_physical, to_dot
 from headwater.plan.subscription import SubscriptionConfig
 from headwater.runtime.checkpoint_config import CheckpointConfig
-from headwater.storage.changelog import OP_COLUMN
 from headwater.types import Schema, TableKind
 
 if TYPE_CHECKING:
@@ -127,14 +134,14 @@ class StreamGraph:
     def _source(self, name: str, schema: Mapping[str, str] | Schema, kind: TableKind,
                 key_column: str | Sequence[str] | None = None, time_column: str | None = None,
                 ha: Mapping[str, Any] | None = None) -> DStream:
-        method = _table_method(TableRole.SOURCE, kind, ha)
+        method = table_method(TableRole.SOURCE, kind, ha)
         keys = as_tuple(key_column, f"{method} {clip(name)} key_column")
         fqn = self._table_fqn(name)
         parsed = Schema.parse(schema, where=f"source {clip(name)}")
         for k in (*keys, *([time_column] if time_column else [])):
             if k not in parsed:
                 raise GraphDefinitionError(f"source {clip(name)}: column {clip(k)} is not in its schema {parsed}")
-        options = _ha_options(ha, f"{method} {clip(name)}")
+        options = ha_options(ha, f"{method} {clip(name)}")
         existing = self._find_table(fqn)
         if existing is not None:
             if options is not None and existing.ha != options:
@@ -167,18 +174,18 @@ class StreamGraph:
         Raft group. ``raft_group`` and ``cache_limit`` are recorded in the graph's definition and change nothing;
         ``retention_minutes`` becomes the table's replay retention. See :class:`~headwater.plan.logical.HaOptions`.
         """
-        return self._source(name, schema, TableKind.PLAIN, ha=_ha(locals()))
+        return self._source(name, schema, TableKind.PLAIN, ha=ha_arguments(locals()))
 
     def ha_keyed_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema,
                         raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
         """Orca's haKeyedSource: ``keyed_source`` with Orca's HA arguments (see :meth:`ha_source`)."""
-        return self._source(name, schema, TableKind.KEYED, key_column, ha=_ha(locals()))
+        return self._source(name, schema, TableKind.KEYED, key_column, ha=ha_arguments(locals()))
 
     def changelog_source(self, name: str, key_column: str | Sequence[str], schema: Mapping[str, str] | Schema) -> DStream:
         """A source of changes to a keyed state (Orca 3.00.5 changelogSource): a string column ``changelog_type``
         ('N' insert, 'U' update, 'D' delete, NULL upsert) is added first unless ``schema`` declares it. Engines
         downstream receive the change rows; SQL reads the net state (``headwater.storage.changelog``)."""
-        parsed = _with_op_column(Schema.parse(schema, where=f"changelog_source {clip(name)}"), key_column,
+        parsed = with_op_column(Schema.parse(schema, where=f"changelog_source {clip(name)}"), key_column,
                                  f"changelog_source {clip(name)}")
         return self._source(name, parsed, TableKind.CHANGELOG, key_column)
 
@@ -314,7 +321,7 @@ class StreamGraph:
 
 
 @dataclass(frozen=True)
-class DStream(JoinMethods):
+class DStream(JoinMethods, TableMethods):
     """An immutable handle on one node of a stream graph; methods declare downstream nodes."""
 
     graph: StreamGraph
@@ -416,7 +423,7 @@ class DStream(JoinMethods):
         engine = from_arguments(spec, {**arguments, side: None if late is None else str(late)},
                                 name=name, input_schema=self.node.schema)
         if changes is not None:
-            _check_changelog_input(engine, changes)
+            check_changelog_input(engine, changes)
         fqn = resolve(name, "stream_engine", current_catalog=self.graph.fqn.catalog)
         node = EngineNode(self.graph._graph.next_id(), name, engine.output_schema(), parallelism=self.parallelism,
                           spec=engine, fqn=str(fqn))
@@ -770,7 +777,6 @@ class DStream(JoinMethods):
         """
         return self._engine(CryptoOrderBookEngine, locals())
 
-    # -- edges -------------------------------------------------------------------------------------
     def pricing_engine(
         self,
         *,
@@ -833,6 +839,7 @@ class DStream(JoinMethods):
         privilege. See ``headwater.runtime.timers``."""
         return self._engine(TimerEngine, locals())
 
+    # -- edges -------------------------------------------------------------------------------------
     def map(self, func: Callable[[pd.DataFrame], pd.DataFrame] | Sequence[Expr | str] | None = None, *,
             where: Expr | str | None = None) -> DStream:
         """A stateless transform: expressions (Headwater's one evaluator) or a function over a pandas batch.
@@ -868,152 +875,6 @@ class DStream(JoinMethods):
         if isinstance(count, bool) or not isinstance(count, int) or count < 2:
             raise GraphDefinitionError(f"fork on {clip(self.node.name)}: count must be an int >= 2, got {clip(count)}")
         return [self] * count
-
-    # -- tables ------------------------------------------------------------------------------------
-    def _table(self, name: str, role: TableRole, kind: TableKind, key_column: str | Sequence[str] | None = None,
-               time_column: str | None = None, ha: Mapping[str, Any] | None = None) -> DStream:
-        method = _table_method(role, kind, ha)
-        keys = as_tuple(key_column, f"{method} {clip(name)} key_column")
-        fqn = self.graph._table_fqn(name)
-        schema = self.node.schema
-        for k in (*keys, *([time_column] if time_column else [])):
-            if k not in schema:
-                raise GraphDefinitionError(f"{role} {clip(name)}: column {clip(k)} is not in the stream's schema {schema}")
-        options = _ha_options(ha, f"{method} {clip(name)}")
-        existing = self.graph._find_table(fqn)
-        if existing is not None:  # writing into a table this graph already declared (may close a cycle)
-            if existing.schema != schema:
-                raise SchemaError(f"{role} {clip(name)}: schema {schema} differs from the table's {existing.schema}")
-            if options is not None and existing.ha != options:
-                raise GraphDefinitionError(f"{method} {clip(name)}: the graph already declares this table with "
-                                           f"HA options {existing.ha}; declare it once")
-            self.graph._graph.connect(self.node_id, existing.id)
-            self._note_edge(existing.id)
-            return DStream(self.graph, existing.id)
-        check_identifier(fqn.name, what="stream table")
-        node = TableNode(self.graph._graph.next_id(), fqn.name, schema, fqn=str(fqn), role=role, table_kind=kind,
-                         key_columns=keys, time_column=time_column, ha=options)
-        return self._add(node)
-
-    def buffer(self, name: str) -> DStream:
-        """Store the stream in a public table, queryable with SQL; the chain continues from it."""
-        return self._table(name, TableRole.BUFFER, TableKind.PLAIN)
-
-    def keyed_buffer(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        """A buffer whose table keeps the first row of every key (later rows with that key are dropped)."""
-        return self._table(name, TableRole.BUFFER, TableKind.KEYED, key_column)
-
-    def latest_keyed_buffer(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        """A buffer whose table accepts a row only if it is newer than the stored row of its key."""
-        return self._table(name, TableRole.BUFFER, TableKind.LATEST_KEYED, key_column, time_column)
-
-    def sink(self, name: str) -> DStream:
-        """Write the stream to a public table (the end of a chain)."""
-        return self._table(name, TableRole.SINK, TableKind.PLAIN)
-
-    def keyed_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        """A sink whose table keeps the first row of every key (later rows with that key are dropped)."""
-        return self._table(name, TableRole.SINK, TableKind.KEYED, key_column)
-
-    def latest_keyed_sink(self, name: str, key_column: str | Sequence[str], time_column: str) -> DStream:
-        """A sink whose table accepts a row only if it is newer than the stored row of its key."""
-        return self._table(name, TableRole.SINK, TableKind.LATEST_KEYED, key_column, time_column)
-
-    # Orca's HA tables: the plain/keyed table of the same name, HA arguments recorded (HaOptions; docs/orca-mapping.md)
-    def ha_buffer(self, name: str, raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
-        """Orca's haBuffer: ``buffer`` with Orca's HA arguments (see :meth:`StreamGraph.ha_source`)."""
-        return self._table(name, TableRole.BUFFER, TableKind.PLAIN, ha=_ha(locals()))
-
-    def ha_keyed_buffer(self, name: str, key_column: str | Sequence[str], raft_group: int | str, cache_limit: int,
-                        retention_minutes: float = 1440) -> DStream:
-        """Orca's haKeyedBuffer: ``keyed_buffer`` with Orca's HA arguments."""
-        return self._table(name, TableRole.BUFFER, TableKind.KEYED, key_column, ha=_ha(locals()))
-
-    def ha_sink(self, name: str, raft_group: int | str, cache_limit: int, retention_minutes: float = 1440) -> DStream:
-        """Orca's haSink: ``sink`` with Orca's HA arguments."""
-        return self._table(name, TableRole.SINK, TableKind.PLAIN, ha=_ha(locals()))
-
-    def ha_keyed_sink(self, name: str, key_column: str | Sequence[str], raft_group: int | str, cache_limit: int,
-                      retention_minutes: float = 1440) -> DStream:
-        """Orca's haKeyedSink: ``keyed_sink`` with Orca's HA arguments."""
-        return self._table(name, TableRole.SINK, TableKind.KEYED, key_column, ha=_ha(locals()))
-
-    def changelog_sink(self, name: str, key_column: str | Sequence[str]) -> DStream:
-        """A change-log sink (Orca 3.00.5 changelogSink): the stream's ``changelog_type`` column is kept; a stream
-        without one (an engine's output) gets it as NULL, an upsert. SQL reads the net state per key."""
-        schema = _with_op_column(self.node.schema, key_column, f"changelog_sink {clip(name)}")
-        stream = self
-        if schema != self.node.schema:  # NULL of the declared type: each row is the key's state now
-            exprs = tuple((n, Lit(None) if n == OP_COLUMN else Col(n)) for n in schema.names)
-            stream = self._add(MapNode(self.graph._graph.next_id(), f"map_{self.graph._graph.next_id()}", schema,
-                                       parallelism=self.parallelism, exprs=exprs))
-        return stream._table(name, TableRole.SINK, TableKind.CHANGELOG, key_column)
-
-    def _changelog_input(self) -> TableNode | None:
-        """The change-log table whose change rows this stream carries (through maps), or None."""
-        graph, node_id = self.graph._graph, self.node_id
-        while isinstance(graph.nodes[node_id], MapNode) and graph.inputs(node_id):
-            node_id = graph.inputs(node_id)[0]
-        node = graph.nodes[node_id]
-        return node if isinstance(node, TableNode) and node.table_kind is TableKind.CHANGELOG else None
-
-
-def _with_op_column(schema: Schema, key_column: str | Sequence[str], where: str) -> Schema:
-    """``schema`` with the string column ``changelog_type`` (first when added); refused as a key or another type."""
-    if OP_COLUMN in as_tuple(key_column, f"{where} key_column"):
-        raise GraphDefinitionError(f"{where}: {OP_COLUMN!r} is the operation column and cannot be a key column")
-    if OP_COLUMN not in schema:
-        return Schema(((OP_COLUMN, "string"), *schema.columns))
-    if schema[OP_COLUMN] != "string":
-        raise SchemaError(f"{where}: column {OP_COLUMN!r} has type {schema[OP_COLUMN]}; a change log's operation "
-                          "column is a string ('N', 'U', 'D' or NULL): rename or cast it")
-    return schema
-
-
-_CHANGE_ROW_ENGINES = (EngineKind.REACTIVE_STATE, EngineKind.NARROW_REACTIVE_STATE)
-
-
-def _check_changelog_input(engine: Any, table: TableNode) -> None:
-    """Refuse an engine over change rows where it would not compute what Orca does (docs/orca-mapping.md)."""
-    where = f"{engine.kind.lower()} {clip(engine.name)}"
-    fix = ("read the net state with SQL, or write the change rows to a plain buffer(...) first to treat them "
-           "as appends")
-    if engine.kind not in _CHANGE_ROW_ENGINES:
-        raise GraphDefinitionError(
-            f"{where}: its input {clip(table.name)} is a change log (inserts, updates and deletes of keys), which this "
-            "engine would take as new rows. Orca runs a change log only through the time-series engine (retracting "
-            "updated rows from sum/avg/std...) and the reactive state engine; Headwater does not retract, so it "
-            f"accepts one only in reactive_state_engine with stateless metrics: {fix}")
-    exprs = [e for f in fields(engine) for v in [getattr(engine, f.name)]
-             for e in (v if isinstance(v, tuple) else (v,)) if isinstance(e, Expr)]
-    state = sorted({n.func for e in exprs for n in e.walk() if isinstance(n, Call) and n.func in FUNCTIONS
-                    and FUNCTIONS[n.func].kind == "state"})
-    if state:
-        raise GraphDefinitionError(
-            f"{where}: {', '.join(state)} {'keeps' if len(state) == 1 else 'keep'} state across rows, and its input {clip(table.name)} is a change log: "
-            "Orca retracts an updated or deleted row from cumsum/msum/...; Headwater does not, and refuses rather "
-            f"than count a key twice. Use stateless metrics (e.g. of {OP_COLUMN!r}), or {fix}")
-
-
-
-def _table_method(role: TableRole, kind: TableKind, ha: Mapping[str, Any] | None = None) -> str:
-    """The method that declares such a table: ``keyed_sink``, ``latest_keyed_source``, ``buffer``, ``ha_sink``."""
-    return ("ha_" if ha is not None else "") + (str(role) if kind is TableKind.PLAIN else f"{kind}_{role}")
-
-
-def _ha(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The HA arguments of an ``ha_*`` method's ``locals()``."""
-    return {k: arguments[k] for k in ("raft_group", "cache_limit", "retention_minutes")}
-
-
-def _ha_options(ha: Mapping[str, Any] | None, where: str) -> HaOptions | None:
-    if ha is None:
-        return None
-    try:
-        return HaOptions(**ha)
-    except GraphDefinitionError as exc:
-        raise GraphDefinitionError(f"{where}: {exc}") from None
-
 
 def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str, *, name: str | None = None,
                            allow_none: bool = False) -> Schema:
