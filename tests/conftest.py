@@ -13,9 +13,12 @@ cannot rename items into groups, so its groups are silently ignored.) Without xd
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+import headwater as hw
 
 _ROOT = Path(__file__).resolve().parent
 # the heavy tests' order: the lighter first, the processes and deadlines last
@@ -33,6 +36,16 @@ def _heavy_rank(item: pytest.Item) -> int | None:
     if item.get_closest_marker("spark") or item.get_closest_marker("slow"):
         return 0
     return None
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[hw.Session]:
+    """An embedded session without Spark on the test's own directory, catalog ``demo`` in use (a test file with
+    other needs, e.g. Spark or a module-wide session, defines its own ``session``)."""
+    s = hw.connect(tmp_path, start_spark=False)
+    s.use_catalog("demo")
+    yield s
+    s.close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

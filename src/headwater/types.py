@@ -13,7 +13,7 @@ one Arrow type, which is what tables store and what Spark sees.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -109,6 +109,32 @@ class TableKind(StrEnum):
 RESERVED_PREFIX = "_hw_"  # hidden columns: _hw_seq (stream order), _hw_pos (bucketed files)
 
 
+def check_column_names(names: Iterable[str], *, where: str) -> None:
+    """Refuse a column name given twice, also in another case, and a reserved name.
+
+    Every :class:`Schema` is checked here, whichever way it is built (declared, an engine's or a map's outputs,
+    read from data): Delta Lake's column names are case-insensitive, so ``Price`` and ``price`` cannot be two
+    columns of one table.
+
+    >>> check_column_names(["Price", "volume", "price"], where="source 'trade'")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    headwater.errors.SchemaError: source 'trade': columns 'Price' and 'price' differ only in case; ...
+    """
+    seen: dict[str, str] = {}
+    for name in names:
+        first = seen.get(name.lower())
+        if first == name:
+            raise SchemaError(f"{where}: duplicate column name {clip(name)}")
+        if first is not None:
+            raise SchemaError(f"{where}: columns {clip(first)} and {clip(name)} differ only in case; column names "
+                              "are case-insensitive (as in Delta Lake, which stores the tables), so one table "
+                              "cannot hold both: rename one of them (with 'as' in a metric)")
+        if name.lower().startswith(RESERVED_PREFIX):
+            raise SchemaError(f"{where}: column name {clip(name)} is reserved (names starting with "
+                              f"{RESERVED_PREFIX!r} are Headwater's own, e.g. _hw_seq); rename it")
+        seen[name.lower()] = name
+
+
 @dataclass(frozen=True)
 class Schema:
     """An ordered, immutable list of (column name, type name) pairs."""
@@ -116,14 +142,7 @@ class Schema:
     columns: tuple[tuple[str, str], ...]
 
     def __post_init__(self) -> None:
-        seen: set[str] = set()
-        for name, _ in self.columns:
-            if name in seen:
-                raise SchemaError(f"schema: duplicate column name {clip(name)}")
-            if name.lower().startswith(RESERVED_PREFIX):
-                raise SchemaError(f"schema: column name {clip(name)} is reserved (names starting with "
-                                  f"{RESERVED_PREFIX!r} are Headwater's own, e.g. _hw_seq); rename it")
-            seen.add(name)
+        check_column_names((n for n, _ in self.columns), where="schema")
 
     @classmethod
     def parse(cls, spec: Mapping[str, str] | Schema, *, where: str = "schema") -> Schema:
@@ -140,7 +159,16 @@ class Schema:
             if not isinstance(name, str) or not name.isidentifier():
                 raise SchemaError(f"{where}: column name {clip(name)} must be an identifier")
             cols.append((name, canonical_type(typ, where=f"{where} column {clip(name)}")))
+        check_column_names(spec, where=where)
         return cls(tuple(cols))
+
+    @classmethod
+    def of(cls, columns: Iterable[tuple[str, str]], *, where: str) -> Schema:
+        """The schema of (name, canonical type) pairs built by ``where`` (a map, a function's result): its names
+        pass :func:`check_column_names`, whose errors name ``where``."""
+        cols = tuple(columns)
+        check_column_names((n for n, _ in cols), where=f"{where}: output schema")
+        return cls(cols)
 
     @classmethod
     def from_arrow(cls, schema: pa.Schema, *, where: str = "data") -> Schema:

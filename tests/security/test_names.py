@@ -16,14 +16,6 @@ from headwater.service.auth import Authenticator
 BAD_ENDINGS = ["\n", "\r\n", "\r", "\t", " "]
 
 
-@pytest.fixture
-def session(tmp_path):
-    s = hw.connect(tmp_path, start_spark=False)
-    s.use_catalog("demo")
-    yield s
-    s.close()
-
-
 def tree(root: Path) -> list[str]:
     """Every directory and file under ``root`` (the state a refused call must leave as it was)."""
     return sorted(os.path.relpath(os.path.join(d, n), root) for d, dirs, files in os.walk(root) for n in dirs + files)

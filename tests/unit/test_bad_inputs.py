@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -100,6 +102,37 @@ def test_non_frames_are_schema_errors(session):
 def test_reserved_column_names_are_refused(session, declare):
     with pytest.raises(hw.SchemaError, match="is reserved"):
         declare(session, session.stream_graph("g"))
+
+
+TRADES = {"time": "timestamp", "k": "string", "x": "double"}
+
+
+@pytest.mark.parametrize(("declare", "where"), [
+    (lambda s, g: g.source("t", schema={"Price": "double", "price": "double"}), "source 't'"),
+    (lambda s, g: s.create_stream_table("t2", {"Price": "double", "price": "double"}), "stream table"),
+    (lambda s, g: g.source("t", schema=TRADES).map(["x as Price", "x * 2 as price"]), "map '"),
+    (lambda s, g: g.source("t", schema=TRADES).map(lambda b: pd.DataFrame({"Price": b.x, "price": b.x})), "map '"),
+    (lambda s, g: g.source("t", schema=TRADES).reactive_state_engine(
+        key_column="k", metrics=["cumsum(x) as Price", "x as price"]), "reactive_state_engine '"),
+    (lambda s, g: g.source("t", schema=TRADES).time_series_engine(
+        window="60s", step="60s", time_column="time", metrics=["max(x) as Price", "min(x) as price"]),
+     "time_series_engine '"),
+    (lambda s, g: g.source("t", schema=TRADES).time_series_engine(
+        window="60s", step="60s", time_column="time", key_column="k", metrics=["max(x) as K"]),
+     "time_series_engine '"),
+    (lambda s, g: g.source("t", schema=TRADES).cross_sectional_engine(
+        key_column="k", metrics=["sum(x) as Price", "avg(x) as price"]), "cross_sectional_engine '"),
+    (lambda s, g: g.source("t", schema=TRADES).udf_engine(
+        lambda state, b: pd.DataFrame({"Price": b.x, "price": b.x})), "udf_engine "),
+])
+def test_column_names_differing_only_in_case_are_refused_at_declaration(session, declare, where):
+    """Delta Lake's column names are case-insensitive: refused on the user's line, not later inside delta-rs."""
+    with pytest.raises(hw.SchemaError, match=r"columns '(\w+)' and '(\w+)' differ only in case") as info:
+        declare(session, session.stream_graph("g"))
+    message = str(info.value)
+    assert message.startswith(where)
+    first, second = re.search(r"columns '(\w+)' and '(\w+)'", message).groups()
+    assert first != second and first.lower() == second.lower()
 
 
 def test_a_huge_unknown_change_log_operation_gives_a_bounded_message(session):

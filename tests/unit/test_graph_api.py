@@ -9,14 +9,6 @@ from headwater.functions import ema, mmax
 from tests.support.indicators import BAR_METRICS, TRADE_SCHEMA, build_indicator_graph
 
 
-@pytest.fixture
-def session(tmp_path):
-    s = hw.connect(tmp_path, start_spark=False)
-    s.use_catalog("demo")
-    yield s
-    s.close()
-
-
 def test_graph_name_is_completed_from_current_catalog(session):
     g = session.stream_graph("indicators")
     assert g.name == "demo.stream_graph.indicators"

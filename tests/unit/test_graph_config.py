@@ -13,14 +13,6 @@ from headwater.types import TableKind
 TICKS = {"time": "timestamp", "sym": "string", "px": "double"}
 
 
-@pytest.fixture
-def session(tmp_path):
-    s = hw.connect(tmp_path, start_spark=False)
-    s.use_catalog("demo")
-    yield s
-    s.close()
-
-
 # -- HA tables ---------------------------------------------------------------------------------------------------
 def test_ha_tables_are_the_plain_and_keyed_tables_with_their_arguments_recorded(session):
     g = session.stream_graph("ha")

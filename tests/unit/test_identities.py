@@ -3,19 +3,9 @@ unrelated branch leaves every existing engine's name and every subgraph's state 
 
 from __future__ import annotations
 
-import pytest
-
 import headwater as hw
 
 SCHEMA = {"time": "timestamp", "sym": "string", "px": "double"}
-
-
-@pytest.fixture
-def session(tmp_path):
-    s = hw.connect(tmp_path, start_spark=False)
-    s.use_catalog("demo")
-    yield s
-    s.close()
 
 
 def identities(g: hw.StreamGraph) -> tuple[set[str], set[str]]:

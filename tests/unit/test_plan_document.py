@@ -26,14 +26,6 @@ def add_notional(batch: pd.DataFrame) -> pd.DataFrame:
     return batch.assign(notional=batch["px"] * batch["qty"])
 
 
-@pytest.fixture
-def session(tmp_path):
-    s = hw.connect(tmp_path, start_spark=False)
-    s.use_catalog("demo")
-    yield s
-    s.close()
-
-
 def every_kind_graph(session: hw.Session) -> hw.StreamGraph:
     """One graph holding every engine kind, both kinds of map, keyed tables and a fan-out."""
     g = session.stream_graph("all")

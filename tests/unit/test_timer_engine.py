@@ -14,7 +14,7 @@ import pytest
 
 import headwater as hw
 from headwater.dataplane.engine_stats import engine_rows
-from headwater.dataplane.timers import read_status, status_path
+from headwater.dataplane.timers import read_status, status_path, write_status
 from headwater.errors import ExecutionError, GraphDefinitionError
 from headwater.plan.document import dumps, from_json, needs_udf, to_json
 from headwater.runtime.timers import Timer
@@ -122,6 +122,20 @@ def test_a_function_that_raises_is_counted_and_the_timer_goes_on(session, worker
     (row,) = [r for r in engine_rows(g.plan(), checkpoints) if r["name"] == "my_job"]
     assert row["timer_failures"] >= 3 and row["timer_last_error"] == "ValueError: no luck"
     assert row["timer_paused"] is False
+
+
+def test_a_parallel_timer_engines_counters_are_on_one_task_row_so_they_sum_to_the_engines(session, tmp_path):
+    g = session.stream_graph("timed")
+    g.source("trade", {"id": "long", "price": "double"}).parallelize("id", 3) \
+        .timer_engine("1s", append_line, "/nonexistent", "x").set_engine_name("my_job").sync().sink("result")
+    checkpoints = tmp_path / "ckpt"
+    write_status(status_path(checkpoints, "my_job"),  # what the one timer of the engine saved
+                 {"paused": True, "runs": 7, "failures": 2, "last_error": "ValueError: x", "last_run": 1.0})
+    rows = pd.DataFrame([r for r in engine_rows(g.plan(), checkpoints) if r["name"] == "my_job"])
+    assert len(rows) == 3  # one row per stream task
+    assert rows["timer_runs"].sum() == 7 and rows["timer_failures"].sum() == 2
+    assert rows["timer_paused"].tolist().count(True) == 1 and rows["timer_last_error"].count() == 1
+    assert rows["timer_runs"].notna().tolist() == [True, False, False]
 
 
 def test_a_fenced_worker_stops_its_timer(session, worker, tmp_path):

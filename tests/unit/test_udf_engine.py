@@ -5,6 +5,7 @@ declaration's checks (schema inference, output columns, plan round trip, the ``u
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 import numpy as np
@@ -182,6 +183,21 @@ def test_variables_that_plain_pickle_refuses_are_saved(session):
     out = graph(session, func=keeps_a_lambda, variables={"n": 0}).run_local(
         {"ticks": [TICKS.iloc[:4], TICKS.iloc[4:10]]})["out"]
     assert out["n"].tolist() == [4] * 4 + [10] * 6
+
+
+def keeps_a_lock(variables, batch):
+    variables["lock"] = threading.Lock()  # not picklable, even by cloudpickle
+    return batch.assign(total=0, seen=0)
+
+
+def test_variables_that_cannot_be_pickled_fail_the_batch_clearly_and_leave_no_temporary_file(session, tmp_path):
+    runner = LocalRunner(graph(session, func=keeps_a_lock, variables={},
+                               output_schema={"sym": "string", "qty": "long", "total": "long", "seen": "long"}).plan(),
+                         tmp_path)
+    runner.append("ticks", TICKS.iloc[:5])
+    with pytest.raises(ExecutionError, match=r"udf_engine 'totals': its variables must be picklable.*TypeError"):
+        runner.step()
+    assert [p.name for p in tmp_path.rglob("*.tmp")] == []
 
 
 def test_the_plan_holds_the_function_and_the_initial_values_as_callables_the_master_never_loads(session):

@@ -866,7 +866,7 @@ class DStream(JoinMethods, TableMethods):
                 [(default_name(metric, where=label), metric)]
             exprs.extend(pairs)
         cols = [(n, infer_type(e, schema, where=f"{label} column {clip(n)}", kinds=frozenset({"scalar"}))) for n, e in exprs]
-        node = MapNode(self.graph._graph.next_id(), name, Schema(tuple(cols)), parallelism=self.parallelism,
+        node = MapNode(self.graph._graph.next_id(), name, Schema.of(cols, where=label), parallelism=self.parallelism,
                        exprs=tuple(exprs), filter=flt)
         return self._add(node)
 
@@ -915,4 +915,4 @@ def _infer_function_schema(func: Callable[..., Any], schema: Schema, where: str,
         else:
             cols.append((str(column), Schema.from_arrow(pa.schema([pa.field(str(column), arrow_type)]),
                                                         where=where).columns[0][1]))
-    return Schema(tuple(cols))
+    return Schema.of(cols, where=where)

@@ -448,7 +448,8 @@ class Session:
         graph's reason while it is in error or failed). NULL where the engine keeps no such counter or no
         micro-batch ran yet. From each task's newest state snapshot and job record. A timer engine adds
         timer_runs, timer_failures (runs whose function raised), timer_paused, and its function's last error
-        (in last_error while the graph is not in error)."""
+        (in last_error while the graph is not in error), on its first stream task's row only (one timer per
+        engine: the columns sum to its counts)."""
         fqn = self._graph_fqn(name)
         frame = pd.DataFrame(self._master.engine_meta(fqn), columns=[
             "task_id", "name", "type", "keys", "late_rows", "state_bytes", "last_batch_rows_in", "last_batch_rows_out",

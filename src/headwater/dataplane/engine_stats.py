@@ -41,14 +41,21 @@ def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, An
                              "last_batch_rows_in": rows_in.get(index) if last else None,
                              "last_batch_rows_out": last["rows_out"] if last else None,
                              "last_batch_s": round(last["finished"] - last["created"], 3) if last else None,
-                             **_timer_columns(checkpoints, node)})
+                             **_timer_columns(checkpoints, node, first_task=index == 0)})
     return rows
 
 
-def _timer_columns(checkpoints: Path, node: EngineNode) -> dict[str, Any]:
-    """A timer engine's counters (headwater.runtime.timers), from their JSON; nothing for other engines."""
+def _timer_columns(checkpoints: Path, node: EngineNode, *, first_task: bool) -> dict[str, Any]:
+    """A timer engine's counters (headwater.runtime.timers), from their JSON, on its first stream task's row
+    (NULL on the others: one timer per engine, whatever its parallelism, so a column sums to the engine's
+    count); nothing for other engines."""
     if str(node.type) != "TIMER_ENGINE":
         return {}
+    if not first_task:
+        return dict.fromkeys(TIMER_COLUMNS)
     status = read_status(status_path(checkpoints, node.name))
     return {"timer_runs": status["runs"], "timer_failures": status["failures"], "timer_paused": status["paused"],
             "timer_last_error": status["last_error"]}
+
+
+TIMER_COLUMNS = ("timer_runs", "timer_failures", "timer_paused", "timer_last_error")

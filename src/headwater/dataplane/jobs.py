@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from headwater.dataplane.files import replacing
+
 KEEP_RECORDS = 100  # as many as Spark keeps of its offset log by default
 START_FILE = "start_version"  # in jobs/: the input version before which new micro-batches read nothing
 
@@ -45,9 +47,8 @@ def write_job(directory: Path, record: dict[str, Any]) -> None:
     batch = int(record["batch"])
     target = _file(directory, batch)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, target)
+    with replacing(target) as tmp:
+        tmp.write_text(json.dumps(record))
     with contextlib.suppress(FileNotFoundError):
         _file(directory, batch - KEEP_RECORDS).unlink()
 
@@ -83,9 +84,8 @@ def set_start_version(directory: Path, version: int) -> None:
     what was appended up to it is never read. A batch already recorded keeps its range (a replay is exact)."""
     target = directory / "jobs" / START_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{START_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(str(int(version)))
-    os.replace(tmp, target)
+    with replacing(target) as tmp:
+        tmp.write_text(str(int(version)))
 
 
 def start_version(directory: Path) -> int:

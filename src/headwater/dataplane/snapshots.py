@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.dataplane.files import removed_on_failure, replacing, temporary_name
 from headwater.engines.base import KeyedState
 from headwater.errors import ExecutionError
 from headwater.faults import fault_point
@@ -178,27 +179,21 @@ class SnapshotStore:
                 if base.record_bytes + len(data) >= base.snapshot_bytes:  # the records outweigh the snapshot
                     record = data = None
         name = f"{version}.{base.version}.delta" if record is not None and base is not None else f"{version}.pkl"
-        tmp = os.path.join(d, f".{name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:  # not fsynced, as no other file is: a process crash loses nothing
-            if data is None:
-                pickle.dump(state, f, protocol=5)  # streamed: a large state is not copied in memory
-            else:
-                f.write(data)
-            size = f.tell()
-        if fence is not None:
-            try:
+        tmp = temporary_name(os.path.join(d, name))
+        with removed_on_failure(tmp):  # a state that cannot be pickled, a full disk, a fence: no file is left
+            with open(tmp, "wb") as f:  # not fsynced, as no other file is: a process crash loses nothing
+                if data is None:
+                    pickle.dump(state, f, protocol=5)  # streamed: a large state is not copied in memory
+                else:
+                    f.write(data)
+                size = f.tell()
+            if fence is not None:
                 fault_point("snapshot.before_fence")
                 fence()
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(tmp)
-                raise
-        if stats is not None:  # first: the state it describes then never lacks it
-            side = os.path.join(d, f".{version}.stats.{os.getpid()}.tmp")
-            with open(side, "w", encoding="utf-8") as f:
-                json.dump(dict(stats), f)
-            os.replace(side, os.path.join(d, f"{version}.stats.json"))
-        os.replace(tmp, os.path.join(d, name))
+            if stats is not None:  # first: the state it describes then never lacks it
+                with replacing(os.path.join(d, f"{version}.stats.json")) as side:
+                    side.write_text(json.dumps(dict(stats)), encoding="utf-8")
+            os.replace(tmp, os.path.join(d, name))
         if record is not None:  # a snapshot at this version would hide the record
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(d, f"{version}.pkl"))

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from headwater.dataplane.fence import check_fence
+from headwater.dataplane.files import replacing
 from headwater.dataplane.maps import apply_map
 from headwater.dataplane.snapshots import KEEP_SNAPSHOTS, SnapshotStore
 from headwater.engines.base import SEQ, Processor
@@ -283,10 +284,9 @@ class SubgraphTask:
         name = self.file_name(end, tasks)
         target = os.path.join(path, name)
         if not os.path.exists(target):  # a replay finds the identical file already written
-            tmp = os.path.join(path, f".{name}.{os.getpid()}.tmp")
-            write_table(rows.select(list(schema.names)).cast(schema.to_arrow()), tmp, bucketing=bucketing,
-                        text_columns=[n for n, t in schema if t == "string"])
-            os.replace(tmp, target)
+            with replacing(target) as tmp:
+                write_table(rows.select(list(schema.names)).cast(schema.to_arrow()), str(tmp), bucketing=bucketing,
+                            text_columns=[n for n, t in schema if t == "string"])
         return OutputFile(index, name, os.path.getsize(target), rows.num_rows, tasks[0])
 
     def warm(self, engine: str, data: pa.Table, version: int) -> int:

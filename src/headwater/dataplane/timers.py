@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import threading
 from pathlib import Path
 from typing import Any
+
+from headwater.dataplane.files import replacing
 
 
 def status_path(checkpoints: Path | str, engine: str) -> Path:
@@ -31,6 +31,5 @@ def read_status(path: Path) -> dict[str, Any]:
 def write_status(path: Path, status: dict[str, Any]) -> None:
     """Replace the status file atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(status), encoding="utf-8")
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(status), encoding="utf-8")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from headwater.errors import GraphDefinitionError, clip
+from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Alias, Call, Col, Expr, Item
 from headwater.functions import default_name, expand_aggregates
 from headwater.types import Schema
@@ -134,6 +134,12 @@ class EngineSpec(abc.ABC):
     def __post_init__(self) -> None:
         check_flags(self, where=self.where)
         self.validate()
+        try:  # the outputs' names pass Schema's one check (unique, also across case); say which engine failed it
+            self.output_schema()
+        except SchemaError as exc:
+            if str(exc).startswith(self.where):
+                raise
+            raise SchemaError(f"{self.where}: output {exc}") from None
 
     @property
     def where(self) -> str:

@@ -88,9 +88,10 @@ class UdfState:
         try:
             data = cloudpickle.dumps(self.variables, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
-            raise ExecutionError(f"{self.where}: its variables cannot be saved with the micro-batch "
-                                 f"({type(exc).__name__}: {shorten(str(exc), 500)}); keep only picklable values "
-                                 "(numbers, strings, lists, dicts, DataFrames) in them") from None
+            raise ExecutionError(f"{self.where}: its variables must be picklable, as they are saved with every "
+                                 f"micro-batch, and these are not ({type(exc).__name__}: {shorten(str(exc), 500)}); "
+                                 "keep only picklable values (numbers, strings, lists, dicts, DataFrames) in them"
+                                 ) from None
         if len(data) > MAX_STATE_BYTES:
             raise ExecutionError(f"{self.where}: its variables pickle to {len(data)} bytes, over the limit of "
                                  f"{MAX_STATE_BYTES} (they are saved whole with every micro-batch); keep less "
