@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Self
 
+from headwater.api.handle import StreamHandle
 from headwater.catalog import resolve
 from headwater.engines.arguments import from_arguments
 from headwater.engines.joins import (
@@ -30,25 +31,13 @@ from headwater.parse import to_metrics
 from headwater.plan.logical import EngineNode, MapNode, Parallelism, TableNode, TableRole
 
 if TYPE_CHECKING:
-    from headwater.plan.logical import Node
+    pass
 
 Metrics = Sequence[Expr | str]
 
 
-class JoinMethods:
+class JoinMethods(StreamHandle):
     """Mixed into ``DStream``: ``self`` is the left input."""
-
-    if TYPE_CHECKING:  # what the DStream it is mixed into provides
-        graph: Any
-        node_id: int
-        parallelism: Parallelism | None
-
-        def __init__(self, graph: Any, node_id: int, parallelism: Parallelism | None = None) -> None: ...
-
-        def _note_edge(self, dst: int) -> None: ...
-
-        @property
-        def node(self) -> Node: ...
 
     def _join(self, right: Self, engine: type[JoinEngine], arguments: Mapping[str, Any]) -> Self:
         """Declare the join ``engine`` builds from a join method's ``arguments`` (its ``locals()``), with its
@@ -59,7 +48,7 @@ class JoinMethods:
         if not isinstance(right, JoinMethods) or right.graph is not left.graph:
             raise GraphDefinitionError(f"{where}: the right input must be a DStream of the same stream graph "
                                        f"{left.graph.fqn}, got {clip(right)}")
-        if any(s._changelog_input() is not None for s in (left, right)):  # type: ignore[attr-defined]
+        if any(s._changelog_input() is not None for s in (left, right)):
             raise GraphDefinitionError(f"{where}: an input is a change log (inserts, updates and deletes of keys), which "
                                        "a join would take as new rows; join its net state from a keyed table, or "
                                        "buffer(...) the change rows into a plain table to treat them as appends")

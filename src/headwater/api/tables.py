@@ -10,36 +10,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Self
 
+from headwater.api.handle import StreamHandle
 from headwater.catalog import check_identifier
 from headwater.engines.arguments import as_tuple
 from headwater.engines.base import EngineKind
 from headwater.errors import GraphDefinitionError, SchemaError, clip
 from headwater.expr import Call, Col, Expr, Lit
 from headwater.functions import FUNCTIONS
-from headwater.plan.logical import HaOptions, MapNode, Parallelism, TableNode, TableRole
+from headwater.plan.logical import HaOptions, MapNode, TableNode, TableRole
 from headwater.storage.changelog import OP_COLUMN
 from headwater.types import Schema, TableKind
 
 if TYPE_CHECKING:
-    from headwater.plan.logical import Node
+    pass
 
 
-class TableMethods:
+class TableMethods(StreamHandle):
     """Mixed into ``DStream``: ``self`` is the stream written into the table."""
-
-    if TYPE_CHECKING:  # what the DStream it is mixed into provides
-        graph: Any
-        node_id: int
-        parallelism: Parallelism | None
-
-        def __init__(self, graph: Any, node_id: int, parallelism: Parallelism | None = None) -> None: ...
-
-        def _add(self, node: Node) -> Self: ...
-
-        def _note_edge(self, dst: int) -> None: ...
-
-        @property
-        def node(self) -> Node: ...
 
     def _table(self, name: str, role: TableRole, kind: TableKind, key_column: str | Sequence[str] | None = None,
                time_column: str | None = None, ha: Mapping[str, Any] | None = None) -> Self:

@@ -46,6 +46,7 @@ from headwater.plan.document import dumps, from_json, plan_changes, same_definit
 from headwater.plan.logical import EngineNode, LogicalGraph, TableNode
 from headwater.plan.physical import PhysicalGraph, plan
 from headwater.plan.subscription import FROM_LATEST_ROW
+from headwater.runtime import protocol
 from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.runtime.checkpoint_jobs import job_rows, subjob_rows
 from headwater.runtime.compactor import Compactor
@@ -53,19 +54,7 @@ from headwater.runtime.events import EventLog, EventType, recorded
 from headwater.runtime.lag import CatchUp, graph_lag, subscription_rows
 from headwater.runtime.lifecycle import RESUMABLE, GraphStatus, check_transition
 from headwater.runtime.paths import sql_result
-from headwater.runtime.protocol import (
-    ControlEngine,
-    IsRunning,
-    Progress,
-    RunSql,
-    Shutdown,
-    StartGraph,
-    StopGraph,
-    TaskStatus,
-    Warmup,
-    WorkerPort,
-    arrow_bytes,
-)
+from headwater.runtime.protocol import WorkerPort, arrow_bytes
 from headwater.runtime.serial import GraphLocks, one_per_graph
 from headwater.runtime.supervisor import Supervisor
 from headwater.sql.limits import SqlLimits
@@ -345,7 +334,7 @@ class Master:
                     f"its state would be orphaned — drop it first with drop_stream_graph({fqn.split('.')[-1]!r}) "
                     "or choose another name"
                 )
-            if existing.status in (GraphStatus.RUNNING, GraphStatus.BUILDING) and self.worker.request(IsRunning(fqn)):
+            if existing.status in (GraphStatus.RUNNING, GraphStatus.BUILDING) and self.worker.request(protocol.IsRunning(fqn)):
                 return
             self._start(existing, logical, physical, action="submit")
             return
@@ -428,7 +417,7 @@ class Master:
         self.compactor.start()
         self.supervisor.start()
         try:
-            self.worker.request(StartGraph(
+            self.worker.request(protocol.StartGraph(
                 rec.fqn, dumps(to_json(logical, physical)), {str(k): v for k, v in self._table_paths(physical).items()},
                 str(self._graph_paths(rec.fqn).checkpoints), run_id=str(rec.id),
                 group=self.store.compute_group(rec.fqn),
@@ -500,7 +489,7 @@ class Master:
             raise StreamGraphStateError(f"stop stream graph {fqn}: it is stopped already; start_stream_graph resumes it")
         check_transition(rec.fqn, rec.status, GraphStatus.STOPPED, action="stop")
         self.supervisor.forget(rec.fqn)
-        self.worker.request(StopGraph(rec.fqn))
+        self.worker.request(protocol.StopGraph(rec.fqn))
         fault_point("stop.before_store")
         self.set_status(rec, GraphStatus.STOPPED, action="stop")
 
@@ -707,7 +696,7 @@ class Master:
         rec, node = self._running_engine(engine)
         spec: Any = node.spec
         data = _conform_warmup(engine, spec.input_schema, data)
-        return int(self.worker.request(Warmup(rec.fqn, node.name, arrow_bytes(data))))
+        return int(self.worker.request(protocol.Warmup(rec.fqn, node.name, arrow_bytes(data))))
 
     def control_engine(self, engine: FQN, op: dict[str, Any]) -> int:
         """Apply a change to a running engine's state (the rule engine's ``update_rule``/``delete_rule``), checked
@@ -716,7 +705,7 @@ class Master:
         check = getattr(node.spec, "check_control", None)
         if check is None:
             raise GraphDefinitionError(f"stream engine {engine} ({node.type}) accepts no changes while it runs")
-        return int(self.worker.request(ControlEngine(rec.fqn, node.name, json.dumps(check(op)))))
+        return int(self.worker.request(protocol.ControlEngine(rec.fqn, node.name, json.dumps(check(op)))))
 
     def _running_engine(self, engine: FQN) -> tuple[GraphRecord, EngineNode]:
         if self._recovery is not None:
@@ -753,7 +742,7 @@ class Master:
                         "drop that graph first or keep the tables with include_tables=False"
                     )
         self.set_status(rec, GraphStatus.DESTROYING, action="drop")
-        self.worker.request(StopGraph(rec.fqn))
+        self.worker.request(protocol.StopGraph(rec.fqn))
         for table in self.store.list_tables():
             if table.owner_graph == rec.fqn:
                 self._delete_table(table)
@@ -817,7 +806,7 @@ class Master:
             tasks = []
             if rec.status not in ("destroyed",):
                 with contextlib.suppress(Exception):  # a definition that no longer loads: its reason says so
-                    tasks = self.worker.request(TaskStatus(rec.fqn, rec.graph_json))
+                    tasks = self.worker.request(protocol.TaskStatus(rec.fqn, rec.graph_json))
             rows.append({"id": rec.id, "fqn": rec.fqn, "status": rec.status, "semantics": rec.semantics,
                          "tasks": tasks, "create_time": rec.create_time, "reason": rec.reason})
         return rows
@@ -836,7 +825,7 @@ class Master:
                 for table in sorted({f for f, _ in q.views.values()}):
                     check_read(table)
             outcome = "failed"
-            reply = self.worker.request(RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
+            reply = self.worker.request(protocol.RunSql(q.source, q.text, [[v, f, p] for v, (f, p) in q.views.items()],
                                                sorted(q.cte_names), self.sql_limits.to_dict()))
             outcome = "ok"
         except SqlCancelled:
@@ -854,7 +843,7 @@ class Master:
 
     def progress(self, fqn: FQN) -> dict[str, Any]:
         """Per subgraph: last committed micro-batch, rows and the per-stage time split (this session)."""
-        return dict(self.worker.request(Progress(str(fqn))))
+        return dict(self.worker.request(protocol.Progress(str(fqn))))
 
     def close(self) -> None:
         self._closing.set()
@@ -864,7 +853,7 @@ class Master:
             self._recovery.join()
         try:
             if self.worker.stops_with_master:  # a worker process of its own keeps running its graphs
-                self.worker.request(Shutdown())
+                self.worker.request(protocol.Shutdown())
             self.store.dispose()
         finally:
             self._lock.release()

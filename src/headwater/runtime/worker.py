@@ -28,24 +28,10 @@ from headwater.errors import ExecutionError, GraphDefinitionError, shorten
 from headwater.plan.document import from_json
 from headwater.plan.logical import EngineNode
 from headwater.plan.physical import PhysicalGraph
+from headwater.runtime import protocol
 from headwater.runtime.metrics import observe_batch
 from headwater.runtime.paths import sql_spool, table_path
-from headwater.runtime.protocol import (
-    ControlEngine,
-    Health,
-    IsRunning,
-    Message,
-    Progress,
-    RunSql,
-    Shutdown,
-    StartGraph,
-    StopGraph,
-    TaskStatus,
-    Warmup,
-    arrow_table,
-    decode,
-    encode,
-)
+from headwater.runtime.protocol import Message, arrow_table, decode, encode
 from headwater.runtime.timers import Timer
 from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import PreparedQuery
@@ -322,30 +308,30 @@ class Worker:
     def handle(self, message: Message) -> Any:
         """Carry out one request of the master; the reply is a plain value, rows as Arrow IPC bytes."""
         match message:
-            case StartGraph():
+            case protocol.StartGraph():
                 self.start_graph(message.fqn, _physical(message.plan, load_callables=True),
                                  {int(k): v for k, v in message.table_paths.items()}, Path(message.checkpoints),
                                  message.run_id, message.epoch, message.keep_snapshots)
-            case StopGraph():
+            case protocol.StopGraph():
                 self.stop_graph(message.fqn)
-            case IsRunning():
+            case protocol.IsRunning():
                 return self.is_running(message.fqn)
-            case Warmup():
+            case protocol.Warmup():
                 return self.warmup(message.fqn, message.engine, arrow_table(message.data))
-            case ControlEngine():
+            case protocol.ControlEngine():
                 return self.control_engine(message.fqn, message.engine, json.loads(message.op))
-            case TaskStatus():
+            case protocol.TaskStatus():
                 return self.task_status(message.fqn, _physical(message.plan, load_callables=False))
-            case Progress():
+            case protocol.Progress():
                 return self.progress(message.fqn)
-            case Health():
+            case protocol.Health():
                 return self.health()
-            case RunSql():
+            case protocol.RunSql():
                 views = {v: (f, str(table_path(self.data_dir, p, where=f"sql over {f}"))) for v, f, p in message.views}
                 query = PreparedQuery(message.source, message.text, views, frozenset(message.cte_names))
                 path, schema = self.sql(query, SqlLimits.from_dict(message.limits))
                 return {"path": path, "schema": schema.serialize().to_pybytes()}
-            case Shutdown():
+            case protocol.Shutdown():
                 self.close()
         return None
 
