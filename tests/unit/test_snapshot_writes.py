@@ -44,3 +44,21 @@ def test_a_failed_side_file_write_leaves_no_temporary_file(tmp_path):
     with pytest.raises(TypeError):
         write_job(tmp_path, {"batch": 0, "input": object()})
     assert files(tmp_path) == before
+
+
+def test_a_token_file_write_that_fails_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path, monkeypatch):
+    from headwater.cli import credentials
+
+    file = tmp_path / "tokens.json"
+    monkeypatch.setenv(credentials.TOKEN_FILE_ENV, str(file))
+    credentials.save_token("http://127.0.0.1:8765", "first")
+    assert oct(file.stat().st_mode & 0o777) == "0o600"
+
+    def full_disk(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(credentials.json, "dump", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        credentials.save_token("http://127.0.0.1:8765", "second")
+    assert [p.name for p in tmp_path.iterdir()] == ["tokens.json"]
+    assert credentials.saved_token("http://127.0.0.1:8765") == "first"

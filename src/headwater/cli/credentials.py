@@ -18,6 +18,7 @@ import json
 import os
 from pathlib import Path
 
+from headwater.dataplane.files import replacing
 from headwater.errors import ConfigurationError
 
 URL_ENV, TOKEN_ENV, TOKEN_FILE_ENV = "HEADWATER_URL", "HEADWATER_TOKEN", "HEADWATER_TOKEN_FILE"
@@ -61,11 +62,10 @@ def save_token(url: str, token: str | None) -> None:
         tokens[_key(url)] = token
     path = token_file()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(tokens, f, indent=1)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(tokens, f, indent=1)
 
 
 def master_url(given: str | None) -> str | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import os
 import ssl
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from headwater.dataplane.files import replacing
 from headwater.errors import ExecutionError, WorkerUnavailableError
 from headwater.runtime.protocol import (
     Health,
@@ -257,6 +257,5 @@ def _complexity(document: str) -> int:
 
 def _write_epoch(file: Path, epoch: int) -> None:
     file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-    tmp.write_text(str(epoch))
-    os.replace(tmp, file)
+    with replacing(file) as tmp:
+        tmp.write_text(str(epoch))

@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from headwater.dataplane.files import replacing
+
 DUMP_ENV = "HEADWATER_CLASS_ARCHIVE_DUMP"
 """Set (to a file) only in the process :func:`build` starts: its driver writes the archive there as it exits."""
 
@@ -89,9 +91,8 @@ def build(record: list[str], timeout: float = 600.0) -> Path:
             raise RuntimeError(f"recording the driver's classes failed:\n{run.stderr[-3000:]}")
         if not dump.is_file():
             raise RuntimeError("the driver JVM exited without writing its class archive")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two recordings at once each move their own
-        shutil.move(dump, tmp)
-        os.replace(tmp, path)  # a driver starting now maps the old archive or the new one, never half of one
+        with replacing(path) as tmp:  # a driver starting now maps the old archive or the new one, never half of one
+            shutil.move(dump, tmp)
     for stale in path.parent.glob("spark-driver-*.jsa"):  # made for a Java or Spark no longer installed
         if stale != path:
             stale.unlink(missing_ok=True)

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from headwater.dataplane.fence import FencedError, check_fence  # noqa: F401 - FencedError: raised here too
+from headwater.dataplane.files import replacing
 from headwater.tuning import DRIVER_BATCH_ROWS
 
 SOURCE_NAME = "headwater_subgraph"
@@ -202,9 +203,8 @@ def start_fused_subgraph(
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     plan_path = checkpoint / "task_plan.pkl"
-    tmp = checkpoint / f".task_plan.{os.getpid()}.tmp"
-    tmp.write_bytes(cloudpickle.dumps(plan))
-    os.replace(tmp, plan_path)
+    with replacing(plan_path) as tmp:
+        tmp.write_bytes(cloudpickle.dumps(plan))
     spark.dataSource.register(SubgraphDataSource)
     groups = task_groups(plan.n_tasks, spark.sparkContext.defaultParallelism)
 
