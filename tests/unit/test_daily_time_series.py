@@ -350,3 +350,28 @@ def test_key_purge_freq_forgets_idle_keys_at_the_batch_commit_time():
     assert state["keys"] == ["a", "b"]
     state, _ = p.process(state, batch(["09:31:40"], ["b"], 4), batch_time=61.0)  # due: 'a' has no open window
     assert state["keys"] == ["b"]
+
+
+@pytest.mark.parametrize(("step", "window", "begin", "end", "refusal"), [
+    (dt.timedelta(milliseconds=50), dt.timedelta(milliseconds=50), "00:00", "00:00",
+     "the sessions of a day span 1,728,000 steps of 50ms, over the limit of 1,000,000"),  # a 24 h day
+    (dt.timedelta(microseconds=1), dt.timedelta(microseconds=1), "09:30", "16:00",
+     "the sessions of a day span 23,400,000,000 steps"),
+    (dt.timedelta(seconds=1), dt.timedelta(days=2), "09:30", "16:00",
+     "a window and its accepted delay span 172,800 steps of 1s, over the limit of 100,000"),
+])
+def test_a_day_or_a_window_of_too_many_steps_is_refused_when_declared(step, window, begin, end, refusal):
+    # the day's layout holds a slot per step, each key's open windows a partial result per step
+    with pytest.raises(hw.GraphDefinitionError, match=refusal):
+        DailyTimeSeriesEngine(name="s", input_schema=Schema.parse(SCHEMA), window=window, step=step,
+                              metrics=(parse_metric("sum(v) as v"),), time_column="t",
+                              session_begin=(begin,), session_end=(end,))
+
+
+def test_a_day_of_100_ms_steps_is_laid_out_with_numpy():
+    spec = DailyTimeSeriesEngine(name="s", input_schema=Schema.parse(SCHEMA), window=dt.timedelta(milliseconds=200),
+                                 step=dt.timedelta(milliseconds=100), metrics=(parse_metric("sum(v) as v"),),
+                                 time_column="t", session_begin=("00:00",), session_end=("00:00",))
+    layout = spec.layout()
+    assert layout.panes == 864_000 and layout.out_end[-1] == 86_400_000_000 and layout.lo[1] == 100_000
+    assert (layout.out_end - layout.out_start == 200_000).all() and (layout.last == 863_999).all()

@@ -351,6 +351,8 @@ def test_empty_batch() -> None:
         ({"window": 60, "step": 60, "fill": "prev"}, "'none', 'null', 'ffill'"),
         ({"window": 60, "step": 60, "fill": True}, "or a number"),
         ({"window": 60, "step": 60, "align": 0}, "align"),
+        ({"window": 100_001, "step": 1}, "span 100,001 steps, over the limit of 100,000"),
+        ({"window": 60, "step": 1, "accepted_delay": 99_941}, "span 100,001 steps"),
     ],
 )
 def test_spec_validation(kwargs: dict[str, object], fragment: str) -> None:

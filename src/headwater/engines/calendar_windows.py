@@ -109,6 +109,9 @@ def time_of_day_text(value: Any, *, where: str) -> str:
     return parse_time_of_day(value, where=where)[1]
 
 
+Ints = Sequence[int] | np.ndarray  # pane offsets: a list, or numpy for a day of many panes
+
+
 class DayLayout:
     """The panes of one day, as offsets (µs) from the day's midnight; the same every day.
 
@@ -121,10 +124,10 @@ class DayLayout:
     ones. Panes are numbered across days: global pane ``day * K + k``.
     """
 
-    def __init__(self, *, lo: Sequence[int], hi: Sequence[int], close_at: Sequence[int], out_end: Sequence[int],
-                 out_start: Sequence[int], first: Sequence[int], last: Sequence[int], start: int = 0,
-                 shift: int = 0, session_end: Sequence[int] = (), session_last: Sequence[int] = (),
-                 due: Sequence[int] | None = None) -> None:
+    def __init__(self, *, lo: Ints, hi: Ints, close_at: Ints, out_end: Ints,
+                 out_start: Ints, first: Ints, last: Ints, start: int = 0,
+                 shift: int = 0, session_end: Ints = (), session_last: Ints = (),
+                 due: Ints | None = None) -> None:
         self.lo = np.asarray(lo, dtype=np.int64)
         self.hi = np.asarray(hi, dtype=np.int64)
         self.close_at = np.asarray(close_at, dtype=np.int64)

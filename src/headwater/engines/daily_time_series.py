@@ -93,6 +93,7 @@ from headwater.engines.time_series import StepWindows
 from headwater.engines.window_metrics import resolve_window_engine
 from headwater.errors import GraphDefinitionError, clip
 from headwater.expr import Expr
+from headwater.kernels.windows import MAX_PANES
 
 
 def _hhmm(us: int) -> str:
@@ -134,6 +135,9 @@ def session_offsets(begins: list[int], ends: list[int], *, where: str) -> list[t
             "day (a session beginning before the previous one ends starts on the next day); check the order of "
             "session_begin and session_end")
     return sessions
+
+
+MAX_DAY_PANES = 1_000_000  # steps in a day's sessions (a 24 h session: steps of 86.4 ms or more)
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,17 @@ class DailyTimeSeriesEngine(StepWindows):
                     f", not a multiple of step {format_duration(self.step)}; windows are aligned to each session's "
                     "begin and must end at its end (Orca aligns such session bounds by a rule its documentation does "
                     "not give, and merge_last_window is not supported): pick a step that divides every session")
+        day_steps = sum((s_end - s_begin) // step for s_begin, s_end in sessions)
+        if day_steps > MAX_DAY_PANES:  # the day's layout keeps a pane per step
+            raise GraphDefinitionError(f"{where}: the sessions of a day span {day_steps:,} steps of "
+                                       f"{format_duration(self.step)}, over the limit of {MAX_DAY_PANES:,}: use a "
+                                       "longer step")
+        delay_steps = -(-to_micros(self.accepted_delay) // step)
+        window_steps = max(to_micros(w) // step for w in self.windows) + delay_steps
+        if window_steps > MAX_PANES:  # each key's open windows keep every aggregate's partial result per step
+            raise GraphDefinitionError(f"{where}: a window and its accepted delay span {window_steps:,} steps of "
+                                       f"{format_duration(self.step)}, over the limit of {MAX_PANES:,}: use a "
+                                       "longer step")
         if self.closed not in ("left", "right"):
             raise GraphDefinitionError(f"{where}: closed must be 'left' or 'right', got {clip(self.closed)}")
         check_fill(self.fill, where=where)
@@ -316,34 +331,29 @@ class DailyTimeSeriesEngine(StepWindows):
         last_end = sessions[-1][1]
         drop_end = min(-(-last_end // DAY_US) * DAY_US, DAY_US + sessions[0][0])
         day_start = drop_end - DAY_US  # a trading day runs from here for 24 h
-        lo: list[int] = []
-        hi: list[int] = []
-        close_at: list[int] = []
-        ends: list[int] = []  # each window's end
-        due: list[int] = []  # where each window is due, for force_trigger_time (its end, or its sub-window's)
-        first: list[int] = []
-        last: list[int] = []
+        parts: list[dict[str, np.ndarray]] = []  # one per session, built with numpy: a day may hold 10^6 panes
         session_last: list[int] = []
-        previous_end = day_start
+        previous_end, k0 = day_start, 0
         for s_begin, s_end in sessions:
             n = (s_end - s_begin) // step
-            k0 = len(lo)
-            for k in range(n):
-                start = s_begin + k * step
-                lo.append(previous_end if k == 0 and sub_lo == 0 else start + sub_lo)
-                end = start + sub_hi
-                # merged, a row at the session's end is its last window's last row; a later row closes it
-                hi.append(end + 1 if merge and k == n - 1 and sub_hi == step else end)
-                close_at.append(hi[-1])
-                ends.append(start + step)
-                due.append(end)
-                first.append(k0)
-                last.append(k0 + n - 1)
+            start = s_begin + np.arange(n, dtype=np.int64) * step
+            lo = start + sub_lo
+            if sub_lo == 0 and n:
+                lo[0] = previous_end
+            end = start + sub_hi
+            hi = end.copy()
+            if merge and sub_hi == step and n:  # merged, a row at the session's end is its last window's last row
+                hi[-1] += 1
+            parts.append({"lo": lo, "hi": hi, "out_end": start + step, "due": end,
+                          "first": np.full(n, k0, dtype=np.int64), "last": np.full(n, k0 + n - 1, dtype=np.int64)})
             session_last.append(k0 + n - 1)
             previous_end = s_end + 1 if merge else s_end
-        return DayLayout(lo=lo, hi=hi, close_at=close_at, out_end=ends, out_start=[x - window for x in ends],
-                         first=first, last=last, start=day_start, shift=1 if self.closed == "right" else 0,
-                         session_end=[e for _, e in sessions], session_last=session_last, due=due)
+            k0 += n
+        day = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        return DayLayout(lo=day["lo"], hi=day["hi"], close_at=day["hi"], out_end=day["out_end"],
+                         out_start=day["out_end"] - window, first=day["first"], last=day["last"], start=day_start,
+                         shift=1 if self.closed == "right" else 0, session_end=[e for _, e in sessions],
+                         session_last=session_last, due=day["due"])
 
     def processor(self) -> CalendarWindowProcessor | SeveralWindowsProcessor:
         groups = [(positions, self._window_processor(w, positions)) for w, positions in self.metric_groups()]

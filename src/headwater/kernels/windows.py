@@ -63,6 +63,7 @@ _CODES: dict[str, int] = {name: CATALOG[name].code for name in AGGREGATES}
 
 FILL_MODES: tuple[str, ...] = ("none", "null", "ffill")
 MAX_OUTPUT_WINDOWS = 50_000_000  # per micro-batch: a far-future time with fill would otherwise exhaust memory
+MAX_PANES = 100_000  # step-long panes kept per key (window / step, plus those an accepted delay reaches)
 _FILL_NONE, _FILL_NULL, _FILL_FFILL, _FILL_VALUE = 0, 1, 2, 3
 
 
@@ -111,6 +112,11 @@ class WindowSpec:
         if not _is_int(self.accepted_delay) or self.accepted_delay < 0:
             raise GraphDefinitionError(
                 f"window spec: accepted_delay must be a non-negative integer, got {self.accepted_delay!r}"
+            )
+        if self.buffered_panes > MAX_PANES:
+            raise GraphDefinitionError(
+                f"window spec: the window (and accepted delay) span {self.buffered_panes:,} steps, over the limit "
+                f"of {MAX_PANES:,}: each key keeps every aggregate's partial result per step; use a longer step"
             )
         if self.align is not None and (not _is_int(self.align) or self.align <= 0):
             raise GraphDefinitionError(
