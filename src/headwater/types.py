@@ -106,11 +106,14 @@ class TableKind(StrEnum):
     CHANGELOG = "changelog"  # every change row kept; readers see changes or the net state (storage.changelog)
 
 
+MAX_COLUMNS = 10_000
+MAX_COLUMN_NAME_CHARS = 255
 RESERVED_PREFIX = "_hw_"  # hidden columns: _hw_seq (stream order), _hw_pos (bucketed files)
 
 
 def check_column_names(names: Iterable[str], *, where: str) -> None:
-    """Refuse a column name given twice, also in another case, and a reserved name.
+    """Refuse a column name given twice, also in another case, a reserved or overlong name, and more than
+    :data:`MAX_COLUMNS` columns.
 
     Every :class:`Schema` is checked here, whichever way it is built (declared, an engine's or a map's outputs,
     read from data): Delta Lake's column names are case-insensitive, so ``Price`` and ``price`` cannot be two
@@ -122,6 +125,11 @@ def check_column_names(names: Iterable[str], *, where: str) -> None:
     """
     seen: dict[str, str] = {}
     for name in names:
+        if len(name) > MAX_COLUMN_NAME_CHARS:
+            raise SchemaError(f"{where}: column name {clip(name)} has {len(name):,} characters; names have at most "
+                              f"{MAX_COLUMN_NAME_CHARS} (name a metric with 'as')")
+        if len(seen) == MAX_COLUMNS:
+            raise SchemaError(f"{where}: more than {MAX_COLUMNS:,} columns; a table has at most {MAX_COLUMNS:,}")
         first = seen.get(name.lower())
         if first == name:
             raise SchemaError(f"{where}: duplicate column name {clip(name)}")

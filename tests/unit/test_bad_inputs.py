@@ -141,3 +141,12 @@ def test_a_huge_unknown_change_log_operation_gives_a_bounded_message(session):
         session.append("moves", pd.DataFrame({"changelog_type": ["x" * 1_000_000], "id": [1]}))
     assert len(str(info.value)) < 400
     assert session.stream_table_meta("moves")["rows"].tolist() == [0]
+
+
+@pytest.mark.parametrize(("schema", "refusal"), [
+    ({"a" * 256: "double"}, "has 256 characters; names have at most 255"),
+    ({f"c{i}": "double" for i in range(10_001)}, "more than 10,000 columns"),
+])
+def test_an_overlong_column_name_or_too_many_columns_are_refused_when_declared(session, schema, refusal):
+    with pytest.raises(hw.SchemaError, match=refusal):
+        session.stream_graph("wide").source("t", schema)
