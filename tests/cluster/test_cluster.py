@@ -75,7 +75,7 @@ def test_cluster_up_runs_graphs_on_spark_standalone_survives_a_dead_worker_and_g
             meta = session.stream_graph_meta("totals").iloc[-1]
             if meta["status"] == "running" and meta["tasks"] and meta["tasks"][0]["node"] != worker:
                 break
-            time.sleep(0.5)  # polling a condition with a deadline
+            time.sleep(0.1)  # polling a condition with a deadline
         else:
             raise AssertionError(f"the graph did not move off the killed worker: {meta.to_dict()}")
         everything = append_and_check(session, rows(200, seed=2, start=300), everything)
