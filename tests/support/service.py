@@ -53,8 +53,8 @@ def start(command: str, data: Path, port: int, *extra: str, fault: str | None = 
 
 
 def spawn(command: str, data: Path, port: int, *extra: str, fault: str | None = None) -> subprocess.Popen:
-    """Start ``headwater <command>`` without waiting for it (``ready`` waits): processes that start together
-    share the machine's cores while each waits on its own JVM or imports."""
+    """Start ``headwater <command>`` without waiting for it (``ready`` waits): processes started together overlap
+    their waits (a JVM's start is mostly CPU, so on two busy cores this gains little)."""
     log_path = data.parent / f"{command}-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - the process writes to it while it lives
     proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", command, "--data-dir", str(data),
