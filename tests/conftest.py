@@ -7,8 +7,12 @@ one lane, still running them minutes after the other lane had run out of tests).
 processes or servers go first, in an order that puts the heaviest last (Spark tests, then security, service
 processes, the web console in a browser, the cluster and chaos tests), and the fast unit tests and doctests
 after them, so that the two lanes end together. Each worker that runs a Spark test has its own local Spark
-session; the process tests' deadlines leave room for the other lane's load. (Not ``--dist loadgroup``: with pytest 9, pytest-xdist 3.8
-cannot rename items into groups, so its groups are silently ignored.) Without xdist the order is the same.
+session; the process tests' deadlines leave room for the other lane's load. Without xdist the order is the same.
+
+The tests of a module in ``_ONE_LANE`` share a module fixture that is slow to build (a master with graphs): the
+scheduler below sends them to one lane together, which builds it once. (Not ``--dist loadgroup``: with pytest 9,
+pytest-xdist 3.8 cannot rename items into groups, so its groups are silently ignored; and its scope scheduler hands
+each lane a quarter of the suite up front.)
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import headwater as hw
 _ROOT = Path(__file__).resolve().parent
 # the heavy tests' order: the lighter first, the processes and deadlines last
 _HEAVY_ORDER = ("spark", "security", "service", "ui", "cluster")
+# modules whose tests run in one lane, one after the other (a module fixture built once)
+_ONE_LANE = ("tests/ui/test_console.py",)
 
 
 def _heavy_rank(item: pytest.Item) -> int | None:
@@ -53,3 +59,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     fast = [i for i in items if ranks[id(i)] is None]
     heavy = sorted((i for i in items if ranks[id(i)] is not None), key=lambda i: ranks[id(i)])  # stable
     items[:] = heavy + fast
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist load``, except that the tests of a module in ``_ONE_LANE`` are sent to a lane together."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScheduling
+
+    class OneLaneModules(LoadScheduling):
+        def _send_tests(self, node, num: int) -> None:  # type: ignore[no-untyped-def]
+            picked = self.pending[:num]
+            modules = {m for i in picked if (m := self.collection[i].split("::", 1)[0]) in _ONE_LANE}
+            picked += [i for i in self.pending[num:] if self.collection[i].split("::", 1)[0] in modules]
+            if picked:
+                chosen = set(picked)
+                self.pending[:] = [i for i in self.pending if i not in chosen]
+                self.node2pending[node].extend(picked)
+                node.send_runtest_some(picked)
+
+    return OneLaneModules(config, log)

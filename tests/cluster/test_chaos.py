@@ -3,7 +3,8 @@
 Two workers, an active master and a standby on PostgreSQL. A worker is killed while the graph is being
 submitted, then at ``HEADWATER_CHAOS_ROUNDS`` (3) moments in an order drawn from a seeded generator, each kind
 as often — while an append is being committed, while a micro-batch is being processed, right after a
-micro-batch committed its output — and restarted each time. Then the active master is frozen (SIGSTOP): the
+micro-batch committed its output — and restarted each time but the last (that one stays down while the masters
+fail: no later kill needs it). Then the active master is frozen (SIGSTOP): the
 standby takes over within the lease's deadline, and the old one, woken, exits having written nothing. Then the
 new active one is killed with no standby left (a master restarted on the same store resumes). Every time the graph is
 ``running`` again within 45 s (a master's death: plus its lease, which a takeover may have to wait for),
@@ -32,7 +33,7 @@ from headwater.service.client import RemoteMaster
 from headwater.service.run import LEADERSHIP_POLL_S
 from tests.support.indicators import assert_frames_match, make_ticks, reference_bars, reference_indicators
 from tests.support.postgres import free_port, postgres_server
-from tests.support.service import ENV, PASSWORD, start, stop, wait_for
+from tests.support.service import ENV, PASSWORD, ready, spawn, start, start_together, stop, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -49,6 +50,7 @@ LEASE_S = 10.0
 # LEADERSHIP_POLL_S (the documented deadline, docs/security.md); the margin is for a machine shared with other runs
 TAKEOVER_WITHIN_S = LEASE_S + LEADERSHIP_POLL_S + 3.0
 GRAPH = "demo.stream_graph.indicators"
+WORKER_ARGS = ("--driver-batch-rows", "0", "--log-level", "info")  # batches as Spark jobs: longer windows
 
 
 class Cluster:
@@ -58,12 +60,15 @@ class Cluster:
         self.data, self.metadata = data, metadata
         self.worker_ports = [free_port(), free_port()]
         self.master_ports = [free_port(), free_port()]
-        self.workers = {p: self.start_worker(p) for p in self.worker_ports}
+        # both at once; then each killed worker is restarted while the test goes on, ready before the next kill
+        self.workers = dict(zip(self.worker_ports, start_together(
+            data, *(("worker", p, WORKER_ARGS) for p in self.worker_ports)), strict=True))
         self.masters: dict[int, object] = {}
         self.recoveries: list[tuple[str, float]] = []
 
-    def start_worker(self, port: int):
-        return start("worker", self.data, port, "--driver-batch-rows", "0", "--log-level", "info")  # batches as Spark jobs: longer windows
+    def all_ready(self) -> None:
+        for proc in self.workers.values():
+            ready(proc)
 
     def start_master(self, port: int, *extra: str):
         args = ["--metadata", self.metadata, "--heartbeat", "0.5", "--heartbeat-deadline", "3", "--log-level", "info",
@@ -80,12 +85,17 @@ class Cluster:
             row = c.execute("select worker from placements where graph_fqn = %s", (GRAPH,)).fetchone()
         return int(row[0].rsplit(":", 1)[1]) if row else None
 
-    def kill_worker(self, port: int, why: str, session: hw.Session) -> None:
-        """kill -9 the worker on ``port``; wait until the graph runs again (elsewhere); restart the worker."""
+    def kill_worker(self, port: int, why: str, session: hw.Session, *, restart: bool = True) -> None:
+        """kill -9 the worker on ``port`` (the other one ready); wait until the graph runs again (elsewhere); restart
+        the worker (``all_ready`` waits for it) when another kill follows."""
+        self.all_ready()
         stop(self.workers[port], signal.SIGKILL)
         self.recoveries.append((why, wait_for(lambda: running_elsewhere(session, port), 120,
                                               f"the graph running again after {why}")))
-        self.workers[port] = self.start_worker(port)
+        if restart:
+            self.workers[port] = spawn("worker", self.data, port, *WORKER_ARGS)
+        else:
+            del self.workers[port]
 
 
 def running_elsewhere(session: hw.Session, dead_port: int) -> bool:
@@ -149,6 +159,8 @@ def test_kill_9_workers_and_masters_at_random_moments_loses_and_duplicates_nothi
                 session.append("trade", ticks.iloc[rows], sequence=next(sequence))
                 fed[0] += 1
 
+            moments = [MOMENTS[i % len(MOMENTS)] for i in range(ROUNDS)]  # each moment as often, in a seeded order
+            rng.shuffle(moments)
             # during submit: the worker it was placed on dies before the graph runs
             from headwater.demo import build_indicator_graph
 
@@ -156,14 +168,13 @@ def test_kill_9_workers_and_masters_at_random_moments_loses_and_duplicates_nothi
             submitting = threading.Thread(target=graph.submit)
             submitting.start()
             wait_for(lambda: cluster.placed_worker() is not None, 120, "a placement")
-            cluster.kill_worker(cluster.placed_worker(), "kill during submit", session)
+            cluster.kill_worker(cluster.placed_worker(), "kill during submit", session, restart=bool(moments))
             submitting.join(120)
             append_next()
 
             trade, bars = data / "tables" / "demo" / "trade", data / "tables" / "demo" / "one_min_bar"
-            moments = [MOMENTS[i % len(MOMENTS)] for i in range(ROUNDS)]  # each moment as often, in a seeded order
-            rng.shuffle(moments)
-            for moment in moments:
+            for round_, moment in enumerate(moments, 1):
+                restart = round_ < len(moments)  # the last one killed stays down while the masters fail
                 victim = cluster.placed_worker()
                 assert victim is not None
                 if moment == "append":
@@ -171,22 +182,23 @@ def test_kill_9_workers_and_masters_at_random_moments_loses_and_duplicates_nothi
                     appending = threading.Thread(target=append_next)
                     appending.start()
                     wait_for(lambda before=before: log_versions(trade) > before, 60, "the append's commit")
-                    cluster.kill_worker(victim, "kill during append", session)
+                    cluster.kill_worker(victim, "kill during append", session, restart=restart)
                     appending.join(60)
                 elif moment == "processing":
                     append_next()
                     wait_for(lambda: in_flight(data), 60, "a micro-batch in flight")
-                    cluster.kill_worker(victim, "kill during processing", session)
+                    cluster.kill_worker(victim, "kill during processing", session, restart=restart)
                 else:
                     before = log_versions(bars)
                     append_next()
                     wait_for(lambda before=before: log_versions(bars) > before, 60, "a micro-batch's commit")
-                    cluster.kill_worker(victim, "kill right after a commit", session)
+                    cluster.kill_worker(victim, "kill right after a commit", session, restart=restart)
                 append_next()
 
             def graph_running() -> bool:
                 return session.stream_graph_meta("indicators").iloc[-1]["status"] == "running"
 
+            cluster.all_ready()  # no worker's JVM starting during the takeover's deadline
             # the active master freezes (SIGSTOP) under load: its connections stay open, but its lease is not
             # renewed, and the standby takes over within the documented deadline (clients follow it)
             old, held = cluster.masters[first], lease(metadata)

@@ -21,7 +21,7 @@ import pytest
 
 import headwater as hw
 from tests.support.postgres import free_port
-from tests.support.service import ROOT, SUBMIT, append_and_check, rows
+from tests.support.service import JVM_ENV, ROOT, SUBMIT, append_and_check, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 def headwater(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("HEADWATER_ADMIN_PASSWORD", "HEADWATER_WORKER_SECRET")}
     return subprocess.run([sys.executable, "-m", "headwater.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**env, "PYTHONPATH": str(ROOT / "src")})
+                          timeout=timeout, env={**env, **JVM_ENV, "PYTHONPATH": str(ROOT / "src")})
 
 
 def alive(pid: int) -> bool:
@@ -75,7 +75,7 @@ def test_cluster_up_runs_graphs_on_spark_standalone_survives_a_dead_worker_and_g
             meta = session.stream_graph_meta("totals").iloc[-1]
             if meta["status"] == "running" and meta["tasks"] and meta["tasks"][0]["node"] != worker:
                 break
-            time.sleep(0.5)  # polling a condition with a deadline
+            time.sleep(0.1)  # polling a condition with a deadline
         else:
             raise AssertionError(f"the graph did not move off the killed worker: {meta.to_dict()}")
         everything = append_and_check(session, rows(200, seed=2, start=300), everything)

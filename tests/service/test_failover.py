@@ -19,6 +19,7 @@ from tests.support.service import (
     connect,
     rows,
     start,
+    start_together,
     stop,
     submit_from_another_process,
 )
@@ -39,7 +40,7 @@ def wait_until_moved(session, away_from: str, timeout: float = 120.0) -> str:
         nodes = {t["node"] for t in meta["tasks"] if t["status"] == "running"}
         if meta["status"] == "running" and len(nodes) == 1 and away_from not in nodes:
             return nodes.pop()
-        time.sleep(0.5)  # polling a condition with a deadline
+        time.sleep(0.1)  # polling a condition with a deadline
     raise AssertionError(f"the graph did not leave {away_from} within {timeout:.0f}s: {meta.to_dict()}")
 
 
@@ -47,7 +48,8 @@ def test_a_dead_worker_s_graph_moves_and_a_frozen_one_is_fenced(tmp_path):
     data = tmp_path / "data"
     ports = {name: free_port() for name in ("a", "b", "master")}
     name = {p: f"worker@127.0.0.1:{p}" for p in ports.values()}
-    workers = {p: start("worker", data, p) for p in (ports["a"], ports["b"])}
+    workers = dict(zip((ports["a"], ports["b"]), start_together(data, ("worker", ports["a"], ()),
+                                                                ("worker", ports["b"], ())), strict=True))
     url = f"http://127.0.0.1:{ports['master']}"
     master = start("master", data, ports["master"], "--worker", f"http://127.0.0.1:{ports['a']}",
                    "--worker", f"http://127.0.0.1:{ports['b']}", "--heartbeat", "0.5", "--heartbeat-deadline", "3")

@@ -28,17 +28,17 @@ from tests.support.service import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-BIG_ROWS = 5_000_000
+BIG_ROWS = 1_000_000  # 16 of the master's Arrow batches (65,536 rows), in 5 appended files
 
 
 def big_table(session) -> pd.DataFrame:
-    """A public table of 5 M rows (many HTTP chunks and Arrow batches of SQL result); returns its rows."""
+    """A public table of ``BIG_ROWS`` rows (many HTTP chunks and Arrow batches of SQL result); returns its rows."""
     rng = np.random.default_rng(11)
     frame = pd.DataFrame({"k": rng.choice(["alpha", "beta", "gamma"], BIG_ROWS), "n": np.arange(BIG_ROWS),
                           "px": rng.random(BIG_ROWS)})
     session.create_stream_table("big", {"k": "string", "n": "long", "px": "double"})
-    for first in range(0, BIG_ROWS, 1_000_000):
-        session.append("big", frame.iloc[first:first + 1_000_000])
+    for first in range(0, BIG_ROWS, BIG_ROWS // 5):
+        session.append("big", frame.iloc[first:first + BIG_ROWS // 5])
     return frame
 
 
@@ -48,7 +48,7 @@ def test_the_standby_takes_over_when_the_active_master_is_killed(tmp_path):
         wport, a, b = free_port(), free_port(), free_port()
         worker = start("worker", data, wport)
         common = ("--worker", f"http://127.0.0.1:{wport}", "--metadata", metadata, "--heartbeat-deadline", "5",
-                  "--sql-max-rows", str(2 * BIG_ROWS), "--sql-max-result-bytes", str(2**30))  # the 5 M-row read
+                  "--sql-max-rows", str(2 * BIG_ROWS), "--sql-max-result-bytes", str(2**30))  # the big read
         active = start("master", data, a, *common, fault="sql.result.after_first_batch")
         standby = start("master", data, b, *common, "--standby")
         urls = [f"http://127.0.0.1:{a}", f"http://127.0.0.1:{b}"]
