@@ -337,7 +337,7 @@ def test_a_graph_with_a_udf_or_timer_engine_needs_udf(world, tmp_path, python):
 def test_a_graph_runs_with_its_owner_s_rights(world, tmp_path):
     master, access = world
     from headwater.plan.document import from_json
-    from headwater.storage.metadata import TableRecord
+    from headwater.storage.records import TableRecord
 
     doc = graph_document(tmp_path)
     _, physical = from_json(doc, load_callables=False)

@@ -60,3 +60,12 @@ def test_every_option_of_every_command_has_help():
 
     missing = [f"{' '.join(w)} {a.option_strings or a.dest}" for w, a in walk(build_parser(), ()) if not a.help]
     assert not missing, f"options without help: {missing}"
+
+
+def test_a_command_against_a_master_loads_no_database_driver():
+    # a command only talks HTTP: SQLAlchemy (~0.2 s of every call's start) is the master's, not the client's
+    code = ("import sys; from headwater.cli import main; from headwater.cli import operations; "
+            "print(sorted(m for m in ('sqlalchemy', 'psycopg', 'pyspark') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

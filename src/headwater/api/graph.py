@@ -70,7 +70,7 @@ from headwater.runtime.checkpoint_config import CheckpointConfig
 from headwater.types import Schema, TableKind
 
 if TYPE_CHECKING:
-    from headwater.storage.metadata import TableRecord  # (SQLAlchemy: not imported to declare a graph)
+    from headwater.storage.records import TableRecord  # (SQLAlchemy: not imported to declare a graph)
 
 
 class GraphSession(Protocol):

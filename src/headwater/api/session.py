@@ -36,7 +36,7 @@ from headwater.runtime.gateway import Gateway
 from headwater.runtime.master import Master
 from headwater.runtime.operations import OPERATIONS, MasterApi, Operation
 from headwater.sql.limits import SqlLimits
-from headwater.storage.metadata import TableRecord
+from headwater.storage.records import TableRecord
 from headwater.storage.retention import Retention
 from headwater.storage.shared_storage import storage_path
 from headwater.tuning import DRIVER_BATCH_ROWS, TRIGGER_INTERVAL

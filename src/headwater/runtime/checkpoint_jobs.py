@@ -18,7 +18,7 @@ from typing import Any
 from headwater.dataplane.jobs import in_flight, read_jobs
 from headwater.plan.physical import PhysicalGraph
 from headwater.runtime.lifecycle import GraphStatus
-from headwater.storage.metadata import GraphRecord
+from headwater.storage.records import GraphRecord
 
 STATUS_OF_GRAPH = {GraphStatus.ERROR: "ERROR", GraphStatus.FAILED: "FAILED"}
 

@@ -61,7 +61,8 @@ from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import prepare
 from headwater.storage.disk_space import DiskSpace, is_disk_full
 from headwater.storage.locks import LOCK_NAME, FileLock, lock_data_dir, remove_unlocked_dirs
-from headwater.storage.metadata import GraphRecord, MetadataStore, TableRecord
+from headwater.storage.metadata import MetadataStore
+from headwater.storage.records import GraphRecord, TableRecord
 from headwater.storage.retention import Retention
 from headwater.storage.shared_storage import check_storage
 from headwater.storage.stream_table import StreamTable

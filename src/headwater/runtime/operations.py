@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from headwater.catalog import FQN
 from headwater.runtime.checkpoint_config import CheckpointConfig
-from headwater.storage.metadata import TableRecord
+from headwater.storage.records import TableRecord
 from headwater.storage.retention import Retention
 from headwater.types import Schema
 

@@ -12,7 +12,8 @@ from headwater.runtime.events import EventLog
 from headwater.runtime.lifecycle import GraphStatus
 from headwater.runtime.protocol import WorkerPort
 from headwater.storage.disk_space import DiskSpace
-from headwater.storage.metadata import GraphRecord, MetadataStore
+from headwater.storage.metadata import MetadataStore
+from headwater.storage.records import GraphRecord
 
 
 class SupervisedMaster(Protocol):

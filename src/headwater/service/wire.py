@@ -24,7 +24,7 @@ from typing import Any
 from headwater.catalog import FQN, resolve
 from headwater.errors import RequestError, clip
 from headwater.runtime.checkpoint_config import CheckpointConfig
-from headwater.storage.metadata import TableRecord
+from headwater.storage.records import TableRecord
 from headwater.storage.retention import Retention
 from headwater.types import Schema
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from headwater.errors import CatalogError, ConfigurationError, LeadershipLost, clip
+from headwater.storage.records import GraphRecord, TableRecord
 from headwater.types import Schema
 
 _meta = sa.MetaData()
@@ -124,32 +124,6 @@ _WRITES = ("INSERT", "UPDATE", "DELETE")
 # middle of a transaction is ended by the server after the lease's length instead of holding the row forever
 _FENCE_SQL = ("SELECT set_config('idle_in_transaction_session_timeout', %s, true) FROM leases "
               "WHERE name = %s AND token = %s AND expires > now() FOR SHARE")
-
-
-@dataclass(frozen=True)
-class TableRecord:
-    fqn: str
-    path: str
-    kind: str
-    schema: Schema
-    key_columns: tuple[str, ...]
-    time_column: str | None
-    owner_graph: str | None
-
-    @property
-    def private(self) -> bool:
-        return self.owner_graph is not None
-
-
-@dataclass(frozen=True)
-class GraphRecord:
-    id: int
-    fqn: str
-    status: str
-    semantics: str
-    create_time: float
-    reason: str
-    graph_json: str
 
 
 def metadata_url(url: str) -> str:

@@ -24,7 +24,7 @@ from headwater.plan.logical import ComputeNode, TableNode
 from headwater.runtime.gateway import Gateway
 from headwater.runtime.lifecycle import GraphStatus
 from headwater.service.wire import to_wire
-from headwater.storage.metadata import TableRecord
+from headwater.storage.records import TableRecord
 
 RATE_WINDOW_S = 60.0
 # the lifecycle calls a graph in each status offers (each shown only to a user the call would allow)
