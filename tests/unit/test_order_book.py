@@ -417,12 +417,18 @@ def test_definitions_are_checked_on_the_users_line(session, options, message):
         src.crypto_order_book_engine(**arguments)
 
 
-def test_rows_past_the_level_limit_are_refused(session):
+def test_a_row_past_the_level_limit_is_skipped_and_counted_and_the_graph_goes_on(session):
+    """The row stays in its append-only input: failing its micro-batch would stop the graph for good."""
     from headwater.engines.order_book import MAX_LEVELS
 
     wide = row(0, False, bids={float(p): 1.0 for p in range(MAX_LEVELS + 1)})
-    with pytest.raises(hw.SchemaError, match=f"holds {MAX_LEVELS + 1} levels; at most {MAX_LEVELS}"):
-        run(session, "direct", [wide])
+    books, errors = run(session, "direct", [wide, row(100, False, bids={99.0: 2.0}, asks={101.0: 1.0})])
+    assert books == [("t100", [(99.0, 2.0)], [(101.0, 1.0)])] and errors == []
+    g = graph(session, f"wide{next(_graphs)}", "direct", parallel=False, depth=5)
+    spec = next(n.spec for n in g.logical_graph.nodes.values() if n.type == "CRYPTO_ORDER_BOOK_ENGINE")
+    processor = spec.processor()
+    state, out, _ = processor.process_routed(processor.new_state(), arrow([wide]))
+    assert out.num_rows == 0 and processor.stats(state)["late_rows"] == 1
 
 
 def test_the_engine_round_trips_through_the_plan_document(session):

@@ -351,14 +351,11 @@ class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
         times = pc.cast(table[c["eventTime"]], pa.int64()).to_pylist()
         books = {f: table[c[f]].to_pylist() for f in BOOK_FIELDS}
         first, last, prev = self._ids(table)
-        for f in BOOK_FIELDS:  # the door's limit: refused before anything changes
-            lengths = pc.list_value_length(table[c[f]])
-            longest = pc.max(lengths).as_py()
-            if longest is not None and longest > MAX_LEVELS:
-                row = pc.index(lengths, longest).as_py()
-                raise SchemaError(f"{self.spec.where}: column {c[f]!r} of a row of symbol {clip(symbols[row])} holds "
-                                  f"{longest} levels; at most {MAX_LEVELS} are taken in one row (split the snapshot "
-                                  "or update into several rows)")
+        # the door's limit: a row of more levels is skipped and counted, as a malformed row is (failing the batch
+        # would stop the graph for good: the row stays in its append-only input)
+        too_wide = np.zeros(n, dtype=bool)
+        for f in BOOK_FIELDS:
+            too_wide |= pc.fill_null(pc.list_value_length(table[c[f]]), 0).to_numpy() > MAX_LEVELS
         keep, depths = [], []
         dropped = 0
         for i in range(n):
@@ -370,7 +367,7 @@ class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
                 first[i] is None or (self.rule == "binance_futures" and prev[i] is None))))
             unpaired = any(len(books[p][i] or ()) != len(books[q][i] or ())
                            for p, q in (("bidPrice", "bidQty"), ("askPrice", "askQty")))
-            if incremental[i] is None or times[i] is None or needs_ids or unpaired:
+            if incremental[i] is None or times[i] is None or needs_ids or unpaired or too_wide[i]:
                 dropped += 1
                 continue
             keep.append(i)
