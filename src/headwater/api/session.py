@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from headwater.api.graph import StreamGraph
 from headwater.catalog import FQN, check_identifier, resolve
+from headwater.dataplane.engine_stats import TIMER_COLUMNS
 from headwater.errors import (
     ConfigurationError,
     GraphDefinitionError,
@@ -453,7 +454,7 @@ class Session:
         fqn = self._graph_fqn(name)
         frame = pd.DataFrame(self._master.engine_meta(fqn), columns=[
             "task_id", "name", "type", "keys", "late_rows", "state_bytes", "last_batch_rows_in", "last_batch_rows_out",
-            "last_batch_s", "timer_runs", "timer_failures", "timer_paused", "timer_last_error"])
+            "last_batch_s", *TIMER_COLUMNS])
         info = self._master.graph_info(fqn)
         frame["last_error"] = info.get("reason") if info.get("status") in ("error", "failed") else None
         timer_error = frame.pop("timer_last_error").replace("", None)

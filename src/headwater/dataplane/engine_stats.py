@@ -45,6 +45,9 @@ def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, An
     return rows
 
 
+TIMER_COLUMNS = ("timer_runs", "timer_failures", "timer_paused", "timer_last_error")  # the status's keys, prefixed
+
+
 def _timer_columns(checkpoints: Path, node: EngineNode, *, first_task: bool) -> dict[str, Any]:
     """A timer engine's counters (headwater.runtime.timers), from their JSON, on its first stream task's row
     (NULL on the others: one timer per engine, whatever its parallelism, so a column sums to the engine's
@@ -54,8 +57,4 @@ def _timer_columns(checkpoints: Path, node: EngineNode, *, first_task: bool) -> 
     if not first_task:
         return dict.fromkeys(TIMER_COLUMNS)
     status = read_status(status_path(checkpoints, node.name))
-    return {"timer_runs": status["runs"], "timer_failures": status["failures"], "timer_paused": status["paused"],
-            "timer_last_error": status["last_error"]}
-
-
-TIMER_COLUMNS = ("timer_runs", "timer_failures", "timer_paused", "timer_last_error")
+    return {column: status[column.removeprefix("timer_")] for column in TIMER_COLUMNS}
