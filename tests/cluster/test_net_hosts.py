@@ -97,7 +97,13 @@ def test_namespaces_of_a_test_process_that_was_killed_are_removed_by_the_next():
     with net_hosts(1) as net:  # skips where namespaces cannot be made
         gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
         orphan = f"hw-{int(gone.stdout)}-beef-1"
-        subprocess.run(["ip", "netns", "add", orphan], check=True)
+        # the other xdist lane's net_hosts() removes orphans too, and may take this one while `ip netns add` is
+        # still binding it ("Bind /proc/self/ns/net -> /run/netns/... failed"): made again then, a few times
+        for _ in range(5):
+            made = subprocess.run(["ip", "netns", "add", orphan], capture_output=True, text=True)
+            if made.returncode == 0:
+                break
+        assert made.returncode == 0, made.stderr
         remove_orphans()
         assert orphan not in _namespaces() and set(net.namespaces()) <= set(_namespaces())  # ours are alive
 
