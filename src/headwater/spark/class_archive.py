@@ -50,9 +50,10 @@ def archive_path() -> Path | None:
     java = java_binary()
     if java is None:
         return None
-    import pyspark
+    from headwater.spark.home import spark_home
 
-    return ARCHIVES / f"spark-driver-{fingerprint(java, Path(pyspark.__file__).parent / 'jars')}.jsa"
+    # the jars as the driver's class path names them (through the Spark home it starts from)
+    return ARCHIVES / f"spark-driver-{fingerprint(java, spark_home() / 'jars')}.jsa"
 
 
 def fingerprint(java: Path, jars: Path) -> str:

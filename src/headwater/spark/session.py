@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from headwater.errors import ExecutionError
 from headwater.spark import class_archive
+from headwater.spark.home import spark_home
 from headwater.storage.locks import FileLock, create_locked_dir, remove_unlocked_dirs
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -130,6 +131,8 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
             launcher = os.environ.get("SPARK_LAUNCHER_OPTS", "")
             if "UsePerfData" not in launcher:
                 os.environ["SPARK_LAUNCHER_OPTS"] = f"{launcher} -XX:-UsePerfData".strip()
+    if SparkContext._active_spark_context is None:
+        os.environ["SPARK_HOME"] = str(spark_home())  # its Python processes import pyspark without pyspark.zip
     # Python workers must import this interpreter's packages (pandas, pyarrow, headwater itself).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
