@@ -5,7 +5,10 @@ Run: ``.venv/bin/python benchmarks/bench_cold_start.py [--rounds 3]``.
 Each round starts a new Python process (nothing of Spark or Headwater loaded) that connects to a new data
 directory (the embedded default), submits ``a -> parallelize(k, 2) -> reactive -> mid -> parallelize(k, 2) ->
 reactive -> out`` and waits for it to be ``running`` (every query's first trigger done); then submits a second
-graph on the warm session. Rounds alternate between the driver with Spark's class archive
+graph on the warm session, drops it, and exits without closing the session, as a killed process would. A third process
+restarts the embedded session on that directory: from its first line until the first graph is ``running``
+again (its queries resume from their checkpoints); then its first micro-batch (one append of 100 rows, to the
+sink) against the next one, warm. Rounds alternate between the driver with Spark's class archive
 (:mod:`headwater.spark.class_archive`, as ``scripts/setup.sh`` leaves it) and without it, the baseline of the same
 run. The phases are those the worker logs at debug level. Writes ``benchmarks/results/cold-start.json``.
 """
@@ -20,12 +23,14 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 CHILD = textwrap.dedent("""
-    import json, logging, sys, tempfile, time
+    import json, logging, os, sys, time
+    import pyarrow as pa
     began = time.perf_counter()
     phases = {}
 
@@ -45,28 +50,55 @@ CHILD = textwrap.dedent("""
            .sink(out))
         return g
 
+    def batch_seconds(s):
+        rows = pa.table({"k": [f"k{i % 10}" for i in range(100)], "v": [float(i) for i in range(100)]})
+        began_batch = time.perf_counter()
+        s.append("a", rows)
+        s.wait_until_caught_up("first", timeout=120)
+        return time.perf_counter() - began_batch
+
     t = {"import": time.perf_counter() - began}
-    s = hw.connect(tempfile.mkdtemp(prefix="hw-cold-"))
+    s = hw.connect(sys.argv[1])
     t["connect"] = time.perf_counter() - began
     s.use_catalog("cold")
-    graph(s, "first", "a", "mid", "out").submit()
-    assert s.stream_graph_info("first")["status"] == "running"
-    t["running"] = time.perf_counter() - began
-    second = time.perf_counter()
-    graph(s, "second", "b", "mid2", "out2").submit()
-    assert s.stream_graph_info("second")["status"] == "running"
-    t["second_submit"] = time.perf_counter() - second
+    if sys.argv[2] == "fresh":
+        graph(s, "first", "a", "mid", "out").submit()
+        assert s.stream_graph_info("first")["status"] == "running"
+        t["running"] = time.perf_counter() - began
+        second = time.perf_counter()
+        graph(s, "second", "b", "mid2", "out2").submit()
+        assert s.stream_graph_info("second")["status"] == "running"
+        t["second_submit"] = time.perf_counter() - second
+        s.drop_stream_graph("second", include_tables=True)  # the restart resumes the first graph alone
+    else:  # a restart on the directory a killed process left
+        while s.stream_graph_info("first")["status"] != "running":
+            time.sleep(0.01)  # the measurement's polling interval
+        t["restart_running"] = time.perf_counter() - began
+        t["first_batch_after_restart"] = batch_seconds(s)
+        t["warm_batch"] = batch_seconds(s)
+    print(json.dumps({"seconds": t, "phases": phases}), flush=True)
+    if sys.argv[2] == "fresh":
+        os._exit(0)  # no close: the graphs stay placed, as after a kill
     s.close()
-    print(json.dumps({"seconds": t, "phases": phases}))
 """)
 
 
 def one_round(archive: bool) -> dict:
+    """A fresh start, then a restart on the same directory: their seconds, and the fresh start's phases."""
     env = {**os.environ, "HEADWATER_CLASS_ARCHIVE": "on" if archive else "off"}
-    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"the cold-start child failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    seconds, phases = {}, {}
+    with tempfile.TemporaryDirectory(prefix="hw-cold-") as data:
+        for mode in ("fresh", "restart"):
+            out = subprocess.run([sys.executable, "-c", CHILD, data, mode], env=env, capture_output=True, text=True,
+                                 timeout=600)
+            if out.returncode != 0:
+                raise SystemExit(f"the cold-start child ({mode}) failed:\n{out.stderr[-3000:]}")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            if mode == "fresh":
+                seconds, phases = result["seconds"], result["phases"]
+            else:
+                seconds.update((k, v) for k, v in result["seconds"].items() if k not in ("import", "connect"))
+    return {"seconds": seconds, "phases": phases}
 
 
 def phase_seconds(phases: dict[str, float]) -> dict[str, float]:
@@ -99,21 +131,27 @@ def main() -> None:
             runs[variant].append(result)
             s = result["seconds"]
             print(f"round {i + 1} {variant:>10}: connect {s['connect']:.1f}s, running after {s['running']:.1f}s "
-                  f"(phases {result['phases']}), second submit {s['second_submit']:.2f}s", flush=True)
+                  f"(phases {result['phases']}), second submit {s['second_submit']:.2f}s; restart: running after "
+                  f"{s['restart_running']:.1f}s, first batch {s['first_batch_after_restart']:.2f}s (warm "
+                  f"{s['warm_batch']:.2f}s)", flush=True)
 
     def median(variant: str, key: str) -> float:
         return statistics.median(r["seconds"][key] for r in runs[variant])
 
-    summary = {v: {k: round(median(v, k), 2) for k in ("import", "connect", "running", "second_submit")}
-               for v in runs}
+    keys = ("import", "connect", "running", "second_submit", "restart_running", "first_batch_after_restart",
+            "warm_batch")
+    summary = {v: {k: round(median(v, k), 2) for k in keys} for v in runs}
     ratio = summary["archive"]["running"] / summary["no_archive"]["running"]
     print(f"median connect() -> running: {summary['archive']['running']:.1f}s with the class archive, "
           f"{summary['no_archive']['running']:.1f}s without ({ratio:.2f}x); second submit "
-          f"{summary['archive']['second_submit']:.2f}s")
+          f"{summary['archive']['second_submit']:.2f}s; restart -> running "
+          f"{summary['archive']['restart_running']:.1f}s")
     result = {
-        "benchmark": "cold start: connect() -> two-subgraph graph running in a new process; a second submit warm",
+        "benchmark": "cold start: connect() -> two-subgraph graph running in a new process; a second submit warm; "
+                     "an embedded restart after a kill -> running, its first micro-batch and a warm one",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rounds": args.rounds,
-        "clock": "wall time in the child process from its first line (before importing headwater)",
+        "clock": "wall time in the child process from its first line (before importing headwater); a micro-batch: "
+                 "from the append call to wait_until_caught_up returning",
         "median_seconds": summary, "running_ratio_archive_vs_none": round(ratio, 3), "runs": runs,
         "load_average": load, "load_average_at_end": os.getloadavg(), "cpus": os.cpu_count(),
         "python": platform.python_version(),

@@ -367,7 +367,7 @@ def serve_worker(args: argparse.Namespace) -> int:
     worker = Worker(Path(args.data_dir), spark_master=args.spark,
                     trigger_interval=parse_duration(args.trigger_interval, where="--trigger-interval"),
                     driver_batch_rows=args.driver_batch_rows, spark_cores=args.spark_cores,
-                    driver_host=advertise, bind_address=args.host)
+                    driver_host=advertise, bind_address=args.host, prime_source=True)
     worker.name = f"worker@{url_host(advertise)}:{args.port}"
     # a worker is a Spark driver: start it now, so that a graph placed here (or moved here) starts in seconds
     threading.Thread(target=lambda: worker.spark, name="headwater-spark-start", daemon=True).start()

@@ -255,3 +255,38 @@ def start_fused_subgraph(
         .trigger(processingTime=interval)
         .start()
     )
+
+
+def prime_source(spark: SparkSession, scratch: Path, timeout: float = 60.0) -> None:
+    """Run one micro-batch with data through a scratch query of this source, then stop it.
+
+    A driver's first query starts the Python processes Spark plans this source with (one that creates the data
+    source, one that plans its reads; both stay up and serve every later query), and its first micro-batch with
+    data runs the JVM's batch path for the first time. Done here, while the worker starts, that second does not
+    fall on the first micro-batch of a graph placed on it (after a restart: 1.3 s against 0.27 s warm).
+    """
+    import tempfile
+    import threading
+
+    import pyarrow as pa
+
+    from headwater.storage.stream_table import StreamTable
+    from headwater.types import Schema
+
+    with tempfile.TemporaryDirectory(prefix="prime-", dir=scratch) as work:
+        table = StreamTable.create(Path(work) / "input", Schema.parse({"x": "long"}))
+        table.append(pa.table({"x": [1]}))
+        spark.dataSource.register(SubgraphDataSource)
+        ran = threading.Event()
+        query = (spark.readStream.format(SOURCE_NAME).option("input", str(Path(work) / "input")).load()
+                 .writeStream.foreachBatch(lambda _df, _batch_id: ran.set())
+                 .option("checkpointLocation", str(Path(work) / "checkpoint")).queryName("headwater-prime")
+                 .trigger(processingTime="10 milliseconds").start())
+        try:
+            deadline = time.monotonic() + timeout
+            while not ran.is_set() and query.isActive and time.monotonic() < deadline:
+                ran.wait(0.02)
+            if not ran.is_set():
+                raise RuntimeError(f"the scratch query ran no micro-batch: {query.exception() or 'timed out'}")
+        finally:
+            query.stop()
