@@ -213,21 +213,43 @@ def first_batch(names: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cold_start(name: str) -> str:
-    """``bench_cold_start.py``: medians with and without the driver's class archive, and each round."""
-    r = load(name)
-    lines = [f"Run of {when(r['created'])} (`results/{name}`), {r['rounds']} rounds each, alternating; "
-             f"clock: {r['clock']}.", "",
-             "| driver | connect() | → graph running | second submit (warm) |", "| --- | ---: | ---: | ---: |"]
-    for variant, label in (("archive", "with the class archive"), ("no_archive", "without (baseline)")):
-        m = r["median_seconds"][variant]
-        lines.append(f"| {label} | {m['connect']:.1f} s | {m['running']:.1f} s | {m['second_submit']:.2f} s |")
+def cold_start(names: str) -> str:
+    """``bench_cold_start.py``: medians with and without the driver's class archive, per stored run (the last one's
+    phases), and an embedded restart's where the run measured one."""
+    runs = [(name, load(name)) for name in names.split()]
+    lines = ["| run | driver | connect() | → graph running | second submit (warm) | restart → running | "
+             "first micro-batch after the restart (warm) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, r in runs:
+        for variant, label in (("archive", "with the class archive"), ("no_archive", "without (baseline)")):
+            m = r["median_seconds"][variant]
+            restart = (f"{m['restart_running']:.1f} s | {m['first_batch_after_restart']:.2f} s "
+                       f"({m['warm_batch']:.2f} s)" if "restart_running" in m else "— | —")
+            lines.append(f"| {when(r['created'])} (`results/{name}`) | {label} | {m['connect']:.1f} s | "
+                         f"{m['running']:.1f} s | {m['second_submit']:.2f} s | {restart} |")
+    name, r = runs[-1]
     phases = [run["phases"] for run in r["runs"]["archive"]]
     mid = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
-    lines += ["", f"connect() → running with the archive: {ratio(r['running_ratio_archive_vs_none'])} of without. "
-              f"Phases with the archive (median, from the process's start): Spark session built "
-              f"{mid['spark_session']:.1f} s, Python workers forked {mid['python_workers']:.1f} s, both queries "
-              f"past their first trigger {mid['queries_running']:.1f} s."]
+    lines += ["", f"`results/{name}`: {r['rounds']} rounds each, alternating; clock: {r['clock']}. connect() → "
+              f"running with the archive: {ratio(r['running_ratio_archive_vs_none'])} of without. Phases with the "
+              f"archive (median, from the process's start): Spark session built {mid['spark_session']:.1f} s, Python "
+              f"workers forked {mid['python_workers']:.1f} s, both queries past their first trigger "
+              f"{mid['queries_running']:.1f} s."]
+    return "\n".join(lines) + "\n"
+
+
+def failover(names: str) -> str:
+    """``bench_failover.py``: a worker's kill -9 → running elsewhere, and the first micro-batch there, per run."""
+    runs = [(name, load(name)) for name in names.split()]
+    lines = ["| run | kill -9 → running on the other worker (median) | first micro-batch after the move | warm "
+             "micro-batch | first ÷ warm | each round: recovery, first batch |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for name, r in runs:
+        m = r["median"]
+        each = "; ".join(f"{x['recovery_s']:.1f} s, {x['first_batch_after_move_s'] * 1000:.0f} ms" for x in r["rounds"])
+        lines.append(f"| {when(r['created'])} (`results/{name}`) | {m['recovery_s']:.1f} s | "
+                     f"{m['first_batch_after_move_s'] * 1000:.0f} ms | {m['warm_batch_s'] * 1000:.0f} ms | "
+                     f"{ratio(m['first_vs_warm'])} | {each} |")
+    lines += ["", f"Clock: {runs[-1][1]['clock']}."]
     return "\n".join(lines) + "\n"
 
 
@@ -264,7 +286,7 @@ def hosts(name: str) -> str:
 RENDER: dict[str, Callable[[str], str]] = {"reactive": reactive, "indicators": indicators, "engines": engines,
                                            "chaos": chaos, "tasks": tasks, "summary": summary,
                                            "state": state, "first-batch": first_batch, "cold-start": cold_start,
-                                           "latency": latency, "hosts": hosts}
+                                           "latency": latency, "hosts": hosts, "failover": failover}
 
 
 def blocks(text: str) -> list[re.Match[str]]:
