@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -292,3 +293,23 @@ def test_batch_read_of_compacted_table_has_null_seq(source, tmp_path):
     parts = stream.partitions({"version": 0}, {"version": 4})
     got = pa.Table.from_batches([b for p in parts for b in stream.read(p)])
     assert got.column("n").to_pylist() == list(range(30))
+
+
+def test_sql_reads_and_stream_tasks_share_one_python_daemon(spark, source, tmp_path):
+    """Each daemon loads every kernel as it starts (headwater.spark.daemon): SQL's Python workers must not need a
+    second one (spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled, headwater.spark.session)."""
+    table = StreamTable.create(tmp_path / "t", SCHEMA)
+    table.append(rows(0, 5))
+    assert spark.read.format(FORMAT).option("path", str(table.path)).load().count() == 5  # in a Python worker
+    assert spark.sparkContext.parallelize(range(2), 2).map(lambda x: x + 1).sum() == 3  # as stream tasks run
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    daemons = []
+    for proc in Path("/proc").iterdir():
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or one that just ended
+        if parent == jvm and b"headwater.spark.daemon" in command:
+            daemons.append(proc.name)
+    assert len(daemons) == 1, daemons
