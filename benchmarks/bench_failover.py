@@ -1,16 +1,19 @@
-"""A worker's ``kill -9`` as a client sees it: the graph running again, and its first micro-batch after the move.
+"""A worker's and the active master's ``kill -9`` as a client sees it: the graph running again, then its first
+micro-batch.
 
     .venv/bin/python benchmarks/bench_failover.py [--rounds 3]
 
-A master (heartbeat 0.5 s, deadline 3 s) and two ``headwater worker`` processes on this machine, each a Spark
-driver as a deployment runs them (no test-only JVM settings). A client submits the two-subgraph graph of
-``bench_latency.py`` (source -> parallelize(k, 2) -> reactive -> buffer -> parallelize(k, 2) -> reactive -> sink;
-micro-batches of up to 20,000 rows in the worker's driver, the default) and appends 100 rows at a time. Each
-round measures a few warm micro-batches (the append call to ``wait_until_caught_up`` returning), kills the worker
-the graph runs on with ``kill -9``, and measures from the kill until the client sees the graph ``running`` on the
-other worker, then that worker's first micro-batch for the graph (the baseline: the warm ones before the kill).
-The killed worker is started again (timed until it reports ready) and waits for the next round's move. At the end the sink must hold
-every appended row once. Writes ``benchmarks/results/failover.json``.
+An active master and a standby on PostgreSQL (heartbeat 0.5 s, deadline 3 s) and two ``headwater worker``
+processes on this machine, each a Spark driver as a deployment runs them (no test-only JVM settings). A client
+that knows both masters submits the two-subgraph graph of ``bench_latency.py`` (source -> parallelize(k, 2) ->
+reactive -> buffer -> parallelize(k, 2) -> reactive -> sink; micro-batches of up to 20,000 rows in the worker's
+driver, the default) and appends 100 rows at a time. Each round measures a few warm micro-batches (the append call
+to ``wait_until_caught_up`` returning), kills the worker the graph runs on with ``kill -9``, and measures from the
+kill until the client sees the graph ``running`` on the other worker, then that worker's first micro-batch for the
+graph (the baseline: the warm ones before the kill). The killed worker is started again (timed until it reports
+ready) for the next round's move. Last, the active master is killed the same way: until the client sees the graph
+running under the standby, then the first micro-batch. At the end the sink must hold every appended row once.
+Writes ``benchmarks/results/failover.json``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.postgres import free_port  # noqa: E402 - after the repository root is on the path
+from tests.support.postgres import free_port, postgres_server  # noqa: E402 - after the repository root is on the path
 from tests.support.service import ENV, PASSWORD, ready, running_node, stop, wait_for  # noqa: E402
 
 GRAPH = "failover"
@@ -90,20 +93,24 @@ def main() -> None:
     import headwater as hw
 
     load = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="hw-failover-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hw-failover-") as tmp, postgres_server() as metadata:
         data = Path(tmp) / "data"
         data.mkdir()
         workers = {p: spawn("worker", data, p) for p in (free_port(), free_port())}
-        master_port = free_port()
+        active, standby = free_port(), free_port()
         procs = list(workers.values())
         try:
             for proc in workers.values():
                 ready(proc, 300)
-            master = spawn("master", data, master_port, "--heartbeat", "0.5", "--heartbeat-deadline", "3",
-                           *(a for p in workers for a in ("--worker", f"http://127.0.0.1:{p}")))
-            procs.append(master)
-            ready(master, 300)
-            session = hw.connect(f"http://127.0.0.1:{master_port}", user="admin", password=PASSWORD)
+            options = ("--metadata", metadata, "--heartbeat", "0.5", "--heartbeat-deadline", "3",
+                       *(a for p in workers for a in ("--worker", f"http://127.0.0.1:{p}")))
+            masters = {active: spawn("master", data, active, *options)}
+            ready(masters[active], 300)
+            masters[standby] = spawn("master", data, standby, *options, "--standby")
+            procs += masters.values()
+            ready(masters[standby], 300)
+            session = hw.connect([f"http://127.0.0.1:{p}" for p in (active, standby)], user="admin",
+                                 password=PASSWORD)
             session.use_catalog("bench")
             declare(session)
             feed = Feed(session)
@@ -130,6 +137,19 @@ def main() -> None:
                       f"micro-batch {first * 1000:.0f} ms (warm before the kill: "
                       f"{', '.join(f'{w * 1000:.0f}' for w in warm)} ms); the killed worker ready again after "
                       f"{rounds[-1]['worker_start_s']:.1f} s", flush=True)
+            # the active master dies: the standby takes the lease (the dead one's lock is freed with its connection)
+            # and the client's next calls go to it
+            warm = [feed.batch_seconds() for _ in range(WARM_BATCHES)]
+            stop(masters[active], signal.SIGKILL)
+            killed = time.monotonic()
+            wait_for(lambda: running_node(session, GRAPH) is not None, 120, "the graph running under the standby")
+            takeover = time.monotonic() - killed
+            first = feed.batch_seconds()
+            master_round = {"recovery_s": round(takeover, 2), "first_batch_after_takeover_s": round(first, 3),
+                            "warm_batch_s": [round(w, 3) for w in warm]}
+            print(f"active master killed: the graph running under the standby, as the client sees it, "
+                  f"{takeover:.1f} s after the kill; the first micro-batch {first * 1000:.0f} ms (warm before: "
+                  f"{', '.join(f'{w * 1000:.0f}' for w in warm)} ms)", flush=True)
             feed.check()
             session.close()
         finally:
@@ -146,7 +166,7 @@ def main() -> None:
           f"({summary['first_vs_warm']:.2f}x); sink equal to every appended row once: yes")
     result = {"benchmark": "a worker's kill -9: the graph running again on the other worker, and its first "
                            "micro-batch there against warm ones", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "clock": CLOCK, "rounds": rounds, "median": summary, "load_average": load,
+              "clock": CLOCK, "rounds": rounds, "median": summary, "master": master_round, "load_average": load,
               "load_average_at_end": os.getloadavg(), "cpus": os.cpu_count(), "python": platform.python_version()}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
