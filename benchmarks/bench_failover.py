@@ -35,8 +35,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support import service  # noqa: E402
 from tests.support.postgres import free_port, postgres_server  # noqa: E402 - after the repository root is on the path
-from tests.support.service import ENV, PASSWORD, ready, running_node, stop, wait_for  # noqa: E402
+from tests.support.service import PASSWORD, ready, running_node, stop, wait_for  # noqa: E402
 
 GRAPH = "failover"
 WARM_BATCHES = 3
@@ -45,12 +46,8 @@ CLOCK = ("wall time in the client: recovery from the kill -9 until stream_graph_
 
 
 def spawn(command: str, data: Path, port: int, *extra: str) -> subprocess.Popen:
-    """``headwater <command>`` as a deployment starts it (the tests' helper adds test-only JVM settings)."""
-    log = open(data.parent / f"{command}-{port}.log", "ab")  # noqa: SIM115 - the process writes to it while it lives
-    proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", command, "--data-dir", str(data),
-                             "--port", str(port), *extra], env=ENV, stdout=log, stderr=subprocess.STDOUT)
-    proc.headwater = (command, port, data.parent / f"{command}-{port}.log")  # type: ignore[attr-defined]
-    return proc
+    """``headwater <command>`` as a deployment starts it."""
+    return service.spawn(command, data, port, *extra, test_jvm=False)
 
 
 def declare(session) -> None:

@@ -52,14 +52,17 @@ def start(command: str, data: Path, port: int, *extra: str, fault: str | None = 
     return ready(spawn(command, data, port, *extra, fault=fault), within)
 
 
-def spawn(command: str, data: Path, port: int, *extra: str, fault: str | None = None) -> subprocess.Popen:
+def spawn(command: str, data: Path, port: int, *extra: str, fault: str | None = None,
+          test_jvm: bool = True) -> subprocess.Popen:
     """Start ``headwater <command>`` without waiting for it (``ready`` waits): processes started together overlap
-    their waits (a JVM's start is mostly CPU, so on two busy cores this gains little)."""
+    their waits (a JVM's start is mostly CPU, so on two busy cores this gains little). ``test_jvm=False``: without
+    the tests' JVM settings (``JVM_ENV``), as a deployment starts it (benchmarks)."""
     log_path = data.parent / f"{command}-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - the process writes to it while it lives
     proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", command, "--data-dir", str(data),
                              "--port", str(port), *extra],
-                            env={**ENV, **JVM_ENV, **({} if fault is None else {"HEADWATER_FAULT_POINT": fault})},
+                            env={**ENV, **(JVM_ENV if test_jvm else {}),
+                                 **({} if fault is None else {"HEADWATER_FAULT_POINT": fault})},
                             stdout=log, stderr=subprocess.STDOUT)
     proc.headwater = (command, port, log_path)  # type: ignore[attr-defined]  # what ``ready`` asks and reads
     return proc

@@ -278,7 +278,7 @@ def prime_source(spark: SparkSession, scratch: Path, timeout: float = 60.0) -> N
         table.append(pa.table({"x": [1]}))
         spark.dataSource.register(SubgraphDataSource)
         ran = threading.Event()
-        query = (spark.readStream.format(SOURCE_NAME).option("input", str(Path(work) / "input")).load()
+        query = (spark.readStream.format(SOURCE_NAME).option("input", str(table.path)).load()
                  .writeStream.foreachBatch(lambda _df, _batch_id: ran.set())
                  .option("checkpointLocation", str(Path(work) / "checkpoint")).queryName("headwater-prime")
                  .trigger(processingTime="10 milliseconds").start())

@@ -4,9 +4,9 @@ Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the ``PYTHONPATH`` of
 the daemon that forks the task workers, each streaming query's source runner, each read planner. Python keeps no
 bytecode for modules imported from a zip, so each of those processes compiled PySpark's modules from source before
 doing anything: a query took 1.4 s from ``start()`` to its first trigger, 0.46 s from this home (measured on the
-2-core machine, three queries each after the session's first). This home holds links to the wheel's ``bin/`` and
-``jars/`` and nothing else, so those processes import the installed pyspark from ``site-packages``, the very same
-files, with their bytecode cache.
+2-core machine, three queries each after the session's first). This home holds links to the wheel's ``bin/``,
+``jars/`` and ``sbin/`` and nothing else, so those processes import the installed pyspark from ``site-packages``,
+the very same files, with their bytecode cache.
 
 A ``SPARK_HOME`` set to another Spark installation is left alone: that is the user's choice of Spark.
 
@@ -47,7 +47,7 @@ def spark_home() -> Path:
     per installed wheel under :data:`HOMES` (the wheel's own directory where that cannot be written)."""
     wheel = wheel_home()
     chosen = os.environ.get("SPARK_HOME")
-    if chosen and Path(chosen).resolve() != wheel and not Path(chosen).resolve().is_relative_to(HOMES.resolve()):
+    if chosen and (where := Path(chosen).resolve()) != wheel and not where.is_relative_to(HOMES.resolve()):
         return Path(chosen)
     digest = hashlib.sha256(str(wheel).encode()).hexdigest()[:12]
     home = HOMES / f"spark-home-{version('pyspark')}-{digest}"
