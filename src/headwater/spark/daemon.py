@@ -4,13 +4,35 @@ Spark forks every Python worker from one daemon process. Importing the data plan
 delta-rs) and loading every compiled kernel once here (``spark.python.daemon.module``;
 :func:`headwater.engines.warm.warm_up`) means each forked worker starts warm instead of paying seconds of
 imports and kernel loading on its first micro-batch.
+
+The daemon also turns transparent huge pages off for itself and the workers it forks (they inherit it).
+pyarrow's allocator and NumPy ask for huge pages on large buffers, and the kernel then zeroes 2 MiB for each
+first touch, however little of it is used. A fresh worker touches a few hundred MiB in its first micro-batch:
+measured on the 2-core machine (one cold 2 M-row append through 20 metrics, 6 runs each), each task's system
+time went from 0.5-0.7 s to 0.2-0.3 s, and the append's wall time from 2.44 s to 2.06 s (medians).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import sys
+
+PR_SET_THP_DISABLE = 41  # <linux/prctl.h>
+
+
+def disable_transparent_huge_pages() -> bool:
+    """Turn transparent huge pages off for this process and the processes it forks; whether it could."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
 
 if __name__ == "__main__":
+    disable_transparent_huge_pages()
     with contextlib.suppress(Exception):  # what cannot load here loads in the worker that needs it
         import headwater.spark.fused  # noqa: F401  (what every task runs: the data plane, its storage)
         from headwater.engines.warm import warm_up
