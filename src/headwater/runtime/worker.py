@@ -96,8 +96,7 @@ class Worker:
                     spark = build_spark(self.spark_master, scratch_root=self.data_dir / "tmp", cores=self.spark_cores,
                                         driver_host=self.driver_host, bind_address=self.bind_address)
                     log.debug("Spark session built after %.1f s", time.monotonic() - began)
-                    self._prime(spark)
-                    log.debug("Spark's Python workers forked after %.1f s", time.monotonic() - began)
+                    self._prime(spark, began)
                 except Exception as exc:
                     self.spark_failure = _short(exc)
                     raise
@@ -116,16 +115,21 @@ class Worker:
             return "ready"
         return f"failed: {self.spark_failure}" if self.spark_failure else "starting"
 
-    def _prime(self, spark: Any) -> None:
+    def _prime(self, spark: Any, began: float) -> None:
         """Start now what a graph's first micro-batch would otherwise start: Spark's Python workers, and with
-        ``prime_source`` the processes that plan Headwater's source."""
+        ``prime_source`` the processes that plan Headwater's source.
+
+        A worker process (``prime_source``) reports ready only once primed. An embedded session starts its
+        graphs beside the priming instead: their queries' first triggers need no Python worker, and a micro-batch
+        that comes before the priming ends waits for the same workers it is forking."""
         if not self.prime_source:
-            self._prime_python_workers(spark)
+            threading.Thread(target=self._prime_python_workers, args=(spark, began), name="headwater-prime-workers",
+                             daemon=True).start()
             return
         # both mostly start Python processes, one at a time each: on two cores they run side by side
         source = threading.Thread(target=self._prime_source, args=(spark,), name="headwater-prime-source", daemon=True)
         source.start()
-        self._prime_python_workers(spark)
+        self._prime_python_workers(spark, began)
         source.join()
 
     def _prime_source(self, spark: Any) -> None:
@@ -139,10 +143,15 @@ class Worker:
             log.warning("priming the stream source failed (%s); the first micro-batch will start it", _short(exc))
 
     @staticmethod
-    def _prime_python_workers(spark: Any) -> None:
+    def _prime_python_workers(spark: Any, began: float) -> None:
         """Fork the (kernel-loading) Python daemon and its workers now, not during the first micro-batch."""
         slots = max(spark.sparkContext.defaultParallelism, 1)
-        spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
+        try:
+            spark.sparkContext.parallelize(range(slots), slots).map(lambda x: x).count()
+        except Exception as exc:  # only slower (or the session stopped meanwhile): the first micro-batch forks them
+            log.info("priming Spark's Python workers failed (%s); the first micro-batch will start them", _short(exc))
+            return
+        log.debug("Spark's Python workers forked after %.1f s", time.monotonic() - began)
 
     def start_graph(self, fqn: str, physical: PhysicalGraph, table_paths: dict[int, str], checkpoints: Path,
                     run_id: str = "", epoch: int = 0, keep_snapshots: int = KEEP_SNAPSHOTS) -> None:
