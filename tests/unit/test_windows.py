@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.errors import GraphDefinitionError
+from headwater.errors import ExecutionError, GraphDefinitionError
+from headwater.kernels import windows
 from headwater.kernels.windows import AGGREGATES, WindowAggregator, WindowOutput, WindowSpec
 
 SEC = 1_000_000  # times are microseconds
@@ -264,6 +265,24 @@ def test_one_row_closing_thousands_of_windows_grows_the_output() -> None:
     assert out.values[0][5001:5005].tolist() == [5.0, 5.0, 4.0, 4.0]  # [-1, 2), [0, 3), [1, 4), ffill
     naive = naive_windows(spec, agg.aggregates, slots, times, values)
     assert_outputs_equal(out, naive)
+
+
+def test_a_micro_batch_emits_up_to_the_output_limit_and_a_row_past_it_fails_before_the_buffers_grow(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(windows, "MAX_OUTPUT_WINDOWS", 1000)
+    agg = WindowAggregator(WindowSpec(window=1, step=1, fill="null"), ["sum"])
+    one = np.zeros(2, dtype=np.int64)
+    _, out = run_batches(agg, one, np.array([0, 1000]), [np.ones(2)])  # [0, 1) ... [999, 1000): the limit
+    assert len(out) == 1000
+    runs: list[int] = []
+    kernel = windows._run_kernel
+    monkeypatch.setattr(windows, "_run_kernel", lambda *a: runs.append(1) or kernel(*a))
+    with pytest.raises(ExecutionError, match="would emit more than 1,000 windows"):
+        run_batches(agg, one, np.array([0, 10**15]), [np.ones(2)])  # a time far past the key's rows
+    assert len(runs) == 1  # refused when its first buffers filled, not after growing them to the limit (17 s and
+    # GiBs at the real one)
+    with pytest.raises(ExecutionError, match="would emit more than 1,000 windows"):  # each key fits, not both
+        run_batches(agg, np.array([0, 1, 0, 1]), np.array([0, 0, 600, 600]), [np.ones(4)])
 
 
 def test_fill_emits_only_between_first_window_and_trigger() -> None:

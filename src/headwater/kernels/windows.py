@@ -357,15 +357,16 @@ class WindowAggregator:
             if row == n:
                 break
             # output buffers full (sliding windows or fill can emit several windows per row): grow, resume
-            if cap >= MAX_OUTPUT_WINDOWS:
-                s, t = int(slots[row]), int(times[row])
+            s, t = int(slots[row]), int(times[row])
+            if cap >= MAX_OUTPUT_WINDOWS or self._windows_due(new, s, t) > MAX_OUTPUT_WINDOWS:
                 raise ExecutionError(
                     f"window aggregator: the row at {t} (key slot {s}) would emit more than {MAX_OUTPUT_WINDOWS:,} "
                     "windows in one micro-batch (a time far past its key's previous rows, with fill or sliding "
                     "windows); correct the row's time, or use fill='none'"
                 )
-            cap *= 2
-            outs = tuple(np.concatenate([a, np.empty_like(a)]) for a in outs)
+            grown = min(cap * 2, MAX_OUTPUT_WINDOWS)
+            outs = tuple(np.concatenate([a, np.empty((grown - cap, *a.shape[1:]), dtype=a.dtype)]) for a in outs)
+            cap = grown
         o_slot, o_time, o_trig, o_vals, o_flags = outs
         out = WindowOutput(
             slots=o_slot[:n_out].copy(),
@@ -383,6 +384,15 @@ class WindowAggregator:
     def keep_keys(self, state: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
         """The state of the keys where ``keep`` is True, renumbered in order (key purge)."""
         return {name: array[keep] for name, array in self._grown_copy(state, len(state["init"])).items()}
+
+    def _windows_due(self, state: dict[str, np.ndarray], slot: int, time: int) -> int:
+        """How many windows of key ``slot`` a row at ``time`` closes when every window is emitted (a fill); 0
+        without a fill, where a run of empty windows is skipped at once. Checked before the output buffers grow,
+        so that a time far past its key's rows fails at once instead of after growing them to the limit."""
+        if self._fill_mode == _FILL_NONE or state["init"][slot] != 1:
+            return 0
+        first = int(state["wstart"][slot]) + self.spec.close_offset + self.spec.accepted_delay
+        return 0 if time < first else (time - first) // self.spec.step + 1
 
     def _force_due(self, state: dict[str, np.ndarray]) -> int:
         """The earliest close point of any key's next window: a forced trigger closes it, empty or not."""
