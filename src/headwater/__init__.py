@@ -6,16 +6,11 @@
 """
 
 import importlib as _importlib
-import importlib.metadata as _metadata
 import typing as _typing
 
-try:
-    __version__ = _metadata.version("headwater")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
-
-# Public names are loaded on first use (PEP 562): Spark starts many short-lived Python processes
-# that import one Headwater module, and they should not pay for pandas, Numba and SQLAlchemy.
+# Public names, and __version__, are loaded on first use (PEP 562): Spark starts many short-lived Python
+# processes that import one Headwater module, and they should not pay for pandas, Numba and SQLAlchemy (nor
+# importlib.metadata's 50 ms: each query's streaming-source runner is one of them, on the query's first trigger).
 _EXPORTS = {
     "DStream": "headwater.api.graph",
     "StreamGraph": "headwater.api.graph",
@@ -52,6 +47,15 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> object:
+    if name == "__version__":
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("headwater")
+        except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+            version = "0+unknown"
+        globals()[name] = version
+        return version
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'headwater' has no attribute {name!r}")

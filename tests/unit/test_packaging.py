@@ -39,6 +39,13 @@ def test_the_package_exports_its_public_names_only_and_its_installed_version():
     assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(dir(hw))
 
 
+def test_importing_what_spark_s_python_processes_load_skips_the_package_metadata():
+    """Each query's streaming-source runner imports headwater.spark.fused as it starts; __version__ is read on use."""
+    out = subprocess.run([sys.executable, "-c", "import sys, headwater.spark.fused; "
+                          "print('importlib.metadata' in sys.modules)"], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
+
+
 def run_without_extras(code: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", WITHOUT_EXTRAS + textwrap.dedent(code), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
