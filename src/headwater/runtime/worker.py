@@ -120,8 +120,9 @@ class Worker:
         ``prime_source`` the processes that plan Headwater's source.
 
         A worker process (``prime_source``) reports ready only once primed. An embedded session starts its
-        graphs beside the priming instead: their queries' first triggers need no Python worker, and a micro-batch
-        that comes before the priming ends waits for the same workers it is forking."""
+        graphs beside the priming instead: Spark starts a driver's Python processes one at a time (a query's data
+        source is created in one forked from the daemon), so what overlaps is the rest of the queries' start; a
+        micro-batch that comes before the priming ends waits for the same workers it forks."""
         if not self.prime_source:
             threading.Thread(target=self._prime_python_workers, args=(spark, began), name="headwater-prime-workers",
                              daemon=True).start()
