@@ -21,13 +21,14 @@ from headwater.plan.physical import PhysicalGraph
 
 def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, Any]]:
     """One row per engine and stream task: task_id, name, type, schema, fqn, its counters, the size of its newest
-    state snapshot (state_bytes), and its subgraph's newest micro-batch: the task's rows in, the subgraph's
-    rows out, its duration."""
+    state snapshot (state_bytes), and its subgraph's newest micro-batch: the task's rows in and out (of its
+    chain; NULL out from a micro-batch recorded before Headwater kept it per task), the batch's duration."""
     rows: list[dict[str, Any]] = []
     for sg in physical.subgraphs:
         state_root = checkpoints / sg.key(physical) / "state"
         last = newest_job(checkpoints / sg.key(physical))
         rows_in = {t["task"]: t["rows_in"] for t in last["tasks"]} if last else {}
+        rows_out = {t["task"]: t.get("rows_out") for t in last["tasks"]} if last else {}
         for node in (physical.nodes[n] for n in sg.chain):
             if not isinstance(node, EngineNode):
                 continue
@@ -39,7 +40,7 @@ def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, An
                              "keys": stats.get("keys"), "late_rows": stats.get("late_rows"),
                              "state_bytes": store.newest_bytes(index),
                              "last_batch_rows_in": rows_in.get(index) if last else None,
-                             "last_batch_rows_out": last["rows_out"] if last else None,
+                             "last_batch_rows_out": rows_out.get(index),
                              "last_batch_s": round(last["finished"] - last["created"], 3) if last else None,
                              **_timer_columns(checkpoints, node, first_task=index == 0)})
     return rows

@@ -57,11 +57,13 @@ STAGES = ("read", "partition", "kernel", "state", "write")
 
 @dataclass(frozen=True)
 class TaskStats:
-    """One stream task in one micro-batch: rows in, seconds per stage (its group's write counts on its first)."""
+    """One stream task in one micro-batch: rows in, seconds per stage (its group's write counts on its first), and
+    the rows its chain output."""
 
     task: int
     rows_in: int
     seconds: dict[str, float]
+    rows_out: int = 0
 
 
 @dataclass
@@ -207,7 +209,7 @@ class SubgraphTask:
         for task in tasks:
             seconds = dict.fromkeys(STAGES, 0.0)
             rows, n = self._compute(task, batch, seconds, late)
-            stats.append(TaskStats(task, n, seconds))
+            stats.append(TaskStats(task, n, seconds, rows.num_rows if rows is not None else 0))
             if rows is not None and rows.num_rows:
                 outputs.append(rows)
         t = time.perf_counter()

@@ -235,7 +235,8 @@ def start_fused_subgraph(
         stats = {"rows_in": report.rows_in, **report.seconds}
         write_job(checkpoint, {"batch": batch_id, "input": [start, end], "created": created, "finished": time.time(),
                                "driver": on_driver, "rows_in": report.rows_in, "rows_out": rows_out,
-                               "tasks": [{"task": t.task, "rows_in": t.rows_in, "seconds": t.seconds}
+                               "tasks": [{"task": t.task, "rows_in": t.rows_in, "rows_out": t.rows_out,
+                                          "seconds": t.seconds}
                                          for t in report.tasks]})
         if on_batch is not None:
             on_batch(batch_id, rows_out, stats, time.time() - created)
