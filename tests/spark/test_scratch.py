@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support.processes import descendants
 
 import headwater as hw
 from headwater.storage.locks import GUARD_NAME
@@ -45,23 +46,6 @@ def temp_entries(root: Path) -> set[str]:
         if perf.is_dir():
             names |= {f"{perf.name}/{p.name}" for p in perf.iterdir()}
     return names
-
-
-def descendants(pid: int) -> set[int]:
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(stat.parent.name)] = int(fields[1])
-    found, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        kids = {c for c, pp in parents.items() if pp == p} - found
-        found |= kids
-        todo.extend(kids)
-    return found
 
 
 def private_tmp(fake: Path) -> list[str] | None:

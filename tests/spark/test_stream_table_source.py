@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from tests.support.processes import parents
 
 from headwater.storage.stream_table import StreamTable
 from headwater.types import Schema
@@ -304,12 +305,11 @@ def test_sql_reads_and_stream_tasks_share_one_python_daemon(spark, source, tmp_p
     assert spark.sparkContext.parallelize(range(2), 2).map(lambda x: x + 1).sum() == 3  # as stream tasks run
     jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     daemons = []
-    for proc in Path("/proc").iterdir():
+    for pid in (child for child, parent in parents().items() if parent == jvm):
         try:
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (proc / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue  # not a process, or one that just ended
-        if parent == jvm and b"headwater.spark.daemon" in command:
-            daemons.append(proc.name)
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # one that just ended
+        if b"headwater.spark.daemon" in command:
+            daemons.append(pid)
     assert len(daemons) == 1, daemons
