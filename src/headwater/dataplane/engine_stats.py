@@ -39,7 +39,7 @@ def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, An
                              "schema": [list(c) for c in node.schema.columns],
                              "keys": stats.get("keys"), "late_rows": stats.get("late_rows"),
                              "state_bytes": store.newest_bytes(index),
-                             "last_batch_rows_in": rows_in.get(index) if last else None,
+                             "last_batch_rows_in": rows_in.get(index),
                              "last_batch_rows_out": rows_out.get(index),
                              "last_batch_s": round(last["finished"] - last["created"], 3) if last else None,
                              **_timer_columns(checkpoints, node, first_task=index == 0)})
