@@ -24,7 +24,6 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,19 +34,13 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support import service  # noqa: E402
 from tests.support.postgres import free_port, postgres_server  # noqa: E402 - after the repository root is on the path
-from tests.support.service import PASSWORD, ready, running_node, stop, wait_for  # noqa: E402
+from tests.support.service import PASSWORD, ready, running_node, spawn, stop, wait_for  # noqa: E402
 
 GRAPH = "failover"
 WARM_BATCHES = 3
 CLOCK = ("wall time in the client: recovery from the kill -9 until stream_graph_meta shows the graph running on "
          "the other worker; a micro-batch from the append call to wait_until_caught_up returning")
-
-
-def spawn(command: str, data: Path, port: int, *extra: str) -> subprocess.Popen:
-    """``headwater <command>`` as a deployment starts it."""
-    return service.spawn(command, data, port, *extra, test_jvm=False)
 
 
 def declare(session) -> None:

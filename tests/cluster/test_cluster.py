@@ -21,7 +21,7 @@ import pytest
 
 import headwater as hw
 from tests.support.postgres import free_port
-from tests.support.service import JVM_ENV, ROOT, SUBMIT, append_and_check, rows
+from tests.support.service import ROOT, SUBMIT, append_and_check, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 def headwater(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("HEADWATER_ADMIN_PASSWORD", "HEADWATER_WORKER_SECRET")}
     return subprocess.run([sys.executable, "-m", "headwater.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**env, **JVM_ENV, "PYTHONPATH": str(ROOT / "src")})
+                          timeout=timeout, env={**env, "PYTHONPATH": str(ROOT / "src")})
 
 
 def alive(pid: int) -> bool:

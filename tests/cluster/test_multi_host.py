@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.netns import net_hosts
-from tests.support.service import JVM_ENV, PASSWORD
+from tests.support.service import PASSWORD
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -69,8 +69,6 @@ def test_cluster_up_on_four_hosts_runs_a_graph_on_executors_of_two_hosts_behind_
     # the PostgreSQL server runs as the user postgres when the tests run as root: it must reach the data directory
     monkeypatch.setenv("HEADWATER_ADMIN_PASSWORD", PASSWORD)  # the cluster's admin, as the client logs in
     monkeypatch.setenv("HEADWATER_DRIVER_MEMORY", "1g")  # several JVMs on one machine
-    for name, value in JVM_ENV.items():  # for each JVM `cluster up` starts (tests.support.service)
-        monkeypatch.setenv(name, value)
     base = Path(tempfile.mkdtemp(prefix="headwater-hosts-"))
     base.chmod(0o711)
     data, inventory = base / "data", base / "hosts.toml"

@@ -34,7 +34,7 @@ import pytest
 
 from headwater.service.cluster import SPARK_MASTER_CLASS, SPARK_WORKER_CLASS, _spark_env
 from tests.support.netns import NetHosts, net_hosts
-from tests.support.service import ENV, JVM_ENV, ROOT, wait_for
+from tests.support.service import ENV, ROOT, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -201,7 +201,7 @@ class Service:
 
     def headwater(self, host: int, *argv: str):
         return self.net.run(host, [sys.executable, "-m", "headwater.cli", *argv, "--host", self.net.address(host),
-                                   "--log-level", "info"], env={**ENV, **JVM_ENV}, stdout=self.log, stderr=self.log, cwd=ROOT)
+                                   "--log-level", "info"], env=ENV, stdout=self.log, stderr=self.log, cwd=ROOT)
 
     def master(self, host: int, *extra: str):
         workers = [a for w in self.worker_urls for a in ("--worker", w)]
@@ -212,7 +212,7 @@ class Service:
     def spark(self) -> str:
         """Spark's standalone master on PostgreSQL's host and a Spark worker (one core) on each worker's host;
         returns the master's URL once both workers have registered."""
-        env = {**_spark_env(self.data.parent / "spark"), **JVM_ENV,
+        env = {**_spark_env(self.data.parent / "spark"),
                "SPARK_MASTER_OPTS": f"-Dspark.worker.timeout={SPARK_TIMEOUT_S}"}
         spark_class = str(Path(env["SPARK_HOME"]) / "bin" / "spark-class")
         on = self.net.address(PG)

@@ -20,10 +20,6 @@ PASSWORD = "test-admin-password"
 WORKER_SECRET = "test-worker-secret-0123456789"
 ENV = {**os.environ, "HEADWATER_ADMIN_PASSWORD": PASSWORD, "HEADWATER_WORKER_SECRET": WORKER_SECRET,
        "PYTHONPATH": str(ROOT / "src")}
-# For the service processes the tests start (their output goes to log files: the JVM says it picked this up): a test's
-# JVM lives seconds to minutes, mostly starting, and the client compiler alone (C1) starts a worker's Spark driver
-# on about a third less CPU than tiered compilation (18.5 -> 12.6 CPU seconds measured), on two shared cores.
-JVM_ENV = {"JAVA_TOOL_OPTIONS": f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} -XX:TieredStopAtLevel=1".strip()}
 
 # A client that declares and submits a graph with a Python function in it, then exits.
 SUBMIT = textwrap.dedent("""
@@ -52,17 +48,14 @@ def start(command: str, data: Path, port: int, *extra: str, fault: str | None = 
     return ready(spawn(command, data, port, *extra, fault=fault), within)
 
 
-def spawn(command: str, data: Path, port: int, *extra: str, fault: str | None = None,
-          test_jvm: bool = True) -> subprocess.Popen:
+def spawn(command: str, data: Path, port: int, *extra: str, fault: str | None = None) -> subprocess.Popen:
     """Start ``headwater <command>`` without waiting for it (``ready`` waits): processes started together overlap
-    their waits (a JVM's start is mostly CPU, so on two busy cores this gains little). ``test_jvm=False``: without
-    the tests' JVM settings (``JVM_ENV``), as a deployment starts it (benchmarks)."""
+    their waits (a JVM's start is mostly CPU, so on two busy cores this gains little)."""
     log_path = data.parent / f"{command}-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - the process writes to it while it lives
     proc = subprocess.Popen([sys.executable, "-m", "headwater.cli", command, "--data-dir", str(data),
                              "--port", str(port), *extra],
-                            env={**ENV, **(JVM_ENV if test_jvm else {}),
-                                 **({} if fault is None else {"HEADWATER_FAULT_POINT": fault})},
+                            env={**ENV, **({} if fault is None else {"HEADWATER_FAULT_POINT": fault})},
                             stdout=log, stderr=subprocess.STDOUT)
     proc.headwater = (command, port, log_path)  # type: ignore[attr-defined]  # what ``ready`` asks and reads
     return proc
