@@ -57,6 +57,7 @@ from headwater.runtime.paths import sql_result
 from headwater.runtime.protocol import WorkerPort, arrow_bytes
 from headwater.runtime.serial import GraphLocks, one_per_graph
 from headwater.runtime.supervisor import Supervisor
+from headwater.runtime.wakeup import MIN_LOOK_GAP_S, TABLE_COMMITS
 from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import prepare
 from headwater.storage.disk_space import DiskSpace, is_disk_full
@@ -234,6 +235,7 @@ class Master:
         table = self._table(self.table_info(fqn))
         self.disk_space.check_append(table.path, data.nbytes, table=str(fqn))
         version = table.append(data)
+        TABLE_COMMITS.fire()
         self._expire_in_background(table)
         return table.version() if version is None else version
 
@@ -279,6 +281,7 @@ class Master:
         if done is None or done < sequence:  # a retry of a sequence that landed needs no room: it writes nothing
             self.disk_space.check_append(table.path, data.nbytes, table=str(fqn))
         version = table.append_once(data, app_id=client_app_id(client_id), sequence=sequence)
+        TABLE_COMMITS.fire()
         self._expire_in_background(table)
         return version
 
@@ -863,13 +866,15 @@ class Master:
 def run_steps(steps: Generator[float, None, Any]) -> Any:
     """Carry out a wait written one look at a time (``catch_up``, ``table_changes_steps``) in this thread: sleep
     each pause it yields; return what it returns. (The HTTP server drives the same generators from its event
-    loop instead.)"""
+    loop instead.) A commit in this process ends a pause early (:mod:`headwater.runtime.wakeup`)."""
     while True:
+        # counted before the look: a commit during it ends the pause after it at once
+        seen, looked = TABLE_COMMITS.beats, time.monotonic()
         try:
             pause = next(steps)
         except StopIteration as done:
             return done.value
-        time.sleep(pause)
+        TABLE_COMMITS.wait(pause, since=seen, not_before=looked + MIN_LOOK_GAP_S)
 
 
 def _definition(rec: GraphRecord) -> LogicalGraph:

@@ -33,6 +33,7 @@ from headwater.runtime.metrics import observe_batch
 from headwater.runtime.paths import sql_spool, table_path
 from headwater.runtime.protocol import Message, arrow_table, decode, encode
 from headwater.runtime.timers import Timer
+from headwater.runtime.wakeup import TABLE_COMMITS
 from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import PreparedQuery
 from headwater.tuning import DRIVER_BATCH_ROWS
@@ -182,6 +183,7 @@ class Worker:
                 for k, v in (stats or {}).items():
                     total[k] = total.get(k, 0.0) + v
                 observe_batch(fqn, sg_id, int((stats or {}).get("rows_in", 0)), rows, seconds)
+                TABLE_COMMITS.fire()  # its job record is written: a wait for it looks again now
 
             starters[sg.id] = functools.partial(
                 start_fused_subgraph,

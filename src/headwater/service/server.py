@@ -15,7 +15,6 @@ OpenAPI documentation is served at ``/docs``.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import io
 import json
@@ -44,6 +43,7 @@ from headwater.runtime.gateway import Gateway
 from headwater.runtime.master import Master
 from headwater.runtime.operations import OPERATIONS, Operation
 from headwater.runtime.protocol import arrow_bytes
+from headwater.runtime.wakeup import MIN_LOOK_GAP_S, TABLE_COMMITS
 from headwater.service.auth import Authenticator, AuthError
 from headwater.service.client import STANDBY_ERROR
 from headwater.service.doors import (
@@ -247,10 +247,13 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
         if op.steps:  # a wait of up to an hour holds no thread: one look at a time, pauses on the event loop
             with waits.slot():
                 looks = await _in_thread(lambda: gateway.steps(op, values))
+                # a commit in this process during a look or after it ends the pause (headwater.runtime.wakeup)
+                seen, looked = TABLE_COMMITS.beats, time.monotonic()
                 while not (step := await _in_thread(lambda: _step(looks)))[0]:
                     if await request.is_disconnected():
                         return JSONResponse({"result": None})  # nobody is waiting any more
-                    await asyncio.sleep(step[1])
+                    await TABLE_COMMITS.wait_async(step[1], since=seen, not_before=looked + MIN_LOOK_GAP_S)
+                    seen, looked = TABLE_COMMITS.beats, time.monotonic()
                 result = step[1]
         else:
             result = await _in_thread(call)
