@@ -7,7 +7,7 @@ import threading
 import time
 
 from headwater.runtime.master import run_steps
-from headwater.runtime.wakeup import TABLE_COMMITS, Pulse
+from headwater.runtime.wakeup import MAX_FLOOR_S, TABLE_COMMITS, Pulse, next_look
 
 LONG = 600.0  # a pause no test waits out: each returns at the fire or fails at its join's deadline
 
@@ -91,7 +91,7 @@ def test_a_commit_during_a_look_ends_the_pause_after_it():
 
 
 def test_a_woken_wait_still_keeps_its_floor_between_two_looks():
-    """However often this process commits, a wait looks at most every MIN_LOOK_GAP_S."""
+    """However often this process commits, a woken wait lets its floor (half its pause) pass between two looks."""
     pulse = Pulse()
     seen = pulse.beats
     pulse.fire()
@@ -101,3 +101,9 @@ def test_a_woken_wait_still_keeps_its_floor_between_two_looks():
     floor = time.monotonic() + 0.05
     assert asyncio.run(pulse.wait_async(LONG, since=seen, not_before=floor)) is True
     assert time.monotonic() >= floor
+
+
+def test_a_woken_wait_looks_again_half_its_pause_after_its_last_look_at_most_50_ms():
+    assert next_look(100.0, 0.01) == 100.005
+    assert next_look(100.0, 0.1) == 100.05
+    assert next_look(100.0, LONG) == 100.0 + MAX_FLOOR_S == 100.05

@@ -57,7 +57,7 @@ from headwater.runtime.paths import sql_result
 from headwater.runtime.protocol import WorkerPort, arrow_bytes
 from headwater.runtime.serial import GraphLocks, one_per_graph
 from headwater.runtime.supervisor import Supervisor
-from headwater.runtime.wakeup import MIN_LOOK_GAP_S, TABLE_COMMITS
+from headwater.runtime.wakeup import TABLE_COMMITS, next_look
 from headwater.sql.limits import SqlLimits
 from headwater.sql.policy import prepare
 from headwater.storage.disk_space import DiskSpace, is_disk_full
@@ -874,7 +874,7 @@ def run_steps(steps: Generator[float, None, Any]) -> Any:
             pause = next(steps)
         except StopIteration as done:
             return done.value
-        TABLE_COMMITS.wait(pause, since=seen, not_before=looked + MIN_LOOK_GAP_S)
+        TABLE_COMMITS.wait(pause, since=seen, not_before=next_look(looked, pause))
 
 
 def _definition(rec: GraphRecord) -> LogicalGraph:

@@ -9,9 +9,10 @@ append through this master. The fire ends every pause at once, in threads (:meth
 seen at the next look.
 
 A waiter reads :attr:`Pulse.beats` before it looks and waits ``since`` that count. A commit that lands between
-its look and its wait then ends the wait at once instead of being missed. A woken waiter still keeps
-:data:`MIN_LOOK_GAP_S` between two looks (``not_before``), so that a busy process does not turn each wait into a
-loop of looks:
+its look and its wait then ends the wait at once instead of being missed. A woken waiter still lets half its pause
+pass after its last look began, 50 ms at most (:func:`next_look`, ``not_before``). A process that commits all
+the time then at most doubles a wait's looks (20 a second at the longest pause), rather than turning each wait
+into a loop of looks:
 
 >>> pulse = Pulse()
 >>> seen = pulse.beats
@@ -29,9 +30,8 @@ import contextlib
 import threading
 import time
 
-MIN_LOOK_GAP_S = 0.01
-"""A woken wait looks again no sooner than this after its last look began (the first pause of a wait): at most
-100 looks a second per wait, however often this process commits."""
+MAX_FLOOR_S = 0.05
+"""A woken wait looks again no later than this after its last look began (half the longest pause, 100 ms)."""
 
 
 class Pulse:
@@ -82,6 +82,12 @@ class Pulse:
         if fired and (rest := min(not_before, deadline) - time.monotonic()) > 0:
             await asyncio.sleep(rest)
         return fired
+
+
+def next_look(looked: float, pause: float) -> float:
+    """The earliest instant (``time.monotonic()``) a woken wait looks again, its last look having begun at
+    ``looked`` before a ``pause``: half the pause later, at most :data:`MAX_FLOOR_S`."""
+    return looked + min(pause / 2, MAX_FLOOR_S)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

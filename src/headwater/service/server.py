@@ -43,7 +43,7 @@ from headwater.runtime.gateway import Gateway
 from headwater.runtime.master import Master
 from headwater.runtime.operations import OPERATIONS, Operation
 from headwater.runtime.protocol import arrow_bytes
-from headwater.runtime.wakeup import MIN_LOOK_GAP_S, TABLE_COMMITS
+from headwater.runtime.wakeup import TABLE_COMMITS, next_look
 from headwater.service.auth import Authenticator, AuthError
 from headwater.service.client import STANDBY_ERROR
 from headwater.service.doors import (
@@ -252,7 +252,7 @@ def _route(app: FastAPI, op: Operation, master: Master, access: AccessControl, u
                 while not (step := await _in_thread(lambda: _step(looks)))[0]:
                     if await request.is_disconnected():
                         return JSONResponse({"result": None})  # nobody is waiting any more
-                    await TABLE_COMMITS.wait_async(step[1], since=seen, not_before=looked + MIN_LOOK_GAP_S)
+                    await TABLE_COMMITS.wait_async(step[1], since=seen, not_before=next_look(looked, step[1]))
                     seen, looked = TABLE_COMMITS.beats, time.monotonic()
                 result = step[1]
         else:
