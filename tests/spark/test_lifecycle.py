@@ -79,6 +79,7 @@ def test_stop_then_start_loses_and_duplicates_nothing(spark, tmp_path):
         assert done["status"].iloc[-3:].tolist() == ["SUCCESS"] * 3 and set(done["status"]) <= {"SUCCESS", "PURGED"}
         subjobs = session.checkpoint_subjob_info("g")
         assert set(subjobs["subjob_id"]) == {"0.0", "0.1"} and subjobs["rows_in"].sum() == len(frame)
+        assert subjobs["rows_out"].tolist() == subjobs["rows_in"].tolist()  # each task's own (one row out per row in)
         assert len(subjobs) == 2 * len(done)
         assert session.checkpoint_config("g") == {"enable": True, "consecutive_failures": 3,
                                                   "max_retained_checkpoints": 3, "max_concurrent_checkpoints": 1,

@@ -487,11 +487,12 @@ class Session:
 
     def checkpoint_subjob_info(self, name: str | None = None) -> pd.DataFrame:
         """Checkpoint sub-jobs (Orca's ``getOrcaCheckpointSubjobInfo``): one row per stream task of each recorded
-        micro-batch: checkpoint_id, job_id, partition_id, subjob_id (task id), status, rows_in and the seconds
-        of each stage (read_s, partition_s, kernel_s, state_s, write_s)."""
+        micro-batch: checkpoint_id, job_id, partition_id, subjob_id (task id), status, rows_in, rows_out (the
+        task's rows out of its chain; NULL for a batch recorded before Headwater kept them) and the seconds of
+        each stage (read_s, partition_s, kernel_s, state_s, write_s)."""
         rows = self._master.checkpoint_subjobs(None if name is None else self._graph_fqn(name))
         return pd.DataFrame(rows, columns=["checkpoint_id", "job_id", "partition_id", "subjob_id", "status", "rows_in",
-                                           "read_s", "partition_s", "kernel_s", "state_s", "write_s"])
+                                           "rows_out", "read_s", "partition_s", "kernel_s", "state_s", "write_s"])
 
     def data_lineage(self, table: str) -> pd.DataFrame:
         """Which graphs read and write stream table ``table`` (Orca's ``getOrcaDataLineage``): graph, run,

@@ -47,7 +47,8 @@ def job_rows(rec: GraphRecord, physical: PhysicalGraph, checkpoints: Path, keep:
 
 
 def subjob_rows(rec: GraphRecord, physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, Any]]:
-    """One row per stream task of each recorded micro-batch: rows in and seconds per stage."""
+    """One row per stream task of each recorded micro-batch: rows in and out (None in a batch recorded before
+    tasks' rows out were) and seconds per stage."""
     rows = []
     for sg in physical.subgraphs:
         task_ids = sg.task_ids()
@@ -55,5 +56,6 @@ def subjob_rows(rec: GraphRecord, physical: PhysicalGraph, checkpoints: Path) ->
             for t in r["tasks"]:
                 rows.append({"checkpoint_id": r["batch"], "job_id": rec.id, "partition_id": sg.id,
                              "subjob_id": task_ids[t["task"]], "status": "success", "rows_in": t["rows_in"],
+                             "rows_out": t.get("rows_out"),
                              **{f"{stage}_s": round(v, 6) for stage, v in t["seconds"].items()}})
     return rows
