@@ -31,7 +31,7 @@ import threading
 import time
 
 MAX_FLOOR_S = 0.05
-"""A woken wait looks again no later than this after its last look began (half the longest pause, 100 ms)."""
+"""The longest a woken wait still waits after its last look began: half the longest pause (100 ms)."""
 
 
 class Pulse:
@@ -52,9 +52,9 @@ class Pulse:
                 loop.call_soon_threadsafe(_resolve, future)
 
     def wait(self, timeout: float, since: int | None = None, not_before: float = 0.0) -> bool:
-        """Block until a fire after ``since`` (a :attr:`beats` count; None: now), at most ``timeout`` seconds,
-        and in any case until ``not_before`` (a ``time.monotonic()`` instant) if that comes first. Returns
-        whether it fired."""
+        """Block until a fire after ``since`` (a :attr:`beats` count; None: now), at most ``timeout`` seconds.
+        Woken, it still waits until ``not_before`` (a ``time.monotonic()`` instant), within the same timeout.
+        Returns whether it fired."""
         deadline = time.monotonic() + timeout
         with self._fired:
             start = self.beats if since is None else since
