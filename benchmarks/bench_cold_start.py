@@ -42,13 +42,8 @@ CHILD = textwrap.dedent("""
     logging.getLogger("headwater.runtime.worker").setLevel(logging.DEBUG)
     import headwater as hw
 
-    def graph(s, name, source, mid, out):
-        g = s.stream_graph(name)
-        (g.source(source, schema={"k": "string", "v": "double"}).parallelize("k", 2)
-           .reactive_state_engine(key_column="k", metrics=["cumsum(v) as c"]).sync().buffer(mid)
-           .parallelize("k", 2).reactive_state_engine(key_column="k", metrics=["c", "ema(c, 3) as e"]).sync()
-           .sink(out))
-        return g
+    sys.path.insert(0, sys.argv[3])  # benchmarks/
+    from two_subgraphs import two_subgraphs as graph
 
     def batch_seconds(s):
         rows = pa.table({"k": [f"k{i % 10}" for i in range(100)], "v": [float(i) for i in range(100)]})
@@ -89,8 +84,8 @@ def one_round(archive: bool) -> dict:
     seconds, phases = {}, {}
     with tempfile.TemporaryDirectory(prefix="hw-cold-") as data:
         for mode in ("fresh", "restart"):
-            out = subprocess.run([sys.executable, "-c", CHILD, data, mode], env=env, capture_output=True, text=True,
-                                 timeout=600)
+            out = subprocess.run([sys.executable, "-c", CHILD, data, mode, str(Path(__file__).parent)], env=env,
+                                 capture_output=True, text=True, timeout=600)
             if out.returncode != 0:
                 raise SystemExit(f"the cold-start child ({mode}) failed:\n{out.stderr[-3000:]}")
             result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.postgres import free_port, postgres_server  # noqa: E402 - after the repository root is on the path
 from tests.support.service import PASSWORD, ready, running_node, spawn, stop, wait_for  # noqa: E402
+from two_subgraphs import two_subgraphs  # noqa: E402
 
 GRAPH = "failover"
 WARM_BATCHES = 3
@@ -44,12 +45,7 @@ CLOCK = ("wall time in the client: recovery from the kill -9 until stream_graph_
 
 
 def declare(session) -> None:
-    g = session.stream_graph(GRAPH)
-    (g.source("ticks", schema={"k": "string", "v": "double"}).parallelize("k", 2)
-       .reactive_state_engine(key_column="k", metrics=["cumsum(v) as c"]).sync().buffer("mid")
-       .parallelize("k", 2).reactive_state_engine(key_column="k", metrics=["c", "ema(c, 3) as e"]).sync()
-       .sink("out"))
-    g.submit()
+    two_subgraphs(session, GRAPH, "ticks", "mid", "out").submit()
 
 
 class Feed:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+from two_subgraphs import two_subgraphs
 
 import headwater as hw
 from headwater.runtime import wakeup
@@ -47,12 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hw-wait-") as data:
         s = hw.connect(data)
         s.use_catalog("wait")
-        g = s.stream_graph("g")
-        (g.source("a", schema={"k": "string", "v": "double"}).parallelize("k", 2)
-           .reactive_state_engine(key_column="k", metrics=["cumsum(v) as c"]).sync().buffer("mid")
-           .parallelize("k", 2).reactive_state_engine(key_column="k", metrics=["c", "ema(c, 3) as e"]).sync()
-           .sink("out"))
-        g.submit()
+        two_subgraphs(s, "g", "a", "mid", "out").submit()
         try:
             for i in range(WARM_UP + 2 * args.samples):
                 way = "woken" if i % 2 else "looking_only"
