@@ -8,9 +8,12 @@ reactive -> out`` and waits for it to be ``running`` (every query's first trigge
 graph on the warm session, drops it, and exits without closing the session, as a killed process would. A third process
 restarts the embedded session on that directory: from its first line until the first graph is ``running``
 again (its queries resume from their checkpoints); then its first micro-batch (one append of 100 rows, to the
-sink) against the next one, warm. Rounds alternate between the driver with Spark's class archive
-(:mod:`headwater.spark.class_archive`, as ``scripts/setup.sh`` leaves it) and without it, the baseline of the same
-run. The phases are those the worker logs at debug level. Writes ``benchmarks/results/cold-start.json``.
+sink) against the next one, warm. Rounds alternate between two drivers, the second the baseline of the same run
+(``--compare``): with the zygote that loads Spark's Python daemon's kernels while the JVM starts
+(:mod:`headwater.spark.zygote`) and without it (``HEADWATER_ZYGOTE=off``), the default; or with Spark's class
+archive (:mod:`headwater.spark.class_archive`, as ``scripts/setup.sh`` leaves it) and without it. The phases are
+those the worker logs at debug level. Writes ``benchmarks/results/cold-start-zygote.json`` (``cold-start.json``
+for the archive).
 """
 
 from __future__ import annotations
@@ -78,9 +81,17 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def one_round(archive: bool) -> dict:
+# what each comparison alternates: (variant, the environment it runs in, its label); the second is the baseline
+COMPARISONS = {
+    "zygote": [("zygote", {}, "with the zygote"), ("no_zygote", {"HEADWATER_ZYGOTE": "off"}, "without (baseline)")],
+    "archive": [("archive", {"HEADWATER_CLASS_ARCHIVE": "on"}, "with the class archive"),
+                ("no_archive", {"HEADWATER_CLASS_ARCHIVE": "off"}, "without (baseline)")],
+}
+
+
+def one_round(variant_env: dict[str, str]) -> dict:
     """A fresh start, then a restart on the same directory: their seconds, and the fresh start's phases."""
-    env = {**os.environ, "HEADWATER_CLASS_ARCHIVE": "on" if archive else "off"}
+    env = {**os.environ, **variant_env}
     seconds, phases = {}, {}
     with tempfile.TemporaryDirectory(prefix="hw-cold-") as data:
         for mode in ("fresh", "restart"):
@@ -110,18 +121,24 @@ def phase_seconds(phases: dict[str, float]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "cold-start.json")
+    ap.add_argument("--compare", choices=sorted(COMPARISONS), default="zygote",
+                    help="zygote: with and without the driver's zygote (headwater.spark.zygote), both with the "
+                         "class archive; archive: with and without the class archive")
+    ap.add_argument("--output", type=Path)
     args = ap.parse_args()
+    variants = COMPARISONS[args.compare]
+    output = args.output or Path(__file__).parent / "results" / (
+        "cold-start.json" if args.compare == "archive" else f"cold-start-{args.compare}.json")
     from headwater.spark import class_archive
 
     archive = class_archive.archive_path()
     if archive is None or not archive.is_file():
         raise SystemExit("no class archive: run scripts/setup.sh (or python -m headwater.cli.class_archive)")
     load = os.getloadavg()
-    runs: dict[str, list[dict]] = {"archive": [], "no_archive": []}
+    runs: dict[str, list[dict]] = {variant: [] for variant, _env, _label in variants}
     for i in range(args.rounds):
-        for variant in ("archive", "no_archive"):
-            result = one_round(variant == "archive")
+        for variant, env, _label in variants:
+            result = one_round(env)
             result["phases"] = phase_seconds(result["phases"])
             runs[variant].append(result)
             s = result["seconds"]
@@ -136,24 +153,26 @@ def main() -> None:
     keys = ("import", "connect", "running", "second_submit", "restart_running", "first_batch_after_restart",
             "warm_batch")
     summary = {v: {k: round(median(v, k), 2) for k in keys} for v in runs}
-    ratio = summary["archive"]["running"] / summary["no_archive"]["running"]
-    print(f"median connect() -> running: {summary['archive']['running']:.1f}s with the class archive, "
-          f"{summary['no_archive']['running']:.1f}s without ({ratio:.2f}x); second submit "
-          f"{summary['archive']['second_submit']:.2f}s; restart -> running "
-          f"{summary['archive']['restart_running']:.1f}s")
+    (tried, _, label), (baseline, _, _) = variants
+    ratio = summary[tried]["running"] / summary[baseline]["running"]
+    print(f"median connect() -> running: {summary[tried]['running']:.1f}s {label}, "
+          f"{summary[baseline]['running']:.1f}s without ({ratio:.2f}x); second submit "
+          f"{summary[tried]['second_submit']:.2f}s; restart -> running "
+          f"{summary[tried]['restart_running']:.1f}s")
     result = {
         "benchmark": "cold start: connect() -> two-subgraph graph running in a new process; a second submit warm; "
                      "an embedded restart after a kill -> running, its first micro-batch and a warm one",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rounds": args.rounds,
         "clock": "wall time in the child process from its first line (before importing headwater); a micro-batch: "
                  "from the append call to wait_until_caught_up returning",
-        "median_seconds": summary, "running_ratio_archive_vs_none": round(ratio, 3), "runs": runs,
+        "variants": [[variant, label] for variant, _env, label in variants],
+        "median_seconds": summary, "running_ratio": round(ratio, 3), "runs": runs,
         "load_average": load, "load_average_at_end": os.getloadavg(), "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {output}")
 
 
 if __name__ == "__main__":

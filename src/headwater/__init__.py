@@ -17,7 +17,7 @@ _EXPORTS = {
     "Session": "headwater.api.session",
     "SqlResult": "headwater.api.session",
     "SqlLimits": "headwater.sql.limits",
-    "connect": "headwater.api.session",
+    "connect": "headwater.api.connect",
     "AuthenticationError": "headwater.errors",
     "CatalogError": "headwater.errors",
     "NameTakenError": "headwater.errors",
@@ -69,8 +69,9 @@ def __dir__() -> list[str]:
 
 
 if _typing.TYPE_CHECKING:
+    from headwater.api.connect import connect
     from headwater.api.graph import DStream, StreamGraph
-    from headwater.api.session import Session, SqlResult, connect
+    from headwater.api.session import Session, SqlResult
     from headwater.errors import (
         AuthenticationError,
         BusyError,

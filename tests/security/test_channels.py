@@ -23,8 +23,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import headwater as hw
-from headwater.api.session import embedded_master
 from headwater.errors import ConfigurationError, ExecutionError, WorkerUnavailableError
+from headwater.runtime.embedded import embedded_master
 from headwater.runtime.protocol import IsRunning, RunSql, encode
 from headwater.runtime.worker import Worker
 from headwater.service.auth import Authenticator

@@ -39,7 +39,7 @@ SERVE_MASTER = textwrap.dedent("""
 
     import uvicorn
 
-    from headwater.api.session import embedded_master
+    from headwater.runtime.embedded import embedded_master
     from headwater.service.auth import Authenticator
     from headwater.service.server import create_app
 
@@ -281,8 +281,8 @@ def test_master_waits_hold_no_thread_and_past_their_limit_are_refused(tmp_path, 
     the other 13 are refused at once, naming the setting."""
     import anyio.to_thread
 
-    from headwater.api.session import embedded_master
     from headwater.errors import CaughtUpTimeout
+    from headwater.runtime.embedded import embedded_master
     from headwater.service.auth import Authenticator
     from headwater.service.server import create_app
 

@@ -10,8 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import headwater as hw
-from headwater.api.session import Session, embedded_master
+from headwater.api.session import Session
 from headwater.runtime import access as access_module
+from headwater.runtime.embedded import embedded_master
 from headwater.service.auth import Authenticator, LoginLimits
 from headwater.service.client import AuthenticationError, RemoteMaster
 from headwater.service.server import create_app

@@ -23,13 +23,14 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 import headwater as hw
-from headwater.api.session import Session, embedded_master
+from headwater.api.session import Session
 from headwater.catalog import resolve
 from headwater.dataplane.local import run_local
 from headwater.functions import generic_state_iterate
 from headwater.plan.callables import OpaqueCallable
 from headwater.plan.document import dumps, from_json, needs_udf, to_json
 from headwater.runtime.access import AccessControl
+from headwater.runtime.embedded import embedded_master
 from headwater.runtime.master import Master
 from headwater.runtime.protocol import Message, StartGraph, StopGraph
 from headwater.service.auth import Authenticator

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from headwater.api.session import Session, embedded_master
+from headwater.api.session import Session
 from headwater.plan import document
 from headwater.runtime.access import AccessControl
+from headwater.runtime.embedded import embedded_master
 from headwater.service.auth import Authenticator
 from headwater.service.client import RemoteMaster
 from headwater.service.server import create_app

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from headwater.api.session import embedded_master
 from headwater.runtime.access import AccessControl
+from headwater.runtime.embedded import embedded_master
 from headwater.service.auth import Authenticator
 from headwater.service.doors import SESSION_COOKIE, csrf_of
 from headwater.service.server import create_app

@@ -83,7 +83,8 @@ def test_ha_table_declared_twice_with_other_options_is_refused(session):
 
 
 def test_ha_retention_minutes_becomes_the_new_tables_replay_retention(tmp_path):
-    from headwater.api.session import Session, embedded_master
+    from headwater.api.session import Session
+    from headwater.runtime.embedded import embedded_master
     from tests.unit.test_graph_serial import Workers
 
     master = embedded_master(tmp_path, worker=Workers(), start_spark=False)
@@ -335,8 +336,9 @@ def test_the_worker_starts_each_subgraph_with_its_trigger_interval_and_row_bound
 def test_source_offset_minus_one_is_set_on_submit_and_start_only(tmp_path):
     import pandas as pd
 
-    from headwater.api.session import Session, embedded_master
+    from headwater.api.session import Session
     from headwater.dataplane.jobs import start_version
+    from headwater.runtime.embedded import embedded_master
     from tests.unit.test_graph_serial import Workers
 
     master = embedded_master(tmp_path, worker=Workers(), start_spark=False)

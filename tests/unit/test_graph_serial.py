@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from headwater.api.session import Session, embedded_master
+from headwater.api.session import Session
 from headwater.faults import on_fault_point
+from headwater.runtime.embedded import embedded_master
 from headwater.runtime.protocol import Health, IsRunning, StartGraph, StopGraph, TaskStatus
 
 GRAPH = "demo.stream_graph.g"

@@ -12,8 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import headwater as hw
-from headwater.api.session import Session, embedded_master
+from headwater.api.session import Session
 from headwater.runtime.access import AccessControl
+from headwater.runtime.embedded import embedded_master
 from headwater.service.auth import Authenticator, hash_password, verify_password
 from headwater.service.client import AuthenticationError, RemoteMaster
 from headwater.service.server import ARROW_STREAM, create_app

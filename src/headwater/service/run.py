@@ -350,6 +350,10 @@ def _watch_leadership(leadership: Any, stop: threading.Event) -> None:
 
 
 def serve_worker(args: argparse.Namespace) -> int:
+    if args.spark.startswith("local"):
+        from headwater.spark import zygote
+
+        zygote.start()  # Spark's Python daemon loads the kernels while this process imports and its JVM starts
     import uvicorn
 
     from headwater.durations import parse_duration

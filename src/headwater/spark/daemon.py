@@ -1,6 +1,7 @@
 """Spark's Python daemon, with Headwater's kernels loaded before it forks workers.
 
-Spark forks every Python worker from one daemon process. Importing the data plane (pandas, pyarrow, Numba,
+Spark forks every Python worker from one daemon process; on a local master the driver's zygote
+(:mod:`headwater.spark.zygote`), warm already, takes this process's place. Importing the data plane (pandas, pyarrow, Numba,
 delta-rs) and loading every compiled kernel once here (``spark.python.daemon.module``;
 :func:`headwater.engines.warm.warm_up`) means each forked worker starts warm instead of paying seconds of
 imports and kernel loading on its first micro-batch.
@@ -31,13 +32,21 @@ def disable_transparent_huge_pages() -> bool:
         return False
 
 
-if __name__ == "__main__":
-    disable_transparent_huge_pages()
-    with contextlib.suppress(Exception):  # what cannot load here loads in the worker that needs it
+def warm_up() -> None:
+    """Import what every task runs and load every kernel; what cannot load here loads in the worker that needs it."""
+    with contextlib.suppress(Exception):
         import headwater.spark.fused  # noqa: F401  (what every task runs: the data plane, its storage)
-        from headwater.engines.warm import warm_up
+        from headwater.engines.warm import warm_up as load_kernels
 
+        load_kernels()
+
+
+if __name__ == "__main__":
+    from headwater.spark.zygote import hand_over
+
+    if not hand_over():  # the driver's zygote, warm already, runs the daemon in this process's place
+        disable_transparent_huge_pages()
         warm_up()
-    from pyspark.daemon import manager
+        from pyspark.daemon import manager
 
-    manager()
+        manager()

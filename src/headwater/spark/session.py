@@ -15,7 +15,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from headwater.errors import ExecutionError
-from headwater.spark import class_archive
+from headwater.spark import class_archive, zygote
 from headwater.spark.home import spark_home
 from headwater.storage.locks import FileLock, create_locked_dir, remove_unlocked_dirs
 
@@ -136,6 +136,8 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     # Python workers must import this interpreter's packages (pandas, pyarrow, headwater itself).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if SparkContext._active_spark_context is None and master.startswith("local"):
+        zygote.start()  # loads the kernels while the JVM starts, for the Python daemon Spark will start
     if bind_address is not None:  # a process told where to listen: there, whatever it inherited (a test's 127.0.0.1)
         os.environ["SPARK_LOCAL_IP"] = bind_address
     else:

@@ -1,0 +1,174 @@
+"""headwater.spark.zygote: Spark's daemon hands its place to a warm zygote, or warms itself when it may not.
+
+Each test starts the daemon as Spark's ``PythonWorkerFactory`` does (its module, Spark's variables, stdin and stdout
+pipes), reads the port it reports and asks it for a worker, as Spark does: the worker's parent says who forked it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from headwater.spark import zygote
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract sockets are Linux's")
+
+# a zygote with nothing to load, so that these tests take a second, not the kernels' load
+QUICK_ZYGOTE = "import sys; from headwater.spark import zygote; zygote.serve(sys.argv[1], sys.argv[2], lambda: None)"
+DEADLINE_S = 60
+
+
+def spark_environment(**extra: str) -> dict[str, str]:
+    spark_files = f"{os.environ.get('SPARK_HOME', '/nonexistent')}/python/lib/pyspark.zip"
+    return {**os.environ, **zygote.spark_environment(dict(os.environ)), "PYTHONPATH": spark_files,
+            "PYTHON_WORKER_FACTORY_SECRET": "s", "SPARK_REUSE_WORKER": "1", **extra}
+
+
+def quick_zygote() -> tuple[subprocess.Popen[bytes], str]:
+    """A zygote (nothing to load), listening, and the value of ``HEADWATER_PYTHON_ZYGOTE`` that names it."""
+    name, token = f"headwater-zygote-test-{secrets.token_hex(8)}", secrets.token_hex(8)
+    proc = subprocess.Popen([sys.executable, "-c", QUICK_ZYGOTE, name, token], stdin=subprocess.PIPE,
+                            env={**os.environ, **zygote.spark_environment(dict(os.environ))})
+    wait_listening(proc, name)
+    return proc, f"{name}:{token}"
+
+
+def wait_listening(proc: subprocess.Popen[bytes], name: str) -> None:
+    """Until the zygote listens (a real one has seconds to, while Spark's JVM starts)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        with open("/proc/net/unix") as sockets:
+            if any(line.rstrip().endswith(" @" + name) for line in sockets):
+                return
+        assert time.monotonic() < deadline and proc.poll() is None, "the zygote did not start listening"
+        time.sleep(0.01)
+
+
+def start_daemon(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "headwater.spark.daemon", "pyspark.worker"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def fork_worker(daemon: subprocess.Popen[bytes]) -> int:
+    """Spark's ``createWorker``: the port from the daemon's stdout, a connection, the forked worker's pid."""
+    assert daemon.stdout is not None
+    (port,) = struct.unpack("!i", daemon.stdout.read(4))
+    with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S) as conn:
+        (pid,) = struct.unpack("!i", conn.makefile("rb").read(4))
+    return pid
+
+
+def wait_ended(*procs: subprocess.Popen[bytes]) -> None:
+    for proc in procs:
+        proc.wait(timeout=DEADLINE_S)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def stop(daemon: subprocess.Popen[bytes]) -> None:
+    """What Spark does to stop its daemon: close its stdin."""
+    assert daemon.stdin is not None
+    daemon.stdin.close()
+
+
+def test_the_daemon_spark_starts_hands_its_place_to_the_drivers_warm_zygote(monkeypatch):
+    monkeypatch.delenv(zygote.ENV, raising=False)
+    zygote.start()  # as build_spark does: the real zygote, loading every kernel
+    try:
+        assert zygote._started is not None and zygote.ENV in os.environ
+        wait_listening(zygote._started, os.environ[zygote.ENV].partition(":")[0])  # Spark's JVM takes seconds
+        daemon = start_daemon(spark_environment())
+        worker = fork_worker(daemon)
+        assert psutil.Process(worker).ppid() == zygote._started.pid  # forked by the zygote, not by the daemon
+        assert daemon.poll() is None  # Spark's daemon process waits for the zygote
+        stop(daemon)
+        wait_ended(zygote._started, daemon)
+        assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+    finally:
+        if zygote._started.poll() is None:
+            zygote._started.kill()
+        zygote._started = None
+
+
+def test_a_zygote_started_unlike_spark_would_is_refused_and_the_daemon_loads_the_kernels_itself():
+    proc, spec = quick_zygote()
+    daemon = start_daemon(spark_environment(**{zygote.ENV: spec, "PYTHONHASHSEED": "7"}))
+    try:
+        worker = fork_worker(daemon)
+        assert psutil.Process(worker).ppid() == daemon.pid
+        wait_ended(proc)  # a zygote that was refused has no one else to serve
+    finally:
+        stop(daemon)
+        wait_ended(daemon)
+
+
+@pytest.mark.parametrize("bad", [
+    {"token": "0" * 16, "environ": {}, "argv": [], "path": []},  # another token
+    {"environ": {"A": 1}, "argv": [], "path": []},  # not strings
+    {"environ": [], "argv": [], "path": []},
+    {"environ": {}, "argv": "pyspark.worker", "path": []},
+    [],
+    "x" * 100,
+], ids=["token", "environ-values", "environ-list", "argv-string", "list", "string"])
+def test_bad_offers_are_not_taken_and_the_daemons_is(bad):
+    proc, spec = quick_zygote()
+    name, _, token = spec.partition(":")
+    if isinstance(bad, dict):
+        bad = {"token": token, "executable": sys.executable, **bad}
+    with open(os.devnull, "rb") as devnull, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect("\0" + name)
+        offer = json.dumps(bad).encode()
+        socket.send_fds(conn, [struct.pack("!I", len(offer))], [devnull.fileno()] * 3)
+        conn.sendall(offer)
+        assert conn.recv(100) == b""  # closed without an answer
+    daemon = start_daemon(spark_environment(**{zygote.ENV: spec}))
+    try:
+        assert psutil.Process(fork_worker(daemon)).ppid() == proc.pid
+    finally:
+        stop(daemon)
+        wait_ended(proc, daemon)
+
+
+def test_sigterm_to_the_daemon_ends_the_zygote_in_its_place():
+    proc, spec = quick_zygote()
+    daemon = start_daemon(spark_environment(**{zygote.ENV: spec}))
+    assert psutil.Process(fork_worker(daemon)).ppid() == proc.pid
+    daemon.terminate()  # Spark's stopDaemon destroys the process it started
+    wait_ended(proc, daemon)
+
+
+def test_a_zygote_ends_with_its_driver():
+    proc, _spec = quick_zygote()
+    assert proc.stdin is not None
+    proc.stdin.close()
+    wait_ended(proc)
+
+
+def test_without_a_zygote_the_daemon_hands_nothing_over(monkeypatch):
+    monkeypatch.delenv(zygote.ENV, raising=False)
+    assert zygote.hand_over() is False
+    monkeypatch.setenv(zygote.ENV, f"headwater-zygote-test-{secrets.token_hex(8)}:x")  # nobody listens there
+    assert zygote.hand_over() is False
+
+
+def test_mismatch_names_what_spark_would_have_started_differently(monkeypatch, tmp_path):
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "2")
+    same = {"executable": sys.executable, "path": list(sys.path), "environ": dict(os.environ)}
+    assert zygote.mismatch(same) == ""
+    assert "interpreter" in zygote.mismatch({**same, "executable": "/usr/bin/python3.9"})
+    assert "NUMBA_NUM_THREADS" in zygote.mismatch({**same, "environ": {**os.environ, "NUMBA_NUM_THREADS": "1"}})
+    # Spark's own variables and Headwater's are read when used, and Spark's archives hold no module of ours
+    assert zygote.mismatch({**same, "environ": {**os.environ, "PYTHON_WORKER_FACTORY_SECRET": "s",
+                                                "HEADWATER_SPARK_UI": "on"},
+                            "path": [*sys.path, "/nonexistent/python/lib/pyspark.zip"]}) == ""
+    assert zygote.mismatch({**same, "path": [str(tmp_path), *sys.path]}) == "another import path"
