@@ -6,6 +6,7 @@ pipes), reads the port it reports and asks it for a worker, as Spark does: the w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -27,9 +28,21 @@ QUICK_ZYGOTE = "import sys; from headwater.spark import zygote; zygote.serve(sys
 DEADLINE_S = 60
 
 
+# a driver process: starts its zygote as build_spark does, says where it listens, then lives until its stdin ends
+DRIVER = """
+import os, sys
+from headwater.spark import zygote
+zygote.start()
+print(os.environ[zygote.ENV], zygote._started.pid, flush=True)
+sys.stdin.read()
+"""
+
+
 def spark_environment(**extra: str) -> dict[str, str]:
+    """What Spark gives its daemon: the driver's environment, its variables, its archives first on the path."""
     spark_files = f"{os.environ.get('SPARK_HOME', '/nonexistent')}/python/lib/pyspark.zip"
-    return {**os.environ, **zygote.spark_environment(dict(os.environ)), "PYTHONPATH": spark_files,
+    path = os.pathsep.join(p for p in (spark_files, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **zygote.spark_environment(dict(os.environ)), "PYTHONPATH": path,
             "PYTHON_WORKER_FACTORY_SECRET": "s", "SPARK_REUSE_WORKER": "1", **extra}
 
 
@@ -75,29 +88,39 @@ def wait_ended(*procs: subprocess.Popen[bytes]) -> None:
                 pipe.close()
 
 
+def wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while psutil.pid_exists(pid):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        assert time.monotonic() < deadline, f"process {pid} did not end"
+        time.sleep(0.01)
+
+
 def stop(daemon: subprocess.Popen[bytes]) -> None:
     """What Spark does to stop its daemon: close its stdin."""
     assert daemon.stdin is not None
     daemon.stdin.close()
 
 
-def test_the_daemon_spark_starts_hands_its_place_to_the_drivers_warm_zygote(monkeypatch):
-    monkeypatch.delenv(zygote.ENV, raising=False)
-    zygote.start()  # as build_spark does: the real zygote, loading every kernel
+def test_the_daemon_spark_starts_hands_its_place_to_the_drivers_warm_zygote():
+    env = {k: v for k, v in os.environ.items() if k != zygote.ENV}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        assert zygote._started is not None and zygote.ENV in os.environ
-        wait_listening(zygote._started, os.environ[zygote.ENV].partition(":")[0])  # Spark's JVM takes seconds
-        daemon = start_daemon(spark_environment())
+        assert driver.stdout is not None
+        spec, pid = driver.stdout.readline().decode().split()
+        wait_listening(driver, spec.partition(":")[0])  # the real zygote, loading every kernel; Spark's JVM takes seconds
+        daemon = start_daemon(spark_environment(**{zygote.ENV: spec}))
         worker = fork_worker(daemon)
-        assert psutil.Process(worker).ppid() == zygote._started.pid  # forked by the zygote, not by the daemon
+        assert psutil.Process(worker).ppid() == int(pid)  # forked by the zygote, not by the daemon
         assert daemon.poll() is None  # Spark's daemon process waits for the zygote
         stop(daemon)
-        wait_ended(zygote._started, daemon)
-        assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+        wait_ended(daemon)
+        wait_gone(int(pid))  # the zygote ran Spark's daemon: it ends with it (a zombie until its driver reaps it)
     finally:
-        if zygote._started.poll() is None:
-            zygote._started.kill()
-        zygote._started = None
+        stop(driver)
+        wait_ended(driver)
 
 
 def test_a_zygote_started_unlike_spark_would_is_refused_and_the_daemon_loads_the_kernels_itself():
