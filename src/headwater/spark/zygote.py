@@ -31,6 +31,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +92,8 @@ def start() -> None:
         _started.stdin.flush()
     except OSError:
         return  # only slower: Spark's daemon loads the kernels itself
+    # it ends with Spark's daemon, as its stand-in: reaped then, not left a zombie until this process exits
+    threading.Thread(target=_started.wait, name="headwater-zygote-reaper", daemon=True).start()
     os.environ[ENV] = f"{name}:{token}"
 
 
