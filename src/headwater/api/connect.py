@@ -72,8 +72,8 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
         return Session(RemoteMaster(urls, user=user, password=password), client_id=client_id)
     if isinstance(data_dir, list | tuple):
         raise ConfigurationError(f"connect({clip(data_dir)}): a list names masters, each http://host:port")
-    if start_spark and isinstance(spark_master, str) and spark_master.startswith("local"):
-        zygote.start()  # Spark's Python daemon, warming up on a core the imports below leave idle
+    if start_spark:
+        zygote.start(spark_master)  # Spark's Python daemon, warming up on a core the imports below leave idle
     from headwater.api.session import Session
     from headwater.runtime.embedded import embedded_master
 

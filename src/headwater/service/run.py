@@ -350,10 +350,9 @@ def _watch_leadership(leadership: Any, stop: threading.Event) -> None:
 
 
 def serve_worker(args: argparse.Namespace) -> int:
-    if args.spark.startswith("local"):
-        from headwater.spark import zygote
+    from headwater.spark import zygote
 
-        zygote.start()  # Spark's Python daemon loads the kernels while this process imports and its JVM starts
+    zygote.start(args.spark)  # Spark's Python daemon loads the kernels while this process imports and its JVM starts
     import uvicorn
 
     from headwater.durations import parse_duration

@@ -136,8 +136,7 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     # Python workers must import this interpreter's packages (pandas, pyarrow, headwater itself).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if SparkContext._active_spark_context is None and master.startswith("local"):
-        zygote.start()  # loads the kernels while the JVM starts, for the Python daemon Spark will start
+    zygote.start(master)  # loads the kernels while the JVM starts, for the Python daemon Spark will start
     if bind_address is not None:  # a process told where to listen: there, whatever it inherited (a test's 127.0.0.1)
         os.environ["SPARK_LOCAL_IP"] = bind_address
     else:

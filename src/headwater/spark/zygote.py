@@ -63,16 +63,17 @@ def spark_environment(environ: dict[str, str]) -> dict[str, str]:
             "OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "1")}
 
 
-def start() -> None:
+def start(master: str = "local[*]") -> None:
     """Start a zygote for the JVM this process is about to launch, and name it in ``os.environ`` for the JVM.
 
-    Only where Spark will fork this interpreter (``PYSPARK_PYTHON``) on this machine, on Linux, unless
+    Only for a local ``master`` (whose daemon Spark starts on this machine), where Spark will fork this
+    interpreter (``PYSPARK_PYTHON``), on Linux, unless
     ``HEADWATER_ZYGOTE=off``; not when this process's JVM runs already."""
     global _started
     if _started is not None and _started.poll() is None and ENV in os.environ:
         return  # started early (e.g. as connect() began) and not taken yet
     os.environ.pop(ENV, None)
-    if os.environ.get(SWITCH, "on") == "off":
+    if not isinstance(master, str) or not master.startswith("local") or os.environ.get(SWITCH, "on") == "off":
         return
     if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
         return
