@@ -381,9 +381,9 @@ class Session:
     def stream_engine_stat(self, name: str) -> pd.DataFrame:
         """One row per engine of graph ``name`` and stream task (Orca's ``getStreamEngineStat``): task_id, name,
         type, keys (groups in its state), late_rows (rows dropped as late or out of order, counted once even
-        when a micro-batch is replayed), state_bytes (its newest state snapshot), the newest micro-batch's
-        rows in (this task's) and out (its subgraph's) and duration (last_batch_s), and last_error (the
-        graph's reason while it is in error or failed). NULL where the engine keeps no such counter or no
+        when a micro-batch is replayed), state_bytes (its newest state snapshot), of the newest micro-batch that
+        read input this task's rows into and out of its chain and the batch's duration (last_batch_s), and
+        last_error (the graph's reason while it is in error or failed). NULL where the engine keeps no such counter or no
         micro-batch ran yet. From each task's newest state snapshot and job record. A timer engine adds
         timer_runs, timer_failures (runs whose function raised), timer_paused, and its function's last error
         (in last_error while the graph is not in error), on its first stream task's row only (one timer per

@@ -21,12 +21,13 @@ from headwater.plan.physical import PhysicalGraph
 
 def engine_rows(physical: PhysicalGraph, checkpoints: Path) -> list[dict[str, Any]]:
     """One row per engine and stream task: task_id, name, type, schema, fqn, its counters, the size of its newest
-    state snapshot (state_bytes), and its subgraph's newest micro-batch: the task's rows in and out (of its
-    chain; NULL out from a micro-batch recorded before Headwater kept it per task), the batch's duration."""
+    state snapshot (state_bytes), and its subgraph's newest micro-batch that read input: the task's rows in and
+    out (of its chain; NULL out from a micro-batch recorded before Headwater kept it per task), the batch's
+    duration."""
     rows: list[dict[str, Any]] = []
     for sg in physical.subgraphs:
         state_root = checkpoints / sg.key(physical) / "state"
-        last = newest_job(checkpoints / sg.key(physical))
+        last = newest_job(checkpoints / sg.key(physical), read_input=True)
         rows_in = {t["task"]: t["rows_in"] for t in last["tasks"]} if last else {}
         rows_out = {t["task"]: t.get("rows_out") for t in last["tasks"]} if last else {}
         for node in (physical.nodes[n] for n in sg.chain):

@@ -135,9 +135,15 @@ def read_jobs(directory: Path) -> list[dict[str, Any]]:
     return [r for r in _records(directory) if "finished" in r]
 
 
-def newest_job(directory: Path) -> dict[str, Any] | None:
-    """The record of the newest committed micro-batch (None before the first)."""
-    return next((r for r in _records(directory, newest_first=True) if "finished" in r), None)
+def newest_job(directory: Path, *, read_input: bool = False) -> dict[str, Any] | None:
+    """The record of the newest committed micro-batch (None before the first).
+
+    With ``read_input``, of the newest that read input versions. A micro-batch reads up to the input's newest
+    version, past the offset Spark planned it with, so Spark may then trigger one more over a range already
+    read, ``(end, end]``: its figures (no rows in, none out) say nothing of the work the subgraph did last.
+    """
+    return next((r for r in _records(directory, newest_first=True)
+                 if "finished" in r and (not read_input or r["input"][0] < r["input"][1])), None)
 
 
 def in_flight(directory: Path) -> dict[str, Any] | None:
