@@ -28,3 +28,34 @@ def test_the_python_workers_are_forked_by_the_drivers_zygote(spark):
 
     parents = set(spark.sparkContext.parallelize(range(2), 2).map(parent).collect())
     assert len(parents) == 1 and "-m headwater.spark.zygote" in parents.pop()
+
+
+def test_a_forked_worker_loads_a_graphs_task_plan_without_importing(spark, tmp_path):
+    """The daemon's warm-up (what the zygote runs before Spark forks workers from it) imports everything a task's
+    plan needs: unpickling it in a new worker imports no module, the first micro-batch's task included."""
+    import subprocess
+    import sys
+
+    from tests.spark.test_crash_safety import build
+
+    import headwater as hw
+
+    session = hw.connect(tmp_path)
+    session.use_catalog("demo")
+    try:
+        build(session, "g", "ticks", "out").submit()
+        plans = sorted(tmp_path.glob("graphs/**/task_plan.pkl"))
+        assert plans
+        probe = (
+            "import sys, pickle\n"
+            "from headwater.spark.daemon import warm_up\n"
+            "warm_up()\n"
+            "before = set(sys.modules)\n"
+            f"for path in {[str(p) for p in plans]!r}:\n"
+            "    with open(path, 'rb') as f:\n"
+            "        pickle.load(f)\n"
+            "print(sorted(set(sys.modules) - before))\n")
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+        assert done.stdout.strip() == "[]", done.stdout
+    finally:
+        session.close()

@@ -35,7 +35,10 @@ def disable_transparent_huge_pages() -> bool:
 def warm_up() -> None:
     """Import what every task runs and load every kernel; what cannot load here loads in the worker that needs it."""
     with contextlib.suppress(Exception):
-        import headwater.spark.fused  # noqa: F401  (what every task runs: the data plane, its storage)
+        # what every task runs: fused imports the data plane lazily (its query planners stay light), and a task's
+        # plan, unpickled in the worker, needs it whole (the task, its storage, Parquet): 50 ms of each first task
+        import headwater.dataplane.task
+        import headwater.spark.fused  # noqa: F401
         from headwater.engines.warm import warm_up as load_kernels
 
         load_kernels()
