@@ -195,3 +195,19 @@ def test_mismatch_names_what_spark_would_have_started_differently(monkeypatch, t
                                                 "HEADWATER_SPARK_UI": "on"},
                             "path": [*sys.path, "/nonexistent/python/lib/pyspark.zip"]}) == ""
     assert zygote.mismatch({**same, "path": [str(tmp_path), *sys.path]}) == "another import path"
+
+
+def test_archives_without_python_leave_the_import_path(tmp_path):
+    import zipfile
+
+    from headwater.spark.daemon import without_empty_archives
+
+    jar, modules = tmp_path / "core.jar", tmp_path / "pyspark.zip"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("org/apache/spark/Foo.class", b"\xca\xfe")
+    with zipfile.ZipFile(modules, "w") as z:
+        z.writestr("pyspark/__init__.py", "")
+    (tmp_path / "broken.zip").write_bytes(b"not a zip")
+    paths = [str(tmp_path), str(jar), str(modules), str(tmp_path / "absent.zip"), str(tmp_path / "broken.zip")]
+    assert without_empty_archives(paths) == [str(tmp_path), str(modules), str(tmp_path / "absent.zip"),
+                                              str(tmp_path / "broken.zip")]
