@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from tests.unit.test_order_book import arrow, build_stream, canonical, frame, graph, reference
+from tests.unit.test_order_book import arrow, build_stream, canonical, frame, graph, reference, tasks_of
 
 import headwater as hw
 
@@ -31,7 +31,7 @@ def test_binance_futures_books_and_errors_on_spark_equal_the_reference(spark, tm
         stats = s.stream_engine_stat("books")
     finally:
         s.close()
-    want, want_errors = reference(rows, "binance_futures", 3, 5000, 2500, None)
+    want, want_errors = reference(rows, "binance_futures", 3, 5000, 2500, None, tasks_of(parallel=True))
     assert len(want) > 20 and {c for _, _, c in want_errors} == {1, 2, 3, 4}
     assert canonical(got[list(frame(want).columns)]) == canonical(frame(want))
     assert sorted(zip(errors["symbol"], errors["eventTime"], errors["code"], strict=True)) == sorted(want_errors)

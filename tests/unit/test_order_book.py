@@ -22,6 +22,7 @@ import headwater as hw
 from headwater.dataplane import snapshots
 from headwater.dataplane.local import LocalRunner
 from headwater.faults import on_fault_point
+from headwater.storage.buckets import task_of
 
 SCHEMA = {"sym": "string", "incr": "bool", "t": "timestamp", "askPrice": "double[]", "askQty": "double[]",
           "bidPrice": "double[]", "bidQty": "double[]", "first_id": "long", "last_id": "long", "prev_id": "long", "note": "string"}
@@ -91,8 +92,12 @@ def take_update(rule: str, book: RefSymbol, row: dict[str, Any]) -> None:
 
 
 def reference(rows: list[dict[str, Any]], rule: str, depth: Any, interval_ms: int, timeout_ms: int | None,
-              cached_depth: int | None) -> tuple[list[dict[str, Any]], list[tuple[str, pd.Timestamp, int]]]:
+              cached_depth: int | None, task_of: Callable[[str], int] = lambda sym: 0,
+              ) -> tuple[list[dict[str, Any]], list[tuple[str, pd.Timestamp, int]]]:
+    """``task_of``: the stream task of a symbol. A task's clock is the newest event time of the rows it took in;
+    each time it moves, every symbol of the task whose last book is more than the timeout behind it times out."""
     books: dict[str, RefSymbol] = {}
+    clocks: dict[int, int] = {}
     out: list[dict[str, Any]] = []
     errors: list[tuple[str, pd.Timestamp, int]] = []
     for row in rows:
@@ -100,11 +105,16 @@ def reference(rows: list[dict[str, Any]], rule: str, depth: Any, interval_ms: in
         if levels is None:
             continue
         now = int((row["t"] - T0) / pd.Timedelta(milliseconds=1))
+        task = task_of(row["sym"])
+        if timeout_ms is not None and now > clocks.get(task, now - 1):
+            clocks[task] = now
+            silent = [(other.seen_at, sym) for sym, other in books.items()
+                      if task_of(sym) == task and not other.warned_timeout and now - other.seen_at > timeout_ms]
+            for _, sym in sorted(silent):  # the longest silent first
+                errors.append((sym, row["t"], 3))
+                books[sym].warned_timeout = True
         book = books.setdefault(row["sym"], RefSymbol(seen_at=now))
         found: list[int] = []
-        if timeout_ms is not None and not book.warned_timeout and now - book.seen_at > timeout_ms:
-            found.append(3)
-            book.warned_timeout = True
         made = False
         if rule == "direct":
             if not row["incr"]:
@@ -226,6 +236,11 @@ def graph(session: hw.Session, name: str, rule: str, *, parallel: bool, **option
     return g
 
 
+def tasks_of(parallel: bool) -> Callable[[str], int]:
+    """The stream task of each symbol in :func:`graph` (its parallelize hashes the symbol into two)."""
+    return (lambda sym: int(task_of([pa.array([sym])], 2)[0])) if parallel else (lambda sym: 0)
+
+
 def canonical(rows: pd.DataFrame) -> list[tuple[Any, ...]]:
     """Rows as tuples (arrays as lists), per symbol in their order: tasks interleave symbols differently."""
     out = []
@@ -261,7 +276,7 @@ def test_books_and_errors_equal_the_reference_for_any_appends_and_a_kill(session
         if cold:
             snapshots._LIVE.clear()
         runner.step()
-    want_out, want_errors = reference(rows, rule, depth, interval, timeout, cached_depth)
+    want_out, want_errors = reference(rows, rule, depth, interval, timeout, cached_depth, tasks_of(parallel))
     assert canonical(runner.read(f"{name}_out")) == canonical(frame(want_out)[list(SCHEMA)])
     got_errors = runner.read(f"{name}_errors")
     assert list(got_errors.columns) == ["symbol", "eventTime", "code", "reason"]
@@ -374,6 +389,21 @@ def test_timeout_and_crossed_book_in_event_time(session):
     ], timeout=1000)
     assert [b[0] for b in books] == ["t0", "t1000", "t2001", "t2002"]
     assert errors == [(2001, 3), (2001, 4), (2002, 4)]  # ETH's first row: its clock starts there
+
+
+def test_a_symbol_whose_rows_stop_times_out_when_the_streams_time_passes_its_deadline(session):
+    """ETH goes silent: BTC's rows move the stream's time past ETH's last book plus the timeout, and ETH is
+    reported then, once; its next row makes a book and lets it time out again (BTC's own silence included)."""
+    name = f"ob{next(_graphs)}"
+    rows = [row(0, False, sym="ETH", bids={5.0: 1.0}), row(500, False, bids={100.0: 1.0}),
+            row(1000, True, bids={100.0: 2.0}), row(1600, True, bids={100.0: 3.0}), row(2500, True),
+            row(3000, True, sym="ETH", bids={5.0: 2.0}), row(4200, True, bids={99.0: 1.0})]
+    out = graph(session, name, "direct", parallel=False, depth=5, timeout=1000).run_local(
+        {f"{name}_in": [arrow(rows[:3]), arrow(rows[3:5]), arrow(rows[5:])]})  # the clock crosses micro-batches
+    errors = [(r.symbol, int((r.eventTime - T0) / pd.Timedelta(milliseconds=1)), r.reason)
+              for r in out[f"{name}_errors"].itertuples()]
+    assert errors == [("ETH", 1600, "timeout"), ("BTC", 4200, "timeout"), ("ETH", 4200, "timeout")]
+    assert len(out[f"{name}_out"]) == len(rows)  # every row still makes its book
 
 
 def test_a_symbol_depth_dict_ignores_unlisted_symbols(session):

@@ -22,7 +22,8 @@ book out of step: later updates are only cached until the next snapshot.
 Rows that make a book give one output row each: the input row, with the four book columns replaced by the
 book's best ``depth`` levels (asks by rising price, bids by falling price). The error cases (1 stale, 2 gap,
 3 timeout, 4 crossed book) are rows of the ``error_table`` (:data:`ERROR_SCHEMA`), committed with the
-output. Time is the stream's event time, never the wall clock, so a replay gives the same rows.
+output. Time is the stream's event time, never the wall clock, so a replay gives the same rows: a symbol times out
+when its stream task's newest event time passes its last book by more than ``timeout`` (its own rows or others').
 
 >>> import pandas as pd, headwater as hw, tempfile
 >>> s = hw.connect(tempfile.mkdtemp(), start_spark=False)
@@ -303,6 +304,40 @@ def _trim(side: dict[float, float], *, bids: bool) -> None:
         side.update(kept)
 
 
+class _Deadlines:
+    """The books of one stream task that can still time out, soonest deadline first (a heap rebuilt per micro-batch
+    from the books: derived, never saved). A book's deadline is its ``book_time`` plus the timeout; a book made
+    since it was queued is queued again at its new deadline when the old one comes up."""
+
+    def __init__(self, books: np.ndarray, timeout: int) -> None:
+        self.books, self.timeout = books, timeout
+        self.heap = [(book.book_time + timeout, slot) for slot, book in enumerate(books.tolist())
+                     if book is not None and not book.timed_out]
+        heapq.heapify(self.heap)
+        self.queued = {slot for _, slot in self.heap}
+
+    def watch(self, slot: int) -> None:
+        """The book at ``slot`` is new or was made: it can time out again."""
+        if slot not in self.queued:
+            self.queued.add(slot)
+            heapq.heappush(self.heap, (self.books[slot].book_time + self.timeout, slot))
+
+    def expire(self, now: int) -> list[int]:
+        """The slots of the books whose deadline the stream time ``now`` passed, marked timed out."""
+        expired, heap = [], self.heap
+        while heap and heap[0][0] < now:
+            deadline, slot = heapq.heappop(heap)
+            book = self.books[slot]
+            if not book.timed_out and book.book_time + self.timeout > deadline:  # made since: a later deadline
+                heapq.heappush(heap, (book.book_time + self.timeout, slot))
+                continue
+            self.queued.discard(slot)
+            if not book.timed_out:
+                book.timed_out = True
+                expired.append(slot)
+        return expired
+
+
 class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
     def __init__(self, spec: CryptoOrderBookEngine) -> None:
         self.spec = spec
@@ -373,7 +408,7 @@ class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
             keep.append(i)
             depths.append(depth)
         if not keep:
-            state.rest = {"dropped": int(state.rest.get("dropped", 0)) + dropped}
+            state.rest = {**state.rest, "dropped": int(state.rest.get("dropped", 0)) + dropped}
             return state, self.out_arrow.empty_table(), None
         slots = state.keys.slots([np.array([symbols[i] for i in keep], dtype=object)])
         column = state.columns["book"]
@@ -384,17 +419,26 @@ class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
         out_rows: list[int] = []
         out_books: dict[str, list[list[float]]] = {f: [] for f in BOOK_FIELDS}
         errors: list[tuple[str, int, int]] = []
+        # timeouts: the task's stream time is the newest event time it took in; passing a book's deadline (its
+        # book's time plus the timeout) reports the book's symbol, whether its own row or another's moved it
+        deadlines = _Deadlines(column, self.timeout) if self.timeout is not None else None
+        clock = state.rest.get("clock")
+        timed_out: list[int] = []
         for i, slot, depth in zip(keep, slots.tolist(), depths, strict=True):
+            symbol, t = symbols[i], times[i]
+            if deadlines is not None and (clock is None or t > clock):
+                clock = t
+                for late in deadlines.expire(t):
+                    errors.append((state.keys.keys[late], t, TIMEOUT))
+                    timed_out.append(late)
             book = column[slot]
             if book is None:
-                book = column[slot] = _Book(times[i])
-            symbol, t = symbols[i], times[i]
+                book = column[slot] = _Book(t)
+                if deadlines is not None:
+                    deadlines.watch(slot)
             row = (t, first[i], last[i], prev[i], books["bidPrice"][i] or [], books["bidQty"][i] or [],
                    books["askPrice"][i] or [], books["askQty"][i] or [])
             codes: list[int] = []
-            if self.timeout is not None and not book.timed_out and t - book.book_time > self.timeout:
-                codes.append(TIMEOUT)
-                book.timed_out = True
             made = self._snapshot(book, row, codes) if not incremental[i] else \
                 self._update(book, row, codes, self._cached_depth(symbol))
             if made:
@@ -405,12 +449,18 @@ class CryptoOrderBookProcessor(Processor, runs=CryptoOrderBookEngine):
                 out_books["askPrice"].append(asks)
                 out_books["askQty"].append([book.asks[p] for p in asks])
                 book.book_time, book.timed_out = max(book.book_time, t), False
+                if deadlines is not None:
+                    deadlines.watch(slot)
                 if bids and asks and bids[0] >= asks[0]:
                     codes.append(CROSSED)
             dropped += sum(code in (STALE, GAP) for code in codes)
             errors.extend((symbol, t, code) for code in codes)
         state.touch(slots)
-        state.rest = {"dropped": int(state.rest.get("dropped", 0)) + dropped}
+        if timed_out:
+            state.touch(np.array(timed_out, dtype=np.int64))
+        state.rest = {**state.rest, "dropped": int(state.rest.get("dropped", 0)) + dropped}
+        if clock is not None:
+            state.rest["clock"] = clock
         out = table.take(pa.array(out_rows, pa.int64())).select(list(self.out_arrow.names))
         for f in BOOK_FIELDS:
             index = out.schema.get_field_index(c[f])
