@@ -177,6 +177,37 @@ def test_a_zygote_ends_with_its_driver():
     wait_ended(proc)
 
 
+FAILED_CONNECT = """
+import os, sys
+import headwater as hw
+from headwater.spark import zygote
+held = hw.connect(sys.argv[1], start_spark=False)
+started, stop = [], zygote.stop
+zygote.stop = lambda: (started.append(zygote._started.pid), stop())
+try:
+    hw.connect(sys.argv[1])
+except hw.DataDirectoryInUseError:
+    print(started[0], zygote.ENV in os.environ, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_connect_that_fails_before_spark_starts_ends_its_zygote(tmp_path):
+    """connect() starts the zygote before it opens the data directory: one in use raises, and the zygote ends then
+    rather than idling (about 260 MB) until its driver exits or for IDLE_SECONDS."""
+    env = {k: v for k, v in os.environ.items() if k != zygote.ENV}
+    driver = subprocess.Popen([sys.executable, "-c", FAILED_CONNECT, str(tmp_path)], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    try:
+        assert driver.stdout is not None
+        pid, named = driver.stdout.readline().decode().split()
+        assert named == "False"  # named to no JVM any more
+        wait_gone(int(pid))
+    finally:
+        stop(driver)
+        wait_ended(driver)
+
+
 def test_without_a_zygote_the_daemon_hands_nothing_over(monkeypatch):
     monkeypatch.delenv(zygote.ENV, raising=False)
     assert zygote.hand_over() is False

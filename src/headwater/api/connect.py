@@ -78,7 +78,11 @@ def connect(data_dir: str | Path | list[str] | None = None, *, user: str | None 
     from headwater.runtime.embedded import embedded_master
 
     path = storage_path(data_dir) if data_dir is not None else default_data_dir()
-    master = embedded_master(path, start_spark=start_spark, spark_master=spark_master,
-                             trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows,
-                             sql_limits=sql_limits)
+    try:
+        master = embedded_master(path, start_spark=start_spark, spark_master=spark_master,
+                                 trigger_interval=trigger_interval, driver_batch_rows=driver_batch_rows,
+                                 sql_limits=sql_limits)
+    except BaseException:
+        zygote.stop()  # not left loading kernels and idling for a JVM that will not come (a directory in use)
+        raise
     return Session.embedded(master, client_id=client_id, data_dir=path)

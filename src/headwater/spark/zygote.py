@@ -98,6 +98,21 @@ def start(master: str = "local[*]") -> None:
     os.environ[ENV] = f"{name}:{token}"
 
 
+def stop() -> None:
+    """End the zygote :func:`start` left for a JVM that will not come (``connect()`` failed before Spark started).
+
+    One an active JVM may have handed its daemon's place to is left alone: it ends with that daemon."""
+    global _started
+    context = getattr(sys.modules.get("pyspark.core.context"), "SparkContext", None)
+    if _started is None or getattr(context, "_active_spark_context", None) is not None:
+        return
+    if _started.stdin is not None:
+        with contextlib.suppress(OSError):
+            _started.stdin.close()  # its driver's end: a zygote ends with its stdin
+    os.environ.pop(ENV, None)
+    _started = None
+
+
 def _import_path(paths: list[str]) -> list[str]:
     """The entries of ``sys.path`` that can hold a module: Spark puts its home's ``pyspark.zip`` (absent there) and
     a jar of the pyspark wheel (no Python in it) on the daemon's path."""
