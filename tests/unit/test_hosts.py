@@ -7,6 +7,7 @@ import argparse
 import pytest
 
 import headwater as hw
+from headwater.errors import ConfigurationError
 from headwater.service.hosts import (
     Host,
     Inventory,
@@ -76,6 +77,26 @@ def test_the_console_command_checks_host_as_it_parses(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["ui", "--data-dir", "d", "--host", "10.0.0.256"])
     assert exit_.value.code == 2 and "argument --host: --host '10.0.0.256' is neither" in capsys.readouterr().err
+
+
+def test_the_console_served_for_a_data_directory_prints_where_browsers_reach_it(tmp_path):
+    from headwater.cli import main
+    from headwater.cli.ui import console_url
+
+    def url(*flags: str) -> str:
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        from headwater.cli.ui import add_ui_command
+
+        add_ui_command(sub)
+        return console_url(parser.parse_args(["ui", "--data-dir", str(tmp_path), *flags]))
+
+    assert url() == "http://127.0.0.1:8770/ui/"
+    assert url("--host", "0.0.0.0", "--advertise-address", "10.0.0.5", "--port", "9000") == "http://10.0.0.5:9000/ui/"
+    assert url("--host", "::1") == "http://[::1]:8770/ui/"
+    with pytest.raises(ConfigurationError, match="add --advertise-address"):
+        url("--host", "0.0.0.0")
+    assert main(["ui", "--data-dir", str(tmp_path), "--host", "0.0.0.0"]) != 0  # refused before serving
 
 
 def test_ipv6_literals_are_bracketed_in_urls():

@@ -25,6 +25,9 @@ def add_ui_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", type=storage_argument, default=None, help="serve the console of this data directory instead")
     p.add_argument("--host", type=bind_address, default="127.0.0.1", help="the address to listen on (with --data-dir)")
     p.add_argument("--port", type=int, default=8770, help="the port to listen on (with --data-dir)")
+    p.add_argument("--advertise-address", default=None,
+                   help="the address browsers reach the console at (with --data-dir); default: --host, which must "
+                        "then not be a wildcard")
     add_log_flags(p, access=True)
     p.set_defaults(func=ui)
 
@@ -41,6 +44,17 @@ def ui(args: argparse.Namespace) -> int:
     return serve(args)
 
 
+def console_url(args: argparse.Namespace) -> str:
+    """Where a browser finds the console served for ``--data-dir`` (checked before anything starts).
+
+    >>> console_url(argparse.Namespace(host="::1", advertise_address=None, port=8770))
+    'http://[::1]:8770/ui/'
+    """
+    from headwater.service.hosts import advertise_address, url_host
+
+    return f"http://{url_host(advertise_address(args.host, args.advertise_address))}:{args.port}/ui/"
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -53,12 +67,13 @@ def serve(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     if not data_dir.is_dir():
         raise ConfigurationError(f"no data directory at {data_dir}")
+    url = console_url(args)
     master = embedded_master(data_dir, start_spark=False)  # holds the directory: no master runs on it meanwhile
     try:
         auth = Authenticator(master.store)
         auth.ensure_admin(os.environ.get("HEADWATER_ADMIN_PASSWORD"))
         app: Any = create_app(master, auth, access_log=args.access_log)
-        print(f"headwater ui: {data_dir} on http://{args.host}:{args.port}/ui/", flush=True)
+        print(f"headwater ui: {data_dir} on {url}", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, lifespan="off")
     finally:
         master.close()
