@@ -69,3 +69,27 @@ def test_a_command_against_a_master_loads_no_database_driver():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_standby_first_looks_for_the_lease_one_lease_after_it_starts():
+    """Started beside the active master, a standby that tried at once would win the lease as often as not."""
+    from headwater.service.run import LEADERSHIP_POLL_S, _await_leadership
+
+    class Leadership:
+        tries = 0
+
+        def try_acquire(self) -> bool:
+            self.tries += 1
+            return False
+
+    class Stop:
+        def __init__(self) -> None:
+            self.waits: list[float] = []
+
+        def wait(self, seconds: float) -> bool:
+            self.waits.append(seconds)
+            return len(self.waits) > 3  # stopped at the fourth wait
+
+    leadership, stop = Leadership(), Stop()
+    _await_leadership(leadership, None, None, stop, first_wait=7.5)  # type: ignore[arg-type]
+    assert stop.waits == [7.5, LEADERSHIP_POLL_S, LEADERSHIP_POLL_S, LEADERSHIP_POLL_S] and leadership.tries == 3

@@ -193,7 +193,8 @@ def serve_master(args: argparse.Namespace) -> int:
         from headwater.service.leader import Leadership
 
         leadership = Leadership(args.metadata, lease_seconds=args.lease_seconds)
-        if not leadership.try_acquire() and not args.standby:
+        # a standby never takes the lease as it starts: one started beside the active master would win it as often
+        if not args.standby and not leadership.try_acquire():
             leadership.close()
             raise ConfigurationError("another master is active on this metadata store; start this one with "
                                      "--standby to take over when it stops")
@@ -207,8 +208,8 @@ def serve_master(args: argparse.Namespace) -> int:
         app.inner = serving.start()
         role = "active"
     else:
-        threading.Thread(target=_await_leadership, args=(leadership, serving, app, stop), daemon=True,
-                         name="headwater-standby").start()
+        threading.Thread(target=_await_leadership, args=(leadership, serving, app, stop, args.lease_seconds),
+                         daemon=True, name="headwater-standby").start()
         role = "standby"
     if leadership is not None:
         threading.Thread(target=_watch_leadership, args=(leadership, stop), daemon=True,
@@ -327,9 +328,13 @@ def _join_masters(masters: list[str], me: str, group: str, secret: str, ca: str 
             time.sleep(JOIN_EVERY_S)  # the pace of re-joining (a master that restarted learns of us within it)
 
 
-def _await_leadership(leadership: Any, serving: ActiveMaster, app: Any, stop: threading.Event) -> None:
-    """A standby: take over once the active master's lock is released."""
-    while not stop.wait(LEADERSHIP_POLL_S):
+def _await_leadership(leadership: Any, serving: ActiveMaster, app: Any, stop: threading.Event,
+                      first_wait: float) -> None:
+    """A standby: take over once the active master's lock is released, looking first after ``first_wait`` (a
+    lease): an active master started at the same moment, slower to start, has taken the lease by then."""
+    wait = first_wait
+    while not stop.wait(wait):
+        wait = LEADERSHIP_POLL_S
         try:
             if leadership.try_acquire():
                 log.warning("the active master is gone: this standby takes over")
@@ -447,7 +452,8 @@ def add_master_command(sub: argparse._SubParsersAction) -> None:
                         "lease (renewed every third of it); a frozen or cut-off master loses leadership after it "
                         "and a standby takes over")
     p.add_argument("--standby", action="store_true",
-                   help="wait as a standby and take over when the active master on the same --metadata stops")
+                   help="wait as a standby and take over when the active master on the same --metadata stops "
+                        "(it first looks one --lease-seconds after it starts: alone, it is active then)")
     add_log_flags(p, access=True)
     from headwater.service.doors import add_limit_flags
 
