@@ -9,6 +9,7 @@ import pytest
 
 from headwater.runtime.protocol import (
     MESSAGES,
+    AwaitCommit,
     ControlEngine,
     Health,
     IsRunning,
@@ -37,6 +38,7 @@ SAMPLES = [
     RunSql("select 1", "SELECT 1", [["hw__v", "demo.stream_table.t", "/d/t"]], ["a"],
            {"max_rows": 10, "max_result_bytes": 4096, "timeout_s": 2.5}),
     Shutdown(),
+    AwaitCommit(7, 30.0),
 ]
 
 

@@ -107,10 +107,19 @@ class Shutdown:
     """Stop every query this worker runs."""
 
 
+@dataclass(frozen=True)
+class AwaitCommit:
+    """Reply with how many micro-batches this worker's process has committed, once that differs from ``since``
+    (None: at once) or after ``timeout`` seconds: a master learns of a worker process's commits as they land."""
+
+    since: int | None = None
+    timeout: float = 30.0
+
+
 MESSAGES = {cls.__name__: cls for cls in (StartGraph, StopGraph, IsRunning, Warmup, ControlEngine,
-                                          TaskStatus, Progress, Health, RunSql, Shutdown)}
+                                          TaskStatus, Progress, Health, RunSql, Shutdown, AwaitCommit)}
 Message = (StartGraph | StopGraph | IsRunning | Warmup | ControlEngine | TaskStatus | Progress | Health
-           | RunSql | Shutdown)
+           | RunSql | Shutdown | AwaitCommit)
 
 
 def encode(message: Message) -> dict[str, Any]:

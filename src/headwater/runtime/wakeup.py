@@ -5,8 +5,9 @@ files, and the pause between looks grows from 10 ms to 100 ms. A caller of ``wai
 learned of the micro-batch it waited for up to 100 ms after that micro-batch's commit, 50 ms on average. Commits
 made in this process now fire :data:`TABLE_COMMITS`: a micro-batch of a graph on the in-process worker, and an
 append through this master. The fire ends every pause at once, in threads (:meth:`Pulse.wait`) and on event loops
-(:meth:`Pulse.wait_async`). A commit made elsewhere, by a worker process or another client's process, is still
-seen at the next look.
+(:meth:`Pulse.wait_async`). A master also fires it when one of its worker processes reports a commit
+(:mod:`headwater.service.pool` asks each for its next one). An append by another client's process straight to
+the storage is still seen at the next look.
 
 A waiter reads :attr:`Pulse.beats` before it looks and waits ``since`` that count. A commit that lands between
 its look and its wait then ends the wait at once instead of being missed. A woken waiter still lets half its pause
@@ -96,5 +97,5 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 TABLE_COMMITS = Pulse()
-"""Fired after a micro-batch of this process's worker has committed (its job record written) and after an append
-through this process's master."""
+"""Fired after a micro-batch of this process's worker has committed (its job record written), after an append
+through this process's master, and when a worker process of this master reports a commit."""

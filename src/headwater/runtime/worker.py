@@ -371,6 +371,8 @@ class Worker:
                 return {"path": path, "schema": schema.serialize().to_pybytes()}
             case protocol.Shutdown():
                 self.close()
+            case protocol.AwaitCommit():
+                return await_commit(message.since, message.timeout)
         return None
 
     def close(self) -> None:
@@ -394,6 +396,16 @@ def _retrying(start: Callable[[], Any], what: str) -> Any:
             log.warning("%s failed to start (%s); starting it again", what, _short(exc))
     raise AssertionError("unreachable")
 
+
+MAX_AWAIT_COMMIT_S = 60.0
+
+
+def await_commit(since: int | None, timeout: float) -> int:
+    """How many micro-batches this process's worker has committed (:data:`TABLE_COMMITS`), once that is no longer
+    ``since`` or after ``timeout`` seconds (at most :data:`MAX_AWAIT_COMMIT_S`); at once when ``since`` is None."""
+    if since is not None:
+        TABLE_COMMITS.wait(min(max(float(timeout), 0.0), MAX_AWAIT_COMMIT_S), since=int(since))
+    return TABLE_COMMITS.beats
 
 def _warm_up_kernels() -> None:
     """:func:`headwater.engines.warm.warm_up` in this process; a kernel that fails here loads when first used."""

@@ -10,6 +10,11 @@ graphs moved, stops instead of committing. The heartbeat thread asks each worker
 ``heartbeat`` seconds; a worker silent for ``deadline`` seconds, or whose port refused two heartbeats in a row,
 is down (Orca's NODE_DOWN), and the master's
 ``on_down`` callback restarts its graphs elsewhere from their checkpoints.
+
+A thread per worker also asks it, in one long request at a time, for its next commit (:class:`AwaitCommit`), and
+fires this process's :data:`~headwater.runtime.wakeup.TABLE_COMMITS` when one lands: a wait for a graph on a
+worker process (``wait_until_caught_up``) then looks again at once, as it does for the master's in-process worker,
+rather than at its next look (up to 100 ms later).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import httpx
 from headwater.dataplane.files import replacing
 from headwater.errors import ExecutionError, WorkerUnavailableError
 from headwater.runtime.protocol import (
+    AwaitCommit,
     Health,
     IsRunning,
     Message,
@@ -38,6 +44,7 @@ from headwater.runtime.protocol import (
     StopGraph,
     TaskStatus,
 )
+from headwater.runtime.wakeup import TABLE_COMMITS
 from headwater.runtime.worker import EPOCH_FILE
 from headwater.service.placement import DEFAULT_GROUP, GraphDemand, WorkerLoad, place
 from headwater.service.worker_http import HttpWorkerPort
@@ -49,6 +56,7 @@ log = logging.getLogger(__name__)
 # it, so waiting out the deadline would only delay their move. A frozen or unreachable worker refuses nothing:
 # for it the deadline decides.
 REFUSALS_FOR_DOWN = 2
+COMMIT_POLL_S = 30.0  # how long one request for a worker's next commit waits (it answers at once when one lands)
 
 
 class Probe(enum.Enum):
@@ -89,6 +97,7 @@ class WorkerPool:
             self.add(url, group)
         for url in list(self.ports):  # groups and loads known before the first placement
             self._probe(url)
+            self._watch(url)
         self._thread = threading.Thread(target=self._beat, name="headwater-heartbeats", daemon=True)
         self._thread.start()
 
@@ -105,6 +114,8 @@ class WorkerPool:
             self.alive[url] = True
         if self._store is not None:
             self._store.add_worker(url, group)
+        if self._thread is not None:  # attach() watches the workers known by then
+            self._watch(url)
         log.warning("worker %s (group %s) joined", url, group)
         return True
 
@@ -223,6 +234,30 @@ class WorkerPool:
                     # moving takes as long as starting the graphs elsewhere: heartbeats go on meanwhile
                     threading.Thread(target=self._move, args=(url, graphs), name=f"headwater-failover-{url}",
                                      daemon=True).start()
+
+    def _watch(self, url: str) -> None:
+        threading.Thread(target=self._watch_commits, args=(url,), name=f"headwater-commits-{url}",
+                         daemon=True).start()
+
+    def _watch_commits(self, url: str) -> None:
+        """Until the pool closes: ask the worker at ``url`` for its next commit, and wake this process's waits
+        when one lands. A worker that cannot be reached is asked again at the next heartbeat; one that does not
+        know the question (an older version) every :data:`COMMIT_POLL_S`."""
+        since: int | None = None
+        while not self._stop.is_set():
+            try:
+                beats = int(self.ports[url].request(AwaitCommit(since, COMMIT_POLL_S)))
+            except WorkerUnavailableError:
+                since = None  # it may come back as a new process, counting from 0
+                self._stop.wait(self.heartbeat)
+                continue
+            except Exception:  # refused (an older worker), or a port closed as the pool closes: slower waits only
+                since = None
+                self._stop.wait(COMMIT_POLL_S)
+                continue
+            if since is not None and beats != since:
+                TABLE_COMMITS.fire()
+            since = beats
 
     def _move(self, url: str, graphs: list[str]) -> None:
         try:
