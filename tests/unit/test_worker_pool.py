@@ -11,7 +11,7 @@ import pytest
 from headwater.errors import ExecutionError, WorkerUnavailableError
 from headwater.runtime.protocol import AwaitCommit
 from headwater.runtime.wakeup import TABLE_COMMITS
-from headwater.runtime.worker import await_commit
+from headwater.runtime.worker import Worker
 from headwater.service.pool import COMMIT_POLL_S, WorkerPool, _refused
 
 
@@ -33,18 +33,37 @@ def test_a_timeout_or_a_bad_answer_is_not_a_refusal():
     assert not _refused(None)
 
 
-def test_a_worker_answers_its_commit_count_once_it_changes():
+def test_a_worker_answers_its_commit_count_once_it_changes_and_refuses_once_stopping(tmp_path):
     import threading
+    from datetime import timedelta
 
-    assert await_commit(None, 30.0) == TABLE_COMMITS.beats  # no count known yet: at once
+    worker = Worker(tmp_path, spark_master="local[1]", trigger_interval=timedelta(seconds=1))  # no Spark started
+    assert worker.await_commit(None, 30.0) == TABLE_COMMITS.beats  # no count known yet: at once
     since = TABLE_COMMITS.beats
-    answer: list[int] = []
-    waiting = threading.Thread(target=lambda: answer.append(await_commit(since, 30.0)))
+    answers: list[object] = []
+
+    def ask() -> None:
+        try:
+            answers.append(worker.await_commit(TABLE_COMMITS.beats, 30.0))
+        except WorkerUnavailableError as exc:
+            answers.append(exc)
+
+    waiting = threading.Thread(target=lambda: answers.append(worker.await_commit(since, 30.0)))
     waiting.start()
     TABLE_COMMITS.fire()  # a micro-batch committed (fired before or after the wait began: both end it)
     waiting.join(timeout=30)
-    assert answer == [since + 1]
-    assert await_commit(since + 1, 0.0) == since + 1  # nothing new within the timeout: the same count
+    assert answers == [since + 1]
+    assert worker.await_commit(since + 1, 0.0) == since + 1  # nothing new within the timeout: the same count
+
+    # its process stops (SIGTERM): an open request ends now, not after its 30 s, and new ones are refused
+    answers.clear()
+    waiting = threading.Thread(target=ask)
+    waiting.start()
+    worker.stopping()
+    waiting.join(timeout=30)
+    assert len(answers) == 1 and isinstance(answers[0], WorkerUnavailableError)
+    with pytest.raises(WorkerUnavailableError, match="is stopping"):
+        worker.await_commit(None, 30.0)
 
 
 def test_the_pool_wakes_the_masters_waits_when_a_worker_commits():

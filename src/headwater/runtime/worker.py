@@ -24,7 +24,7 @@ from headwater.dataplane.snapshots import KEEP_SNAPSHOTS
 from headwater.dataplane.task import SubgraphTask, subgraph_task
 from headwater.dataplane.timers import status_path
 from headwater.engines.udf import TIMER_OPS, TimerEngine
-from headwater.errors import ExecutionError, GraphDefinitionError, shorten
+from headwater.errors import ExecutionError, GraphDefinitionError, WorkerUnavailableError, shorten
 from headwater.plan.document import from_json
 from headwater.plan.logical import EngineNode
 from headwater.plan.physical import PhysicalGraph
@@ -39,6 +39,7 @@ from headwater.sql.policy import PreparedQuery
 from headwater.tuning import DRIVER_BATCH_ROWS
 
 log = logging.getLogger(__name__)
+MAX_AWAIT_COMMIT_S = 60.0  # the longest a master's AwaitCommit request waits for a commit
 
 # Spark waits a fixed 10 s for a Python process it starts to connect back; on a loaded machine importing PySpark
 # can take longer. A query that failed so has done nothing yet: starting it again is safe (its checkpoint replays).
@@ -82,6 +83,7 @@ class Worker:
         self._spark_lock = threading.Lock()  # the recovery thread and the user's thread may both start it
         self._start_lock = threading.RLock()
         self._graphs: dict[str, RunningGraph] = {}
+        self._stopping = threading.Event()  # its process is stopping: masters' AwaitCommit requests end at once
 
     @property
     def spark(self) -> Any:
@@ -372,10 +374,29 @@ class Worker:
             case protocol.Shutdown():
                 self.close()
             case protocol.AwaitCommit():
-                return await_commit(message.since, message.timeout)
+                return self.await_commit(message.since, message.timeout)
         return None
 
+    def await_commit(self, since: int | None, timeout: float) -> int:
+        """How many micro-batches this process's worker has committed (:data:`TABLE_COMMITS`), once that is no
+        longer ``since`` or after ``timeout`` seconds (at most :data:`MAX_AWAIT_COMMIT_S`); at once when ``since``
+        is None. Raises :class:`WorkerUnavailableError` once the worker is stopping (:meth:`stopping`)."""
+        deadline = time.monotonic() + min(max(float(timeout), 0.0), MAX_AWAIT_COMMIT_S)
+        while since is not None and TABLE_COMMITS.beats == since and not self._stopping.is_set() and \
+                (remaining := deadline - time.monotonic()) > 0:
+            TABLE_COMMITS.wait(remaining, since=int(since))
+        if self._stopping.is_set():
+            raise WorkerUnavailableError(f"worker {self.name} is stopping")
+        return TABLE_COMMITS.beats
+
+    def stopping(self) -> None:
+        """Its process is stopping: the masters' open :meth:`await_commit` requests end now, rather than after their
+        timeout (an HTTP server that stops waits for every request to end), and new ones are refused."""
+        self._stopping.set()
+        TABLE_COMMITS.fire()
+
     def close(self) -> None:
+        self.stopping()
         for fqn in list(self._graphs):
             self.stop_graph(fqn)
 
@@ -396,16 +417,6 @@ def _retrying(start: Callable[[], Any], what: str) -> Any:
             log.warning("%s failed to start (%s); starting it again", what, _short(exc))
     raise AssertionError("unreachable")
 
-
-MAX_AWAIT_COMMIT_S = 60.0
-
-
-def await_commit(since: int | None, timeout: float) -> int:
-    """How many micro-batches this process's worker has committed (:data:`TABLE_COMMITS`), once that is no longer
-    ``since`` or after ``timeout`` seconds (at most :data:`MAX_AWAIT_COMMIT_S`); at once when ``since`` is None."""
-    if since is not None:
-        TABLE_COMMITS.wait(min(max(float(timeout), 0.0), MAX_AWAIT_COMMIT_S), since=int(since))
-    return TABLE_COMMITS.beats
 
 def _warm_up_kernels() -> None:
     """:func:`headwater.engines.warm.warm_up` in this process; a kernel that fails here loads when first used."""

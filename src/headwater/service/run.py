@@ -358,12 +358,10 @@ def serve_worker(args: argparse.Namespace) -> int:
     from headwater.spark import zygote
 
     zygote.start(args.spark)  # Spark's Python daemon loads the kernels while this process imports and its JVM starts
-    import uvicorn
-
     from headwater.durations import parse_duration
     from headwater.runtime.worker import Worker
     from headwater.service.doors import HttpLimits
-    from headwater.service.worker_http import check_secret, create_worker_app
+    from headwater.service.worker_http import check_secret, create_worker_app, serve
 
     configure_logging(args.log_level, args.log_format)
     os.environ["HEADWATER_SPARK_UI"] = args.spark_ui  # before its driver starts
@@ -385,8 +383,8 @@ def serve_worker(args: argparse.Namespace) -> int:
                          name="headwater-join").start()
     try:
         print(f"headwater worker: {args.data_dir} on {me}", flush=True)
-        uvicorn.run(create_worker_app(worker, secret, group=args.group, limits=HttpLimits.from_args(args)),
-                    host=args.host, port=args.port, log_level=args.log_level, access_log=False, **served)
+        serve(worker, create_worker_app(worker, secret, group=args.group, limits=HttpLimits.from_args(args)),
+              host=args.host, port=args.port, log_level=args.log_level, access_log=False, **served)
     finally:
         worker.close()
     return 0
