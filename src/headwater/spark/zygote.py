@@ -77,8 +77,7 @@ def start(master: str = "local[*]") -> None:
         return
     if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
         return
-    context = getattr(sys.modules.get("pyspark.core.context"), "SparkContext", None)
-    if getattr(context, "_active_spark_context", None) is not None:
+    if _jvm_runs():
         return  # this process's JVM runs already, and with it its daemon
     if os.path.realpath(os.environ.get("PYSPARK_PYTHON", sys.executable)) != os.path.realpath(sys.executable):
         return
@@ -103,14 +102,19 @@ def stop() -> None:
 
     One an active JVM may have handed its daemon's place to is left alone: it ends with that daemon."""
     global _started
-    context = getattr(sys.modules.get("pyspark.core.context"), "SparkContext", None)
-    if _started is None or getattr(context, "_active_spark_context", None) is not None:
+    if _started is None or _jvm_runs():
         return
     if _started.stdin is not None:
         with contextlib.suppress(OSError):
             _started.stdin.close()  # its driver's end: a zygote ends with its stdin
     os.environ.pop(ENV, None)
     _started = None
+
+
+def _jvm_runs() -> bool:
+    """Whether this process's Spark JVM runs (without importing PySpark when it was never imported)."""
+    context = getattr(sys.modules.get("pyspark.core.context"), "SparkContext", None)
+    return getattr(context, "_active_spark_context", None) is not None
 
 
 def _import_path(paths: list[str]) -> list[str]:
