@@ -216,11 +216,12 @@ def serve(name: str, token: str, warm: Callable[[], None]) -> None:
         listener.close()
         _answer(conn, ok=True, pid=os.getpid())
         conn.close()
-        from headwater.spark.daemon import drop_empty_archives
+        from headwater.spark.daemon import drop_empty_archives, freeze_heap
 
         drop_empty_archives()  # reads the jar's directory once (30 ms) rather than in every task
         from pyspark.daemon import manager
 
+        freeze_heap()  # last: what the hand-over imported is frozen too
         manager()
         return
 
