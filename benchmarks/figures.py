@@ -197,8 +197,9 @@ def summary(names: str) -> str:
 def first_batch(names: str) -> str:
     """``bench_first_batch.py`` runs, one row each (e.g. before and after a change)."""
     lines = ["| run | sources | setup kernel step s (cold / warm) | first batch s (cold / warm) | cold ÷ warm | "
-             "demo ticks/s (first / second run) | second ÷ first | demo kernel task-s (first / second) |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "demo ticks/s (first / second run) | second ÷ first | demo kernel task-s (first / second) | "
+             "demo: graph running after s (first / second) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     clock: dict[str, str] = {}
     for name in names.split():
         r = load(name)
@@ -207,10 +208,16 @@ def first_batch(names: str) -> str:
                      f"{b['cold_s']:.2f} / {b['warm_s']:.2f} | {ratio(b['cold_over_warm'])} | "
                      f"{d['runs'][0]['ticks_per_s']:,.0f} / {d['runs'][1]['ticks_per_s']:,.0f} | "
                      f"{ratio(d['second_over_first'])} | {d['runs'][0]['kernel_task_seconds']:.2f} / "
-                     f"{d['runs'][1]['kernel_task_seconds']:.2f} |")
+                     f"{d['runs'][1]['kernel_task_seconds']:.2f} | {_running_after(d['runs'])} |")
         clock = r["clock"]
     lines += ["", "Clocks: " + "; ".join(f"{k}: {v}" for k, v in clock.items()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _running_after(demos: list[dict]) -> str:
+    """What each demo run printed as "graph running after" (runs stored before it was recorded: —)."""
+    seconds = [d.get("running_after_s") for d in demos]
+    return " / ".join("—" if x is None else f"{x:.1f}" for x in seconds)
 
 
 def cold_start(names: str) -> str:
