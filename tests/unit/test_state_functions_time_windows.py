@@ -738,6 +738,20 @@ def test_window_holds_at_most_max_rows_and_evicts_the_oldest() -> None:
     close(one_key("tmove", [t, x], window=10), [NAN] * 5 + [2, 4])
 
 
+@pytest.mark.parametrize("name", ["tmsum", "tmmax", "tmmin", "tmfirst"])
+def test_a_ring_widened_past_powers_of_two_to_max_rows_wraps_the_same(name) -> None:
+    # widths 8 and 16 are powers of two (the kernel masks a row's slot), 20 is not (it divides): 60 rows of one
+    # key in one window, with values that make every slot's position matter
+    rng = np.random.default_rng(7)
+    t, x = np.repeat(np.arange(6.0), 10), rng.normal(size=60)
+    keep = 20
+    with patch.object(time_windows.operators.TimeWindow, "max_rows", keep):
+        got = one_key(name, [t, x], window=100)
+    fold = {"tmsum": np.sum, "tmmax": np.max, "tmmin": np.min, "tmfirst": lambda w: w[0]}[name]
+    want = [fold(x[max(0, i - keep + 1):i + 1]) for i in range(60)]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_cum_top_n_keeps_at_most_max_rows_tied_rows() -> None:
     with patch.object(topn.CumTopN, "max_rows", 4):
         # five rows tie for the top place; only the latest four are kept
