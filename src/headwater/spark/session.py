@@ -52,13 +52,18 @@ def scratch_dir(root: Path) -> Path:
     exit also deletes it.
     """
     global _SCRATCH
-    if _SCRATCH is not None and _SCRATCH.held:
-        return _SCRATCH.path.parent
+    if _SCRATCH is None or not _SCRATCH.held:
+        _SCRATCH = _process_dir(root)
+    return _SCRATCH.path.parent
+
+
+def _process_dir(root: Path) -> FileLock:
+    """A new ``<root>/<random id>/``, locked while this process lives and removed at its normal exit; the
+    directories of dead processes under ``root`` are removed first."""
     remove_unlocked_dirs(root)
     lock = create_locked_dir(root, uuid.uuid4().hex[:16])
-    _SCRATCH = lock
     atexit.register(shutil.rmtree, lock.path.parent, True)
-    return lock.path.parent
+    return lock
 
 
 _SOCKETS: FileLock | None = None  # this process's directory of Unix sockets to its Python workers
@@ -86,9 +91,7 @@ def python_socket_dir() -> Path | None:
     st = root.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None
-    remove_unlocked_dirs(root)
-    _SOCKETS = create_locked_dir(root, uuid.uuid4().hex[:16])
-    atexit.register(shutil.rmtree, _SOCKETS.path.parent, True)
+    _SOCKETS = _process_dir(root)
     return _SOCKETS.path.parent
 
 
