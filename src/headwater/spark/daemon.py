@@ -27,7 +27,6 @@ import contextlib
 import ctypes
 import gc
 import os
-import socket
 import sys
 
 PR_SET_THP_DISABLE = 41  # <linux/prctl.h>
@@ -88,32 +87,6 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-def quiet_when_idle_workers_are_closed() -> None:
-    """Make the workers PySpark's daemon forks end quietly when Spark closes their connection while they idle.
-
-    An idle worker waits in PySpark's task loop; when its driver exits (a script's uncaught error, ^C), Spark closes
-    that connection, and the loop's reply to the end of input failed to write: over Unix sockets at once, so it
-    printed a BrokenPipeError traceback after the user's own (1 run in 6 of a script raising after submit). A
-    worker now waits for a task's first byte itself and ends with the connection's end before PySpark reads it.
-    """
-    import pyspark.daemon
-
-    run_tasks = pyspark.daemon.worker
-    if getattr(run_tasks, "headwater", False):
-        return
-
-    def worker(sock: socket.socket, authenticated: bool) -> int:
-        try:
-            if sock.recv(1, socket.MSG_PEEK) == b"":
-                return 1  # closed: PySpark's loop then ends this worker
-        except OSError:
-            return 1
-        return int(run_tasks(sock, authenticated))
-
-    worker.headwater = True  # type: ignore[attr-defined]
-    pyspark.daemon.worker = worker
-
-
 if __name__ == "__main__":
     from headwater.spark.zygote import hand_over
 
@@ -122,7 +95,6 @@ if __name__ == "__main__":
         disable_transparent_huge_pages()
         warm_up()
         freeze_heap()
-        quiet_when_idle_workers_are_closed()
         from pyspark.daemon import manager
 
         manager()

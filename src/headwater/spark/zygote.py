@@ -216,16 +216,11 @@ def serve(name: str, token: str, warm: Callable[[], None]) -> None:
         listener.close()
         _answer(conn, ok=True, pid=os.getpid())
         conn.close()
-        from headwater.spark.daemon import (
-            drop_empty_archives,
-            freeze_heap,
-            quiet_when_idle_workers_are_closed,
-        )
+        from headwater.spark.daemon import drop_empty_archives, freeze_heap
 
         drop_empty_archives()  # reads the jar's directory once (30 ms) rather than in every task
         from pyspark.daemon import manager
 
-        quiet_when_idle_workers_are_closed()
         freeze_heap()  # last: what the hand-over imported is frozen too
         manager()
         return
