@@ -85,21 +85,3 @@ def test_the_workers_garbage_collector_skips_what_the_daemon_loaded(spark):
         return gc.get_freeze_count()
 
     assert all(n > 100_000 for n in spark.sparkContext.parallelize(range(2), 2).map(frozen).collect())
-
-
-def test_the_workers_talk_to_spark_over_unix_sockets_in_a_private_directory(spark):
-    """Over TCP every exchange with a worker waited for a delayed acknowledgement (~40 ms a job)."""
-    import os
-    import stat
-
-    conf = spark.sparkContext.getConf()
-    assert conf.get("spark.python.unix.domain.socket.enabled") == "true"
-    directory = conf.get("spark.python.unix.domain.socket.dir")
-    assert stat.S_IMODE(os.stat(os.path.dirname(directory)).st_mode) == 0o700
-
-    def uses_unix_sockets(_: object) -> bool:
-        import os
-
-        return os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "").lower() == "true"  # as PySpark reads it
-
-    assert spark.sparkContext.parallelize(range(2), 2).map(uses_unix_sockets).collect() == [True, True]

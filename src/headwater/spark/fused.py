@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -174,28 +173,8 @@ class SubgraphDataSource(DataSource):
         return "version BIGINT"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        _quiet_when_spark_hangs_up()
         return SubgraphStreamReader(self.options["input"], float(self.options.get("wait_s", 0)),
                                     self.options.get("checkpoint", ""), int(self.options.get("max_rows", 0)))
-
-
-def _quiet_when_spark_hangs_up() -> None:
-    """In the process Spark plans a query's input with: end without a traceback when Spark closed its connection.
-
-    A query stopped while its probe waits for input (up to ``wait_s``) closes that connection before the probe's
-    answer: over the Unix socket Spark and its Python processes talk through, writing it then fails, and PySpark
-    printed the failure, twice chained, on the user's terminal. Over TCP the same answer was dropped silently.
-    """
-    previous = sys.excepthook
-    if getattr(previous, "headwater", False):
-        return
-
-    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        if not issubclass(kind, (BrokenPipeError, ConnectionResetError)):
-            previous(kind, value, tb)
-
-    hook.headwater = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
 
 
 def start_fused_subgraph(

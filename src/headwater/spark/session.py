@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import os
 import shlex
 import shutil
-import stat
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -52,47 +49,13 @@ def scratch_dir(root: Path) -> Path:
     exit also deletes it.
     """
     global _SCRATCH
-    if _SCRATCH is None or not _SCRATCH.held:
-        _SCRATCH = _process_dir(root)
-    return _SCRATCH.path.parent
-
-
-def _process_dir(root: Path) -> FileLock:
-    """A new ``<root>/<random id>/``, locked while this process lives and removed at its normal exit; the
-    directories of dead processes under ``root`` are removed first."""
+    if _SCRATCH is not None and _SCRATCH.held:
+        return _SCRATCH.path.parent
     remove_unlocked_dirs(root)
     lock = create_locked_dir(root, uuid.uuid4().hex[:16])
+    _SCRATCH = lock
     atexit.register(shutil.rmtree, lock.path.parent, True)
-    return lock
-
-
-_SOCKETS: FileLock | None = None  # this process's directory of Unix sockets to its Python workers
-# a socket's path must fit sockaddr_un (108 bytes); Spark names each ".<uuid>.sock" (43 characters) in the directory
-_SOCKET_PATH_MAX = 107 - 43
-
-
-def python_socket_dir() -> Path | None:
-    """A directory only this user can enter, for the Unix sockets between Spark and its Python workers, or None.
-
-    Over TCP each of those exchanges waited for a delayed acknowledgement: a 2-task job took 0.10-0.18 s, over Unix
-    sockets 0.06-0.09 s. Spark then authenticates no connection, so the directory is private:
-    ``<temp>/headwater-<uid>/<random id>/``, locked while this process lives (the directories of dead processes are
-    removed, as scratch directories are). None, and Spark's TCP with its secret, when ``<temp>`` is not a private
-    directory of this user's or the path would be too long for a socket.
-    """
-    global _SOCKETS
-    if _SOCKETS is not None and _SOCKETS.held:
-        return _SOCKETS.path.parent
-    root = Path(tempfile.gettempdir()) / f"headwater-{os.getuid()}"
-    if len(os.fsencode(root)) + 18 > _SOCKET_PATH_MAX:
-        return None
-    with contextlib.suppress(FileExistsError):
-        root.mkdir(mode=0o700)
-    st = root.lstat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return None
-    _SOCKETS = _process_dir(root)
-    return _SOCKETS.path.parent
+    return lock.path.parent
 
 
 # Spark tells a stop that interrupted a micro-batch's Python code from a failure by matching a regular expression
@@ -218,10 +181,6 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     )
     if scratch is not None:
         builder = builder.config("spark.local.dir", str(scratch / "local"))
-    if master.startswith("local") and SparkContext._active_spark_context is None and \
-            (sockets := python_socket_dir()) is not None:
-        builder = builder.config("spark.python.unix.domain.socket.enabled", "true") \
-            .config("spark.python.unix.domain.socket.dir", str(sockets))
     if master.startswith("spark://"):
         _use_properties_file(os.environ.get(PROPERTIES_ENV))
         # executors start Python workers with the driver's interpreter, which has Headwater installed
