@@ -17,8 +17,7 @@ measured on the 2-core machine (one cold 2 M-row append through 20 metrics, 6 ru
 time went from 0.5-0.7 s to 0.2-0.3 s, and the append's wall time from 2.44 s to 2.06 s (medians).
 
 Before it forks, the daemon freezes what it loaded (:func:`freeze_heap`: PySpark collects garbage in a worker after
-each task) and wraps PySpark's task loop so that a worker whose connection Spark closes while it idles ends quietly
-(:func:`quiet_when_idle_workers_are_closed`).
+each task).
 """
 
 from __future__ import annotations
