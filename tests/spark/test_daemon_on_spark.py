@@ -85,3 +85,45 @@ def test_the_workers_garbage_collector_skips_what_the_daemon_loaded(spark):
         return gc.get_freeze_count()
 
     assert all(n > 100_000 for n in spark.sparkContext.parallelize(range(2), 2).map(frozen).collect())
+
+
+def test_a_querys_source_runner_runs_in_a_process_the_zygote_forks(spark, tmp_path):
+    """Spark starts a new interpreter for each streaming query's source runner; Headwater's source has it started
+    through the launcher, whose process waits while the zygote's runs the runner (a refused one would have become
+    the interpreter itself), and which Spark's stop of the query ends."""
+    import threading
+    import time
+
+    import psutil
+
+    from headwater.spark.fused import SOURCE_NAME, register_source
+    from headwater.spark.zygote import LAUNCHER
+    from headwater.storage.stream_table import StreamTable
+    from headwater.types import Schema
+
+    def stand_ins() -> set[int]:
+        runner = "pyspark.sql.streaming.python_streaming_source_runner"
+        found = set()
+        for proc in psutil.process_iter(["cmdline"]):
+            line = " ".join(proc.info["cmdline"] or [])
+            if LAUNCHER in line and runner in line:
+                found.add(proc.pid)
+        return found
+
+    before = stand_ins()
+    table = StreamTable.create(tmp_path / "input", Schema.parse({"x": "long"}))
+    register_source(spark)
+    ran = threading.Event()
+    query = (spark.readStream.format(SOURCE_NAME).option("input", str(table.path)).load()
+             .writeStream.foreachBatch(lambda _df, _batch: ran.set())
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="10 milliseconds").start())
+    try:
+        assert ran.wait(120), query.exception()
+        mine = stand_ins() - before
+        assert len(mine) == 1
+    finally:
+        query.stop()
+    deadline = time.monotonic() + 60
+    while stand_ins() & mine:
+        assert time.monotonic() < deadline, "the source runner's stand-in outlived its query"
+        time.sleep(0.05)

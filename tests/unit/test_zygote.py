@@ -1,7 +1,9 @@
-"""headwater.spark.zygote: Spark's daemon hands its place to a warm zygote, or warms itself when it may not.
+"""headwater.spark.zygote: Spark's daemon and source runners hand their place to a warm zygote, which forks a process
+in their place, or run as Spark started them when they may not.
 
-Each test starts the daemon as Spark's ``PythonWorkerFactory`` does (its module, Spark's variables, stdin and stdout
-pipes), reads the port it reports and asks it for a worker, as Spark does: the worker's parent says who forked it.
+Each daemon test starts the daemon as Spark's ``PythonWorkerFactory`` does (its module, Spark's variables, stdin and
+stdout pipes), reads the port it reports and asks it for a worker, as Spark does: the worker's parent says who
+forked it (the zygote's process in the daemon's place, or the daemon itself).
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ def fork_worker(daemon: subprocess.Popen[bytes]) -> int:
     return pid
 
 
+def forked_by(pid: int) -> int:
+    """The process that forked ``pid``'s parent: a worker of a daemon the zygote forked has the zygote there."""
+    return psutil.Process(psutil.Process(pid).ppid()).ppid()
+
+
 def wait_ended(*procs: subprocess.Popen[bytes]) -> None:
     for proc in procs:
         proc.wait(timeout=DEADLINE_S)
@@ -113,14 +120,17 @@ def test_the_daemon_spark_starts_hands_its_place_to_the_drivers_warm_zygote():
         wait_listening(driver, spec.partition(":")[0])  # the real zygote, loading every kernel; Spark's JVM takes seconds
         daemon = start_daemon(spark_environment(**{zygote.ENV: spec}))
         worker = fork_worker(daemon)
-        assert psutil.Process(worker).ppid() == int(pid)  # forked by the zygote, not by the daemon
-        assert daemon.poll() is None  # Spark's daemon process waits for the zygote
+        in_its_place = psutil.Process(worker).ppid()
+        assert forked_by(worker) == int(pid)  # by the daemon the zygote forked, not by the one Spark started
+        assert daemon.poll() is None  # Spark's daemon process waits for the one in its place
         stop(daemon)
         wait_ended(daemon)
-        wait_gone(int(pid))  # the zygote ran Spark's daemon: it ends with it (a zombie until its driver reaps it)
+        wait_gone(in_its_place)
+        assert psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE  # serves the driver's next JVM
     finally:
         stop(driver)
         wait_ended(driver)
+    wait_gone(int(pid))  # it ends with its driver
 
 
 def test_a_zygote_started_unlike_spark_would_is_refused_and_the_daemon_loads_the_kernels_itself():
@@ -129,20 +139,23 @@ def test_a_zygote_started_unlike_spark_would_is_refused_and_the_daemon_loads_the
     try:
         worker = fork_worker(daemon)
         assert psutil.Process(worker).ppid() == daemon.pid
-        wait_ended(proc)  # a zygote that was refused has no one else to serve
+        assert proc.poll() is None  # refused one offer, it still serves the driver's next process
     finally:
         stop(daemon)
         wait_ended(daemon)
+        stop(proc)
+        wait_ended(proc)
 
 
 @pytest.mark.parametrize("bad", [
     {"token": "0" * 16, "environ": {}, "argv": [], "path": []},  # another token
+    {"environ": dict(os.environ), "argv": [], "path": list(sys.path), "module": "os"},  # a module not stood in for
     {"environ": {"A": 1}, "argv": [], "path": []},  # not strings
     {"environ": [], "argv": [], "path": []},
     {"environ": {}, "argv": "pyspark.worker", "path": []},
     [],
     "x" * 100,
-], ids=["token", "environ-values", "environ-list", "argv-string", "list", "string"])
+], ids=["token", "module", "environ-values", "environ-list", "argv-string", "list", "string"])
 def test_bad_offers_are_not_taken_and_the_daemons_is(bad):
     proc, spec = quick_zygote()
     name, _, token = spec.partition(":")
@@ -156,18 +169,25 @@ def test_bad_offers_are_not_taken_and_the_daemons_is(bad):
         assert conn.recv(100) == b""  # closed without an answer
     daemon = start_daemon(spark_environment(**{zygote.ENV: spec}))
     try:
-        assert psutil.Process(fork_worker(daemon)).ppid() == proc.pid
+        assert forked_by(fork_worker(daemon)) == proc.pid
     finally:
         stop(daemon)
+        stop(proc)
         wait_ended(proc, daemon)
 
 
-def test_sigterm_to_the_daemon_ends_the_zygote_in_its_place():
+def test_sigterm_to_the_daemon_ends_the_process_in_its_place():
     proc, spec = quick_zygote()
     daemon = start_daemon(spark_environment(**{zygote.ENV: spec}))
-    assert psutil.Process(fork_worker(daemon)).ppid() == proc.pid
+    worker = fork_worker(daemon)
+    in_its_place = psutil.Process(worker).ppid()
+    assert psutil.Process(in_its_place).ppid() == proc.pid
     daemon.terminate()  # Spark's stopDaemon destroys the process it started
-    wait_ended(proc, daemon)
+    wait_ended(daemon)
+    wait_gone(in_its_place)
+    wait_gone(worker)  # PySpark's daemon ends its workers as it stops
+    stop(proc)
+    wait_ended(proc)
 
 
 def test_a_zygote_ends_with_its_driver():
@@ -242,3 +262,71 @@ def test_archives_without_python_leave_the_import_path(tmp_path):
     paths = [str(tmp_path), str(jar), str(modules), str(tmp_path / "absent.zip"), str(tmp_path / "broken.zip")]
     assert without_empty_archives(paths) == [str(tmp_path), str(modules), str(tmp_path / "absent.zip"),
                                               str(tmp_path / "broken.zip")]
+
+
+# a module the zygote may run in a process's place in these tests: says who forked it, then echoes a line
+PROBE = """
+import os, sys
+print(os.getpid(), os.getppid(), os.environ.get("PROBE"), flush=True)
+print(sys.stdin.readline().strip(), flush=True)
+"""
+ALLOW_PROBE = "from headwater.spark import zygote; zygote.STAND_IN_MODULES = frozenset({'hw_probe'}); "
+
+
+def probe_environment(tmp_path, **extra: str) -> dict[str, str]:
+    (tmp_path / "hw_probe.py").write_text(PROBE)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **zygote.spark_environment(dict(os.environ)), "PYTHONPATH": path, **extra}
+
+
+@pytest.fixture
+def probing_zygote(tmp_path):
+    """A quick zygote that may run ``hw_probe`` in a process's place, and its name; ended with the test."""
+    name, token = f"headwater-zygote-test-{secrets.token_hex(8)}", secrets.token_hex(8)
+    proc = subprocess.Popen([sys.executable, "-c", ALLOW_PROBE + "import sys; zygote.serve(sys.argv[1], sys.argv[2], "
+                             "lambda: None)", name, token], stdin=subprocess.PIPE, env=probe_environment(tmp_path))
+    wait_listening(proc, name)
+    yield proc, f"{name}:{token}"
+    stop(proc)
+    wait_ended(proc)
+
+
+def start_stand_in(env: dict[str, str], allow: bool = True) -> subprocess.Popen[bytes]:
+    """``headwater-spark-python -m hw_probe``, as Spark starts a source runner."""
+    code = (ALLOW_PROBE if allow else "from headwater.spark import zygote; ") + \
+        "import sys; sys.argv = ['headwater-spark-python', '-m', 'hw_probe']; zygote.stand_in()"
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def test_a_source_runners_place_goes_to_a_process_the_zygote_forks(tmp_path, probing_zygote):
+    proc, spec = probing_zygote
+    runner = start_stand_in(probe_environment(tmp_path, PROBE="runner", **{zygote.ENV: spec}))
+    out, _ = runner.communicate(b"a line\n", timeout=DEADLINE_S)
+    first, echoed = out.decode().splitlines()
+    pid, parent, variable = first.split()
+    assert (int(parent), variable, echoed) == (proc.pid, "runner", "a line")  # its streams, its environment
+    assert int(pid) != runner.pid and runner.returncode == 0  # the process Spark started waited for it
+    assert proc.poll() is None  # and serves the next
+
+
+def test_sigterm_to_a_stood_in_source_runner_ends_the_process_in_its_place(tmp_path, probing_zygote):
+    proc, spec = probing_zygote
+    runner = start_stand_in(probe_environment(tmp_path, **{zygote.ENV: spec}))
+    assert runner.stdout is not None
+    pid, parent, _ = runner.stdout.readline().decode().split()
+    assert int(parent) == proc.pid
+    runner.terminate()  # Spark destroys a source runner so as its query stops
+    wait_ended(runner)
+    wait_gone(int(pid))
+
+
+def test_what_the_zygote_may_not_run_runs_as_spark_started_it(tmp_path, probing_zygote):
+    """A module not stood in for, and any module when no zygote listens: the interpreter runs it, in that process."""
+    _proc, spec = probing_zygote
+    nobody = f"headwater-zygote-none-{secrets.token_hex(4)}:x"
+    for env, allow in [(probe_environment(tmp_path, **{zygote.ENV: spec}), False),
+                       (probe_environment(tmp_path, **{zygote.ENV: nobody}), True)]:
+        runner = start_stand_in(env, allow)
+        out, _ = runner.communicate(b"x\n", timeout=DEADLINE_S)
+        pid, parent, _ = out.decode().split()[:3]
+        assert (int(pid), int(parent)) == (runner.pid, os.getpid())

@@ -177,6 +177,36 @@ class SubgraphDataSource(DataSource):
                                     self.options.get("checkpoint", ""), int(self.options.get("max_rows", 0)))
 
 
+def register_source(spark: SparkSession) -> None:
+    """Register :class:`SubgraphDataSource`: as ``spark.dataSource.register`` does, but started through
+    :func:`headwater.spark.zygote.launcher` when the driver has a zygote.
+
+    Spark starts each streaming query's source runner as a new interpreter, which imports PySpark and Arrow
+    (~0.3 s) on the query's first trigger; the zygote forks one that has them already. The data source function's
+    interpreter is the only one set here: its planners still start Spark's own daemon (through the launcher, which
+    runs the interpreter for anything but a source runner), and the tasks stay with ``spark.pyspark.python``.
+    """
+    from headwater.spark.zygote import launcher, spark_environment
+
+    executable = launcher()
+    if executable is None:
+        spark.dataSource.register(SubgraphDataSource)
+        return
+    from pyspark.core.rdd import _prepare_for_python_RDD
+
+    # pyspark.sql.datasource.DataSourceRegistration.register, with another interpreter than sc.pythonExec
+    sc = spark.sparkContext
+    command, broadcasts, env, includes = _prepare_for_python_RDD(sc, SubgraphDataSource)
+    jvm = sc._jvm
+    assert jvm is not None
+    # the start-up variables Spark gives its daemon and not a source runner, which the zygote was started with
+    env = {**env, **spark_environment(dict(os.environ))}
+    function = jvm.SimplePythonFunction(bytearray(command), env, includes, executable, sc.pythonVer, broadcasts,
+                                        sc._javaAccumulator)
+    source = getattr(jvm, "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource")(function)
+    spark._jsparkSession.dataSource().registerPython(SOURCE_NAME, source)
+
+
 def start_fused_subgraph(
     spark: SparkSession,
     plan: Any,
@@ -205,7 +235,7 @@ def start_fused_subgraph(
     plan_path = checkpoint / "task_plan.pkl"
     with replacing(plan_path) as tmp:
         tmp.write_bytes(cloudpickle.dumps(plan))
-    spark.dataSource.register(SubgraphDataSource)
+    register_source(spark)
     groups = task_groups(plan.n_tasks, spark.sparkContext.defaultParallelism)
 
     def run_batch(batch: Batch) -> tuple[TaskReport, bool]:
@@ -277,7 +307,7 @@ def prime_source(spark: SparkSession, scratch: Path, timeout: float = 60.0) -> N
     with tempfile.TemporaryDirectory(prefix="prime-", dir=scratch) as work:
         table = StreamTable.create(Path(work) / "input", Schema.parse({"x": "long"}))
         table.append(pa.table({"x": [1]}))
-        spark.dataSource.register(SubgraphDataSource)
+        register_source(spark)
         ran = threading.Event()
         query = (spark.readStream.format(SOURCE_NAME).option("input", str(table.path)).load()
                  .writeStream.foreachBatch(lambda _df, _batch_id: ran.set())

@@ -1,4 +1,4 @@
-"""A warm Python daemon started beside Spark's JVM, to which the daemon Spark starts hands its place.
+"""A warm Python process started beside Spark's JVM, which forks the Python processes Spark starts on this machine.
 
 Spark starts a driver's Python processes one at a time, under one lock (``SparkEnv.createPythonWorker``), and it
 holds that lock until its daemon (:mod:`headwater.spark.daemon`) has forked a first worker. That daemon loads every
@@ -7,13 +7,19 @@ kernel first (~1.8 s on two cores), so the queries' source runners, which a grap
 A driver with a local master therefore starts a *zygote* as it launches its JVM (:func:`start`): a process that
 loads the same kernels while the JVM starts. When Spark later starts its daemon, that process offers the zygote its
 environment, its arguments and its standard streams (:func:`hand_over`). The zygote checks that it was started as
-Spark would start a daemon (same interpreter, import path and start-up variables), takes the streams over and runs
-PySpark's daemon loop; the process Spark started waits for the zygote and forwards SIGTERM to it. Spark's lock is
-then held for one Python start, not for the kernels' load.
+Spark would start a daemon (same interpreter, import path and start-up variables), and forks a process that takes
+the streams over and runs PySpark's daemon loop; the process Spark started waits for that one and forwards SIGTERM
+to it. Spark's lock is then held for one Python start, not for the kernels' load.
 
-A zygote serves one daemon; a daemon that finds none (a second daemon, a refused offer) loads the kernels itself,
-as before. The hand-over is a Linux abstract socket: only a process of this user that knows its random name and
-token is heard, and a bounded number of bad offers ends the zygote.
+Spark also starts a new interpreter for each streaming query's source runner, on the query's first trigger: 0.3 s
+of imports (PySpark, Arrow) before the query can plan. Headwater's source is registered with
+:data:`LAUNCHER` as its interpreter (:func:`headwater.spark.fused.register_source`), which offers the runner's
+place to the zygote in the same way (:func:`stand_in`); any other command it runs as the interpreter would.
+
+The zygote serves until its driver ends (its stdin closes), or for ``IDLE_SECONDS`` when no offer came; a process
+that finds no zygote, or is refused, runs as Spark started it. The hand-over is a Linux abstract socket: only a
+process of this user that knows its random name and token is heard, only the modules of
+:data:`STAND_IN_MODULES` are run, and a bounded number of bad offers ends the zygote.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 ENV = "HEADWATER_PYTHON_ZYGOTE"
 """``<socket name>:<token>`` in the environment of Spark's JVM, so of the daemon it starts."""
@@ -53,6 +59,11 @@ MAX_BAD_OFFERS = 8
 # zygote took the daemon's environment over (PySpark's PYTHON_WORKER_FACTORY_SECRET, Headwater's own settings).
 _START_SENSITIVE = re.compile(r"^(PYTHON(?!_)|NUMBA_|OMP_|OPENBLAS_|MKL_|ARROW_|LD_|MALLOC_|GLIBC_TUNABLES$)")
 _SKIPPED = {ENV, "PYTHONPATH"}  # the name differs by design; the import path is compared as sys.path
+STAND_IN_MODULES = frozenset({"pyspark.sql.streaming.python_streaming_source_runner"})
+"""What Spark starts as a new interpreter (not forked from its daemon) that the zygote may fork instead: the source
+runner of each streaming query, whose start (0.3 s of imports) is part of the query's first trigger."""
+LAUNCHER = "headwater-spark-python"
+"""The command (installed beside the interpreter) that offers such a process's place to the zygote (:func:`stand_in`)."""
 
 _started: subprocess.Popen[bytes] | None = None
 
@@ -71,7 +82,7 @@ def start(master: str = "local[*]") -> None:
     ``HEADWATER_ZYGOTE=off``; not when this process's JVM runs already."""
     global _started
     if _started is not None and _started.poll() is None and ENV in os.environ:
-        return  # started early (e.g. as connect() began) and not taken yet
+        return  # started early (as connect() began), or serving an earlier JVM of this process: it serves this one
     os.environ.pop(ENV, None)
     if not isinstance(master, str) or not master.startswith("local") or os.environ.get(SWITCH, "on") == "off":
         return
@@ -92,7 +103,7 @@ def start(master: str = "local[*]") -> None:
         _started.stdin.flush()
     except OSError:
         return  # only slower: Spark's daemon loads the kernels itself
-    # it ends with Spark's daemon, as its stand-in: reaped then, not left a zombie until this process exits
+    # reaped as it ends (with this process, or idle), not left a zombie until this process exits
     threading.Thread(target=_started.wait, name="headwater-zygote-reaper", daemon=True).start()
     os.environ[ENV] = f"{name}:{token}"
 
@@ -100,7 +111,7 @@ def start(master: str = "local[*]") -> None:
 def stop() -> None:
     """End the zygote :func:`start` left for a JVM that will not come (``connect()`` failed before Spark started).
 
-    One an active JVM may have handed its daemon's place to is left alone: it ends with that daemon."""
+    One serving an active JVM is left alone: it forks that JVM's source runners, and ends with this process."""
     global _started
     if _started is None or _jvm_runs():
         return
@@ -173,69 +184,122 @@ def _strings(values: object, depth: int = 1) -> bool:
     return all(_strings(v) if depth == 2 else isinstance(v, str) for v in values)
 
 
-def serve(name: str, token: str, warm: Callable[[], None]) -> None:
-    """Listen as ``name``, run ``warm``, then take over the first valid offer and run PySpark's daemon loop.
+def _take_offer(conn: socket.socket, token: str) -> tuple[dict[str, Any], list[int]] | None:
+    """A valid offer from a process of this user that knows the token, with its three descriptors; or None (the
+    descriptors closed)."""
+    fds: list[int] = []
+    try:
+        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        offer, fds = _receive_offer(conn)
+        if uid != os.getuid() or not hmac.compare_digest(str(offer.get("token", "")), token) or len(fds) != 3 \
+                or offer.get("module") not in (None, *STAND_IN_MODULES) or not isinstance(offer.get("cwd", ""), str):
+            raise ValueError("not from this driver's Spark")
+    except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
+        return None
+    return offer, fds
 
-    Returns without serving when the driver (this process's stdin) goes away, after ``IDLE_SECONDS`` without an
-    offer, after a refused offer, or after ``MAX_BAD_OFFERS``."""
+
+def serve(name: str, token: str, warm: Callable[[], None]) -> None:
+    """Listen as ``name``, run ``warm``, then fork a process in the place of each valid offer's: PySpark's daemon
+    loop, or the offer's module (:data:`STAND_IN_MODULES`).
+
+    Returns when the driver (this process's stdin) goes away, after ``IDLE_SECONDS`` without a first offer, or
+    after ``MAX_BAD_OFFERS`` bad or refused ones."""
     os.setpgid(0, 0)  # the terminal's ^C goes to the driver; this process ends when its stdin (the driver) does
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(4)
     warm()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the processes it forks are reaped as they end
     poller = select.poll()
     poller.register(listener, select.POLLIN)
     poller.register(0, select.POLLIN)
-    for _ in range(MAX_BAD_OFFERS):
-        ready = dict(poller.poll(IDLE_SECONDS * 1000))
+    idle_ms, bad = IDLE_SECONDS * 1000, 0
+    while bad < MAX_BAD_OFFERS:
+        ready = dict(poller.poll(idle_ms))
         if not ready or 0 in ready:  # idle, or the driver exited (its pipe's end)
             return
         conn, _addr = listener.accept()
-        conn.settimeout(OFFER_SECONDS)
-        fds: list[int] = []
-        try:
-            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-            offer, fds = _receive_offer(conn)
-            if uid != os.getuid() or not hmac.compare_digest(str(offer.get("token", "")), token) or len(fds) != 3:
-                raise ValueError("not from this driver's Spark")
-        except (OSError, ValueError):
+        with conn:
+            conn.settimeout(OFFER_SECONDS)
+            taken = _take_offer(conn, token)
+            if taken is None:
+                bad += 1
+                continue
+            offer, fds = taken
+            if why := mismatch(offer):
+                for fd in fds:
+                    os.close(fd)
+                _answer(conn, ok=False, why=why)
+                bad += 1
+                continue
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                conn.close()
+                _run_offer(offer, fds)
             for fd in fds:
                 os.close(fd)
-            conn.close()
-            continue
-        if why := mismatch(offer):
-            _answer(conn, ok=False, why=why)
-            return
+            _answer(conn, ok=True, pid=pid)
+        idle_ms = -1  # it served Spark: it stays for the next query's source runner as long as its driver runs
+
+
+def _run_offer(offer: dict[str, Any], fds: list[int]) -> NoReturn:
+    """In a process just forked from the zygote: become the process that made ``offer``, run it, and exit."""
+    code = 1
+    try:
+        os.setpgid(0, 0)  # as the process it stands in for; PySpark's daemon signals its own group as it stops
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
         os.environ.clear()
         os.environ.update({k: v for k, v in offer["environ"].items() if k != ENV})
-        sys.argv = [sys.argv[0], *offer["argv"][1:]]
         sys.path[:] = offer["path"]
-        listener.close()
-        _answer(conn, ok=True, pid=os.getpid())
-        conn.close()
-        from headwater.spark.daemon import drop_empty_archives, freeze_heap
+        with contextlib.suppress(OSError):
+            os.chdir(offer.get("cwd") or os.getcwd())
+        module = offer.get("module")
+        if module is None:  # Spark's daemon
+            sys.argv = [sys.argv[0], *offer["argv"][1:]]
+            from headwater.spark.daemon import drop_empty_archives, freeze_heap
 
-        drop_empty_archives()  # reads the jar's directory once (30 ms) rather than in every task
-        from pyspark.daemon import manager
+            drop_empty_archives()  # reads the jar's directory once (30 ms) rather than in every task
+            from pyspark.daemon import manager
 
-        freeze_heap()  # last: what the hand-over imported is frozen too
-        manager()
-        return
+            freeze_heap()  # last: what the hand-over imported is frozen too
+            manager()
+        else:
+            import runpy
+
+            sys.argv = [module, *offer["argv"][1:]]
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
 
 
-def hand_over() -> bool:
-    """In the daemon Spark started: hand this process's place to the driver's zygote, then wait for it to end
-    (forwarding SIGTERM), and return True; or return False at once when there is none or it refuses."""
+def hand_over(module: str | None = None) -> bool:
+    """In a process Spark started (its daemon; with ``module``, a process running that module): hand this process's
+    place to the driver's zygote, then wait for the process it forks in its place to end (forwarding SIGTERM), and
+    return True; or return False at once when there is none or it refuses."""
     spec = os.environ.pop(ENV, "")
     name, _, token = spec.partition(":")
     if not name or not token:
         return False
     os.setpgid(0, 0)  # as PySpark's daemon: out of the terminal's process group, whose ^C is the driver's
     offer = json.dumps({"token": token, "executable": sys.executable, "argv": sys.argv, "path": sys.path,
-                        "environ": dict(os.environ)}).encode()
+                        "environ": dict(os.environ), "module": module, "cwd": os.getcwd()}).encode()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(ANSWER_SECONDS)
@@ -258,6 +322,25 @@ def hand_over() -> bool:
     while not ended.poll():
         pass
     return True
+
+
+def launcher() -> str | None:
+    """The executable Spark should start its source runners with (:func:`stand_in`), when a zygote serves this
+    process's Spark; else None (Spark starts the interpreter itself)."""
+    if ENV not in os.environ:
+        return None
+    path = os.path.join(os.path.dirname(sys.executable), LAUNCHER)
+    return path if os.access(path, os.X_OK) else None
+
+
+def stand_in() -> None:
+    """``headwater-spark-python ARGS``: as ``python ARGS``, but ``-m`` one of :data:`STAND_IN_MODULES` runs in a
+    process the driver's zygote forks, which has imported what it needs already."""
+    args = sys.argv[1:]
+    sys.path[0] = os.getcwd()  # as "python -m" puts it, not this script's directory
+    if len(args) == 2 and args[0] == "-m" and args[1] in STAND_IN_MODULES and hand_over(args[1]):
+        return
+    os.execv(sys.executable, [sys.executable, *args])
 
 
 def main(argv: list[str]) -> None:
