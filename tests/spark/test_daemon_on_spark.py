@@ -88,9 +88,9 @@ def test_the_workers_garbage_collector_skips_what_the_daemon_loaded(spark):
 
 
 def test_a_querys_source_runner_runs_in_a_process_the_zygote_forks(spark, tmp_path):
-    """Spark starts a new interpreter for each streaming query's source runner; Headwater's source has it started
-    through the launcher, whose process waits while the zygote's runs the runner (a refused one would have become
-    the interpreter itself), and which Spark's stop of the query ends."""
+    """Spark starts a new interpreter for each streaming query's source runner, and for the daemon of each kind of
+    its planners; Headwater's source has them started through the launcher, whose process waits while the zygote's
+    runs in its place (a refused one would have become the interpreter itself), and which Spark's stop ends."""
     import threading
     import time
 
@@ -101,12 +101,11 @@ def test_a_querys_source_runner_runs_in_a_process_the_zygote_forks(spark, tmp_pa
     from headwater.storage.stream_table import StreamTable
     from headwater.types import Schema
 
-    def stand_ins() -> set[int]:
-        runner = "pyspark.sql.streaming.python_streaming_source_runner"
+    def stand_ins(module: str = "pyspark.sql.streaming.python_streaming_source_runner") -> set[int]:
         found = set()
         for proc in psutil.process_iter(["cmdline"]):
             line = " ".join(proc.info["cmdline"] or [])
-            if LAUNCHER in line and runner in line:
+            if LAUNCHER in line and f"-m {module}" in line:
                 found.add(proc.pid)
         return found
 
@@ -121,6 +120,7 @@ def test_a_querys_source_runner_runs_in_a_process_the_zygote_forks(spark, tmp_pa
         assert ran.wait(120), query.exception()
         mine = stand_ins() - before
         assert len(mine) == 1
+        assert stand_ins("pyspark.daemon")  # the planners' (they stay for the session)
     finally:
         query.stop()
     deadline = time.monotonic() + 60

@@ -267,7 +267,7 @@ def test_archives_without_python_leave_the_import_path(tmp_path):
 # a module the zygote may run in a process's place in these tests: says who forked it, then echoes a line
 PROBE = """
 import os, sys
-print(os.getpid(), os.getppid(), os.environ.get("PROBE"), flush=True)
+print(os.getpid(), os.getppid(), os.environ.get("PROBE"), *sys.argv[1:], flush=True)
 print(sys.stdin.readline().strip(), flush=True)
 """
 ALLOW_PROBE = "from headwater.spark import zygote; zygote.STAND_IN_MODULES = frozenset({'hw_probe'}); "
@@ -291,20 +291,21 @@ def probing_zygote(tmp_path):
     wait_ended(proc)
 
 
-def start_stand_in(env: dict[str, str], allow: bool = True) -> subprocess.Popen[bytes]:
-    """``headwater-spark-python -m hw_probe``, as Spark starts a source runner."""
+def start_stand_in(env: dict[str, str], allow: bool = True, *args: str) -> subprocess.Popen[bytes]:
+    """``headwater-spark-python -m hw_probe ARGS``, as Spark starts a source runner (or a planners' daemon)."""
     code = (ALLOW_PROBE if allow else "from headwater.spark import zygote; ") + \
-        "import sys; sys.argv = ['headwater-spark-python', '-m', 'hw_probe']; zygote.stand_in()"
+        f"import sys; sys.argv = ['headwater-spark-python', '-m', 'hw_probe', *{list(args)!r}]; zygote.stand_in()"
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
 def test_a_source_runners_place_goes_to_a_process_the_zygote_forks(tmp_path, probing_zygote):
     proc, spec = probing_zygote
-    runner = start_stand_in(probe_environment(tmp_path, PROBE="runner", **{zygote.ENV: spec}))
+    runner = start_stand_in(probe_environment(tmp_path, PROBE="runner", **{zygote.ENV: spec}), True, "an-argument")
     out, _ = runner.communicate(b"a line\n", timeout=DEADLINE_S)
     first, echoed = out.decode().splitlines()
-    pid, parent, variable = first.split()
-    assert (int(parent), variable, echoed) == (proc.pid, "runner", "a line")  # its streams, its environment
+    pid, parent, variable, argument = first.split()
+    # its streams, its environment, its arguments
+    assert (int(parent), variable, argument, echoed) == (proc.pid, "runner", "an-argument", "a line")
     assert int(pid) != runner.pid and runner.returncode == 0  # the process Spark started waited for it
     assert proc.poll() is None  # and serves the next
 

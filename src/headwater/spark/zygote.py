@@ -59,9 +59,10 @@ MAX_BAD_OFFERS = 8
 # zygote took the daemon's environment over (PySpark's PYTHON_WORKER_FACTORY_SECRET, Headwater's own settings).
 _START_SENSITIVE = re.compile(r"^(PYTHON(?!_)|NUMBA_|OMP_|OPENBLAS_|MKL_|ARROW_|LD_|MALLOC_|GLIBC_TUNABLES$)")
 _SKIPPED = {ENV, "PYTHONPATH"}  # the name differs by design; the import path is compared as sys.path
-STAND_IN_MODULES = frozenset({"pyspark.sql.streaming.python_streaming_source_runner"})
-"""What Spark starts as a new interpreter (not forked from its daemon) that the zygote may fork instead: the source
-runner of each streaming query, whose start (0.3 s of imports) is part of the query's first trigger."""
+STAND_IN_MODULES = frozenset({"pyspark.sql.streaming.python_streaming_source_runner", "pyspark.daemon"})
+"""What Spark starts as a new interpreter for Headwater's source that the zygote may fork instead: each streaming
+query's source runner, whose start (0.3 s of imports) is part of the query's first trigger, and the daemons of the
+source's planners (one per kind of planner: finding the source, planning its reads)."""
 LAUNCHER = "headwater-spark-python"
 """The command (installed beside the interpreter) that offers such a process's place to the zygote (:func:`stand_in`)."""
 
@@ -260,15 +261,15 @@ def _run_offer(offer: dict[str, Any], fds: list[int]) -> NoReturn:
         sys.path[:] = offer["path"]
         with contextlib.suppress(OSError):
             os.chdir(offer.get("cwd") or os.getcwd())
-        module = offer.get("module")
-        if module is None:  # Spark's daemon
-            sys.argv = [sys.argv[0], *offer["argv"][1:]]
-            from headwater.spark.daemon import drop_empty_archives, freeze_heap
+        from headwater.spark.daemon import drop_empty_archives, freeze_heap
 
-            drop_empty_archives()  # reads the jar's directory once (30 ms) rather than in every task
+        drop_empty_archives()  # a daemon's workers: the jar's directory read once (30 ms) rather than in every task
+        freeze_heap()  # what the hand-over imported, too
+        module = offer.get("module")
+        if module is None:  # Spark's daemon (headwater.spark.daemon)
             from pyspark.daemon import manager
 
-            freeze_heap()  # last: what the hand-over imported is frozen too
+            sys.argv = [sys.argv[0], *offer["argv"][1:]]
             manager()
         else:
             import runpy
@@ -337,20 +338,30 @@ def stand_in() -> None:
     """``headwater-spark-python ARGS``: as ``python ARGS``, but ``-m`` one of :data:`STAND_IN_MODULES` runs in a
     process the driver's zygote forks, which has imported what it needs already."""
     args = sys.argv[1:]
-    sys.path[0] = os.getcwd()  # as "python -m" puts it, not this script's directory
-    if len(args) == 2 and args[0] == "-m" and args[1] in STAND_IN_MODULES and hand_over(args[1]):
-        return
+    if len(args) >= 2 and args[0] == "-m" and args[1] in STAND_IN_MODULES:
+        sys.argv = [args[1], *args[2:]]  # as "python -m MODULE ARGS" has them
+        sys.path[0] = os.getcwd()  # likewise, rather than this script's directory
+        if hand_over(args[1]):
+            return
     os.execv(sys.executable, [sys.executable, *args])
 
 
 def main(argv: list[str]) -> None:
     """``python -m headwater.spark.zygote NAME``: the token comes on stdin, then stdin stays open until the
     driver ends."""
-    from headwater.spark.daemon import disable_transparent_huge_pages, warm_up
+    from headwater.spark.daemon import disable_transparent_huge_pages, freeze_heap, warm_up
+
+    def warm() -> None:
+        warm_up()
+        for module in STAND_IN_MODULES:  # what they import, imported once here; they themselves run as __main__
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
+            sys.modules.pop(module, None)
+        freeze_heap()  # inherited by every process it forks
 
     token = sys.stdin.buffer.readline().strip().decode()
     disable_transparent_huge_pages()
-    serve(argv[1], token, warm_up)
+    serve(argv[1], token, warm)
 
 
 if __name__ == "__main__":
