@@ -1,7 +1,7 @@
 """Spark's Python daemon, with Headwater's kernels loaded before it forks workers.
 
 Spark forks every Python worker from one daemon process; on a local master the driver's zygote
-(:mod:`headwater.spark.zygote`), warm already, takes this process's place. Importing the data plane (pandas, pyarrow, Numba,
+(:mod:`headwater.spark.zygote`), warm already, forks the daemon in this process's place. Importing the data plane (pandas, pyarrow, Numba,
 delta-rs) and loading every compiled kernel once here (``spark.python.daemon.module``;
 :func:`headwater.engines.warm.warm_up`) means each forked worker starts warm instead of paying seconds of
 imports and kernel loading on its first micro-batch.
@@ -89,7 +89,7 @@ def freeze_heap() -> None:
 if __name__ == "__main__":
     from headwater.spark.zygote import hand_over
 
-    if not hand_over():  # the driver's zygote, warm already, runs the daemon in this process's place
+    if not hand_over():  # the driver's zygote, warm already, forks the daemon in this process's place
         drop_empty_archives()
         disable_transparent_huge_pages()
         warm_up()
