@@ -91,6 +91,7 @@ def test_a_querys_source_runner_runs_in_a_process_the_zygote_forks(spark, tmp_pa
     """Spark starts a new interpreter for each streaming query's source runner, and for the daemon of each kind of
     its planners; Headwater's source has them started through the launcher, whose process waits while the zygote's
     runs in its place (a refused one would have become the interpreter itself), and which Spark's stop ends."""
+    import contextlib
     import threading
     import time
 
@@ -102,11 +103,13 @@ def test_a_querys_source_runner_runs_in_a_process_the_zygote_forks(spark, tmp_pa
     from headwater.types import Schema
 
     def stand_ins(module: str = "pyspark.sql.streaming.python_streaming_source_runner") -> set[int]:
+        """This driver's (its JVM's children; tests in other processes run their own)."""
         found = set()
-        for proc in psutil.process_iter(["cmdline"]):
-            line = " ".join(proc.info["cmdline"] or [])
-            if LAUNCHER in line and f"-m {module}" in line:
-                found.add(proc.pid)
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                line = " ".join(proc.cmdline())
+                if LAUNCHER in line and f"-m {module}" in line:
+                    found.add(proc.pid)
         return found
 
     before = stand_ins()
