@@ -181,10 +181,10 @@ def register_source(spark: SparkSession) -> None:
     """Register :class:`SubgraphDataSource`: as ``spark.dataSource.register`` does, but started through
     :func:`headwater.spark.zygote.launcher` when the driver has a zygote.
 
-    Spark starts each streaming query's source runner as a new interpreter, which imports PySpark and Arrow
-    (~0.3 s) on the query's first trigger; the zygote forks one that has them already. The data source function's
-    interpreter is the only one set here: its planners still start Spark's own daemon (through the launcher, which
-    runs the interpreter for anything but a source runner), and the tasks stay with ``spark.pyspark.python``.
+    Spark starts each streaming query's source runner, and the daemon of each kind of the source's planners, as a
+    new interpreter, which imports PySpark and Arrow (~0.3 s) on the way to the query's first trigger; the zygote
+    forks one that has them already. Only the data source function's interpreter is set here: the tasks stay with
+    ``spark.pyspark.python``.
     """
     from headwater.spark.zygote import launcher, spark_environment
 

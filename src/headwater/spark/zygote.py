@@ -11,10 +11,11 @@ Spark would start a daemon (same interpreter, import path and start-up variables
 the streams over and runs PySpark's daemon loop; the process Spark started waits for that one and forwards SIGTERM
 to it. Spark's lock is then held for one Python start, not for the kernels' load.
 
-Spark also starts a new interpreter for each streaming query's source runner, on the query's first trigger: 0.3 s
-of imports (PySpark, Arrow) before the query can plan. Headwater's source is registered with
-:data:`LAUNCHER` as its interpreter (:func:`headwater.spark.fused.register_source`), which offers the runner's
-place to the zygote in the same way (:func:`stand_in`); any other command it runs as the interpreter would.
+Spark also starts a new interpreter for each streaming query's source runner, on the query's first trigger, and for
+the daemon of each kind of the source's planners: 0.3 s of imports (PySpark, Arrow) each before the query can plan.
+Headwater's source is registered with :data:`LAUNCHER` as its interpreter
+(:func:`headwater.spark.fused.register_source`), which offers such a process's place to the zygote in the same way
+(:func:`stand_in`); any other command it runs as the interpreter would.
 
 The zygote serves until its driver ends (its stdin closes), or for ``IDLE_SECONDS`` when no offer came; a process
 that finds no zygote, or is refused, runs as Spark started it. The hand-over is a Linux abstract socket: only a
@@ -326,8 +327,8 @@ def hand_over(module: str | None = None) -> bool:
 
 
 def launcher() -> str | None:
-    """The executable Spark should start its source runners with (:func:`stand_in`), when a zygote serves this
-    process's Spark; else None (Spark starts the interpreter itself)."""
+    """The executable Spark should start the source's runners and planners' daemons with (:func:`stand_in`), when a
+    zygote serves this process's Spark; else None (Spark starts the interpreter itself)."""
     if ENV not in os.environ:
         return None
     path = os.path.join(os.path.dirname(sys.executable), LAUNCHER)
