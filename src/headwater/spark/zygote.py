@@ -191,9 +191,10 @@ def _take_offer(conn: socket.socket, token: str) -> tuple[dict[str, Any], list[i
     descriptors closed)."""
     fds: list[int] = []
     try:
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        if struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1] != os.getuid():
+            raise ValueError("another user's")  # before a byte of its offer is read
         offer, fds = _receive_offer(conn)
-        if uid != os.getuid() or not hmac.compare_digest(str(offer.get("token", "")), token) or len(fds) != 3 \
+        if not hmac.compare_digest(str(offer.get("token", "")), token) or len(fds) != 3 \
                 or offer.get("module") not in (None, *STAND_IN_MODULES) or not isinstance(offer.get("cwd", ""), str):
             raise ValueError("not from this driver's Spark")
     except (OSError, ValueError):
