@@ -32,6 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from headwater.storage.memory import buffer_pool
+
 POS = "_hw_pos"
 _META = b"headwater.buckets"
 
@@ -55,9 +57,9 @@ def _hash_array(values: np.ndarray) -> np.ndarray:
 def _hash_column(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A stable 64-bit hash per row; strings are hashed once per distinct value."""
     if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+        column = column.combine_chunks(memory_pool=buffer_pool())
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        encoded = column.dictionary_encode()
+        encoded = pc.dictionary_encode(column, memory_pool=buffer_pool())
         uniques = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
         return _hash_array(uniques)[encoded.indices.to_numpy(zero_copy_only=False)]
     values = column.to_numpy(zero_copy_only=False)
@@ -81,7 +83,7 @@ def write_table(rows: pa.Table, path: str, *, bucketing: Bucketing | None = None
     Uncompressed, dictionary encoding for text columns only: on numeric columns both cost write time
     for little gain.
     """
-    options = {"compression": "none", "use_dictionary": list(text_columns)}
+    options = {"compression": "none", "use_dictionary": list(text_columns), "memory_pool": buffer_pool()}
     if bucketing is None or bucketing.key not in rows.column_names or rows.num_rows == 0:
         pq.write_table(rows, path, **options)
         return
@@ -92,7 +94,9 @@ def write_table(rows: pa.Table, path: str, *, bucketing: Bucketing | None = None
     buckets = np.full(rows.num_rows, -1, dtype=np.int16 if small else np.int64)
     buckets[valid] = task_of([key if valid.all() else key.filter(pa.array(valid))], bucketing.count)
     order = np.argsort(buckets, kind="stable")  # stable: each bucket keeps its rows' order
-    grouped = rows.take(pa.array(order)).append_column(POS, pa.array(order, pa.int64()))
+    pool = buffer_pool()
+    grouped = pc.take(rows, pa.array(order), memory_pool=pool).append_column(POS, pa.array(order, pa.int64(),
+                                                                                          memory_pool=pool))
     in_order = buckets[order]
     starts = np.flatnonzero(np.diff(in_order, prepend=-2))
     bounds = [*starts.tolist(), len(order)]

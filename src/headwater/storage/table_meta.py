@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headwater.errors import GraphDefinitionError, NameTakenError, SchemaError, clip
+from headwater.storage.memory import buffer_pool
 from headwater.storage.retention import Retention
 from headwater.storage.table_log import log_dir
 from headwater.types import ARROW_TYPES, NUMERIC, TEMPORAL, Schema, TableKind, canonical_type, element_of
@@ -255,7 +256,7 @@ def conform(data: Any, schema: Schema, arrow_schema: pa.Schema, name: str) -> pa
             )
         if col.type != target:
             try:
-                col = pc.cast(col, target, safe=True)
+                col = pc.cast(col, target, safe=True, memory_pool=buffer_pool())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise SchemaError(
                     f"{where}: column {clip(name)} of type {col.type} does not fit {typ} "
