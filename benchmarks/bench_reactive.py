@@ -107,6 +107,18 @@ def run_headwater(rows: pd.DataFrame, batch: int, tasks: int, cold: bool) -> tup
     return elapsed, split, out
 
 
+def cpu_model() -> str:
+    """The processor's model name (machines of one kind differ: the scalar kernels ran 2x apart on two of them)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read().split("\n\n", 1)[0]
+    except OSError:
+        return platform.processor()
+    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
+
+
 def warm_up(s: Any) -> None:
     """One batch on keys of its own, run as Spark tasks: a batch of DRIVER_BATCH_ROWS or fewer runs in the driver."""
     from headwater.tuning import DRIVER_BATCH_ROWS
@@ -309,7 +321,7 @@ def main() -> None:
                    "kernels_parallel_vs_polars": None if polars_s is None else polars_s / parallel_s,
                    "kernels_vs_pandas": (args.rows / kernel_s) / (len(sample) / pandas_s)},
         "task_seconds_by_stage": split, "load_average": load, "load_average_at_end": os.getloadavg(),
-        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "cpus": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
