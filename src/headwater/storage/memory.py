@@ -1,4 +1,4 @@
-"""Where the large Arrow buffers an append allocates in a user's process come from.
+"""Where the large Arrow buffers of Headwater's writes come from: an append's, in the user's process, and a task's.
 
 pyarrow's default pool (mimalloc) asks the kernel for transparent huge pages. Where the kernel grants them only
 when asked (``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise``, as on this project's machines),
@@ -8,8 +8,8 @@ as it is first used, a fresh huge page can cost far more than the 512 small page
 or the system allocator, which use small pages there; a 2 M-row append to a running graph, 0.50-0.81 s
 (median 0.69) against 0.40-0.52 s (median 0.45), four alternating runs.
 
-Spark's Python workers turn huge pages off for their whole process (:mod:`headwater.spark.daemon`); a user's
-process is not ours to change, so the append's buffers name their pool instead.
+Spark's Python workers turn huge pages off for their whole process (:mod:`headwater.spark.daemon`), where either
+pool uses small pages; a user's process is not ours to change, so the writes name their pool instead.
 
 >>> buffer_pool().backend_name in ("jemalloc", "system")
 True
@@ -24,7 +24,7 @@ import pyarrow as pa
 
 @functools.cache
 def buffer_pool() -> pa.MemoryPool:
-    """The pool of an append's large buffers: jemalloc where pyarrow has it, else the system allocator."""
+    """The pool of the writes' large buffers: jemalloc where pyarrow has it, else the system allocator."""
     try:
         return pa.jemalloc_memory_pool()
     except NotImplementedError:  # a pyarrow built without jemalloc
