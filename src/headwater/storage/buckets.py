@@ -83,7 +83,8 @@ def write_table(rows: pa.Table, path: str, *, bucketing: Bucketing | None = None
     Uncompressed, dictionary encoding for text columns only: on numeric columns both cost write time
     for little gain.
     """
-    options = {"compression": "none", "use_dictionary": list(text_columns), "memory_pool": buffer_pool()}
+    pool = buffer_pool()
+    options = {"compression": "none", "use_dictionary": list(text_columns), "memory_pool": pool}
     if bucketing is None or bucketing.key not in rows.column_names or rows.num_rows == 0:
         pq.write_table(rows, path, **options)
         return
@@ -94,7 +95,6 @@ def write_table(rows: pa.Table, path: str, *, bucketing: Bucketing | None = None
     buckets = np.full(rows.num_rows, -1, dtype=np.int16 if small else np.int64)
     buckets[valid] = task_of([key if valid.all() else key.filter(pa.array(valid))], bucketing.count)
     order = np.argsort(buckets, kind="stable")  # stable: each bucket keeps its rows' order
-    pool = buffer_pool()
     grouped = pc.take(rows, pa.array(order), memory_pool=pool).append_column(POS, pa.array(order, pa.int64(),
                                                                                           memory_pool=pool))
     in_order = buckets[order]
