@@ -21,7 +21,7 @@ import pytest
 
 import headwater as hw
 from tests.support.postgres import free_port
-from tests.support.service import ROOT, SUBMIT, append_and_check, poll_pause, rows
+from tests.support.service import ROOT, SUBMIT, append_and_check, polls, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -70,14 +70,10 @@ def test_cluster_up_runs_graphs_on_spark_standalone_survives_a_dead_worker_and_g
         worker = session.stream_graph_meta("totals").iloc[-1]["tasks"][0]["node"]  # worker@127.0.0.1:<port>
         victim = next(i for i, u in enumerate(state["workers"]) if u.endswith(worker.rsplit(":", 1)[1]))
         os.kill(pids[f"worker-{victim}"], signal.SIGKILL)
-        deadline = time.monotonic() + 120
-        attempt = 0
-        while time.monotonic() < deadline:
+        for _ in polls(120):
             meta = session.stream_graph_meta("totals").iloc[-1]
             if meta["status"] == "running" and meta["tasks"] and meta["tasks"][0]["node"] != worker:
                 break
-            time.sleep(poll_pause(attempt))  # polling a condition with a deadline
-            attempt += 1
         else:
             raise AssertionError(f"the graph did not move off the killed worker: {meta.to_dict()}")
         everything = append_and_check(session, rows(200, seed=2, start=300), everything)

@@ -5,7 +5,6 @@ fenced off. Every time the sink ends equal to the pandas reference: nothing lost
 from __future__ import annotations
 
 import signal
-import time
 
 import httpx
 import pandas as pd
@@ -17,7 +16,7 @@ from tests.support.service import (
     WORKER_SECRET,
     append_and_check,
     connect,
-    poll_pause,
+    polls,
     rows,
     start,
     start_together,
@@ -35,15 +34,11 @@ def placed_on(session) -> str:
 
 def wait_until_moved(session, away_from: str, timeout: float = 120.0) -> str:
     """The worker the graph runs on once it runs elsewhere than ``away_from`` (status and tasks of one answer)."""
-    deadline = time.monotonic() + timeout
-    attempt = 0
-    while time.monotonic() < deadline:
+    for _ in polls(timeout):
         meta = session.stream_graph_meta("totals").iloc[-1]
         nodes = {t["node"] for t in meta["tasks"] if t["status"] == "running"}
         if meta["status"] == "running" and len(nodes) == 1 and away_from not in nodes:
             return nodes.pop()
-        time.sleep(poll_pause(attempt))  # polling a condition with a deadline
-        attempt += 1
     raise AssertionError(f"the graph did not leave {away_from} within {timeout:.0f}s: {meta.to_dict()}")
 
 

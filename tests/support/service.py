@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -65,9 +65,7 @@ def ready(proc: subprocess.Popen, within: float = 120.0) -> subprocess.Popen:
     """``proc`` (from ``spawn``) once it answers ``/v1/health`` (a worker: once its Spark driver is ready too)
     within ``within`` seconds."""
     command, port, log_path = proc.headwater  # type: ignore[attr-defined]
-    deadline = time.monotonic() + within
-    attempt = 0
-    while time.monotonic() < deadline:
+    for _ in polls(within):
         assert proc.poll() is None, log_path.read_text()[-3000:]
         try:
             answer = httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1)
@@ -77,8 +75,6 @@ def ready(proc: subprocess.Popen, within: float = 120.0) -> subprocess.Popen:
                 return proc
         except httpx.TransportError:
             pass
-        time.sleep(poll_pause(attempt))  # polling a condition with a deadline
-        attempt += 1
     proc.kill()
     raise AssertionError(f"headwater {command} did not answer within {within:.0f} s: {log_path.read_text()[-3000:]}")
 
@@ -152,20 +148,22 @@ def append_and_check(session, new: pd.DataFrame, before: pd.DataFrame) -> pd.Dat
     return everything
 
 
-def poll_pause(attempt: int) -> float:
-    """The pause before a condition's next check: 20 ms at first, growing to 250 ms. A check asks a master or a
-    store over the network; at a fixed 50 ms the waits of a long fault test cost a core tens of seconds, which the
-    processes under test on two shared cores need more."""
-    return min(0.25, 0.02 * 1.5 ** attempt)
+def polls(timeout: float) -> Iterator[None]:
+    """Yield until ``timeout`` seconds have passed, pausing between yields: 20 ms at first, growing to 250 ms. A
+    check asks a master or a store over the network; at a fixed 50 ms the waits of a long fault test cost a core
+    tens of seconds, which the processes under test on two shared cores need more."""
+    deadline = time.monotonic() + timeout
+    attempt = 0
+    while time.monotonic() < deadline:
+        yield
+        time.sleep(min(0.25, 0.02 * 1.5 ** attempt))  # polling a condition with a deadline
+        attempt += 1
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
     """Seconds until ``condition()`` holds (polled), or fail naming ``what``."""
     start = time.monotonic()
-    attempt = 0
-    while time.monotonic() - start < timeout:
+    for _ in polls(timeout):
         if condition():
             return time.monotonic() - start
-        time.sleep(poll_pause(attempt))  # polling a condition with a deadline
-        attempt += 1
     raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
