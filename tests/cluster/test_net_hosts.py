@@ -134,13 +134,15 @@ HOLDING_MASTER = textwrap.dedent("""
 CALLER = textwrap.dedent("""
     import sys, time
     import httpx
+    from headwater.errors import ExecutionError
     from headwater.service.client import RemoteMaster
 
     master = RemoteMaster(sys.argv[1], user="u", password="p", timeout=300)
     try:
         master._call("/v1/wait", {}, idempotent=True)
-    except httpx.TransportError as exc:
-        print("failed at", time.time(), type(exc).__name__)
+    except ExecutionError as exc:
+        assert isinstance(exc.__cause__, httpx.TransportError) and "may or may not" in str(exc), exc
+        print("failed at", time.time(), type(exc.__cause__).__name__)
 """)
 
 

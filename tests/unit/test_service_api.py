@@ -186,6 +186,24 @@ def test_connect_to_a_url_needs_credentials_and_a_reachable_master():
         hw.connect("http://127.0.0.1:9", user="a", password="b")
 
 
+def test_a_master_that_stops_answering_is_a_headwater_error_and_a_failed_sql_leaves_no_files(served, tmp_path,
+                                                                                                 monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    gone = RemoteMaster("http://127.0.0.1:9", token="a-token-from-an-earlier-login")
+    with pytest.raises(hw.ExecutionError, match=r"cannot reach the Headwater master at http://127.0.0.1:9"):
+        gone.graph_meta()
+    with pytest.raises(hw.ExecutionError, match="cannot reach"):
+        Session(gone).sql("select 1")
+    gone.close()
+    _, _, client = served
+    with pytest.raises(hw.SqlError):
+        remote_session(client).sql("drop table quotes")  # refused by the master
+    assert list((tmp_path / "scratch").iterdir()) == []  # neither left its result directory behind
+
+
 def test_the_master_command_refuses_bad_settings_in_one_line(tmp_path, capsys, monkeypatch):
     from headwater.cli import main
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -116,9 +117,11 @@ class RemoteMaster(MasterApi):
         try:
             if token is None:
                 token = self._call("/v1/login", {"user": user, "password": password}, idempotent=True)["token"]
-        except httpx.TransportError as exc:
+        except ExecutionError as exc:
             self._http.close()
-            raise ConfigurationError(f"cannot reach the Headwater master at {self.url}: {exc}") from None
+            if len(self.urls) == 1 and isinstance(exc.__cause__, httpx.TransportError):  # a wrong URL, most likely
+                raise ConfigurationError(f"cannot reach the Headwater master at {self.url}: {exc.__cause__}") from None
+            raise
         except BaseException:
             self._http.close()
             raise
@@ -151,7 +154,7 @@ class RemoteMaster(MasterApi):
             except httpx.TransportError as exc:
                 # ConnectError: the request never left; anything later may have reached the master
                 if len(self.urls) == 1 or not (idempotent or isinstance(exc, httpx.ConnectError)):
-                    raise
+                    raise self._unreachable(path, exc) from exc
                 tried = self._next_master(tried, deadline, exc)
                 continue
             if response.status_code == 503 and len(self.urls) > 1 and _is_standby(response):
@@ -160,6 +163,13 @@ class RemoteMaster(MasterApi):
             if response.is_success:
                 return response.content if raw else response.json()
             raise self._error(response)
+
+    def _unreachable(self, path: str, exc: httpx.TransportError) -> ExecutionError:
+        """The error of a call that got no answer: whether it may have taken effect depends on whether it left."""
+        if isinstance(exc, httpx.ConnectError):
+            return ExecutionError(f"cannot reach the Headwater master at {self.url}: {str(exc) or type(exc).__name__}")
+        return ExecutionError(f"the call {path} to the Headwater master at {self.url} got no answer "
+                              f"({str(exc) or type(exc).__name__}): it may or may not have taken effect")
 
     def _next_master(self, tried: int, deadline: float, exc: Exception | None) -> int:
         """Move on to the next master URL; after each full round, pause briefly (a standby takes over in seconds)."""
@@ -191,6 +201,13 @@ class RemoteMaster(MasterApi):
     def sql(self, query: str, current_catalog: str | None = None) -> tuple[Path, pa.Schema]:
         """Stream the result into a local Parquet file, a batch at a time; return its directory and schema."""
         directory = Path(tempfile.mkdtemp(prefix="headwater-sql-"))
+        try:
+            return directory, self._sql_into(directory / "part-00000.parquet", query, current_catalog)
+        except BaseException:  # a refused query, a cut-off result: no directory left behind
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+
+    def _sql_into(self, path: Path, query: str, current_catalog: str | None) -> pa.Schema:
         body = {"query": query, "current_catalog": current_catalog}
         deadline, tried = time.monotonic() + self._failover_timeout, 0
         while True:  # a read: safe to repeat on another master, from the start
@@ -205,16 +222,18 @@ class RemoteMaster(MasterApi):
                         raise self._error(response)
                     stream = _ByteStream(response.iter_bytes())
                     reader = pa.ipc.open_stream(pa.PythonFile(byte_reader(stream), mode="r"))
-                    with pq.ParquetWriter(directory / "part-00000.parquet", reader.schema) as writer:
+                    with pq.ParquetWriter(path, reader.schema) as writer:
                         for batch in reader:
                             writer.write_batch(batch)
-                return directory, reader.schema
+                return reader.schema
             except (httpx.TransportError, pa.ArrowException, OSError) as exc:
                 # a connection cut mid-result surfaces through pyarrow: the stream remembers the real cause
                 cause = exc if isinstance(exc, httpx.TransportError) else (stream.failure if stream else None)
                 if cause is None:
                     raise
                 if len(self.urls) == 1:
+                    if isinstance(cause, httpx.ConnectError):
+                        raise self._unreachable("/v1/sql", cause) from cause
                     raise ExecutionError(f"the SQL result from {self.url} was cut off: {cause}") from None
                 tried = self._next_master(tried, deadline, cause)
 
