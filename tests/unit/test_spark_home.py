@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 
 from headwater.spark import home as spark_home_module
-from headwater.spark.home import spark_home, wheel_home
+from headwater.spark.home import JAR, spark_home, wheel_home
 
 
 @pytest.fixture
 def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(spark_home_module, "HOMES", tmp_path / "share")
     monkeypatch.delenv("SPARK_HOME", raising=False)
+    # compiling takes a JVM: the installation's own home is checked with a real one (test_spark_home_on_spark)
+    monkeypatch.setattr(spark_home_module, "build_jar", lambda jars, target: target.write_bytes(b"") or True)
     return tmp_path / "share"
 
 
@@ -23,7 +25,9 @@ def test_the_home_links_the_wheel_s_programs_and_jars_and_has_no_pyspark_zip(hom
     assert home.parent == homes
     wheel = wheel_home()
     assert (wheel / "python" / "lib" / "pyspark.zip").is_file()  # what the wheel's own home would put on PYTHONPATH
-    assert (home / "bin").resolve() == wheel / "bin" and (home / "jars").resolve() == wheel / "jars"
+    assert (home / "bin").resolve() == wheel / "bin" and (home / "sbin").resolve() == wheel / "sbin"
+    assert {p.name for p in (home / "jars").iterdir()} == {p.name for p in (wheel / "jars").iterdir()} | {JAR}
+    assert all((home / "jars" / p.name).resolve() == p for p in (wheel / "jars").iterdir())
     assert (home / "bin" / "spark-class").is_file() and any((home / "jars").glob("spark-core_*.jar"))
     assert not (home / "python").exists()
     assert spark_home() == home  # made once
