@@ -71,6 +71,14 @@ def scratch_dir(root: Path) -> Path:
 # of the stream thread, which then died with a StackOverflowError instead of stopping (a session closed during a
 # batch; 4 MB still overflowed once in two runs, 16 MB in none of five). Stacks are reserved, committed as used.
 THREAD_STACK = "-Xss16m"
+# The driver's JIT hands a method to its optimising compiler (C2) at ten times the JVM's default counts. Starting a
+# driver, the JVM compiled thousands of methods that are run a few thousand times and then rarely: on two cores
+# those compilations took 6-7 of the JVM's 11-12 CPU-s up to a running graph. Hot loops (a large SQL scan) still
+# reach C2 within a fraction of a second. Measured on the 2-core machine, three alternating runs each: connect() to
+# a running graph 8.7-9.6 s against 9.9-10.6 s; a 5 M-row grouped SQL query, repeated, 1.5-2.3 s against 1.8-2.3 s;
+# micro-batches and a cold 2 M-row append within their run-to-run spread.
+LATE_C2 = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 -XX:Tier4CompileThreshold=150000 "
+           "-XX:Tier4BackEdgeThreshold=400000")
 EXECUTOR_MEMORY_MB = 768  # per executor on a standalone cluster (Headwater's rows live in the Python workers)
 PROPERTIES_ENV = "HEADWATER_SPARK_PROPERTIES"
 UI_ENV = "HEADWATER_SPARK_UI"  # "on": Spark's web UI for the driver (headwater master and worker turn it on)
@@ -125,7 +133,8 @@ def build_spark(master: str = "local[*]", *, app_name: str = "headwater", shuffl
     ``spark.authenticate`` secret there, so that it is on no command line.
     """
     _check_java()
-    java_options = f"{THREAD_STACK} -Dlog4j.configurationFile=file:{LOG4J_CONFIG} {class_archive.java_options()}".strip()
+    java_options = (f"{THREAD_STACK} {LATE_C2} -Dlog4j.configurationFile=file:{LOG4J_CONFIG} "
+                    f"{class_archive.java_options()}").strip()
     warehouse = os.path.join(os.environ.get("TMPDIR", "/tmp"), "headwater-warehouse")
     scratch = None
     if scratch_root is not None:
