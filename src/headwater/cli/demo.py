@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 
@@ -15,6 +16,7 @@ def demo(args: argparse.Namespace) -> int:
     import headwater as hw
     from headwater.demo import build_indicator_graph, make_ticks
 
+    scratch = args.data_dir is None  # a directory of its own: removed at the end, unless kept
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="headwater-demo-")
     print(f"Headwater demo: 1-minute bars and indicators for {args.symbols} symbols over a trading day")
     print(f"data directory: {data_dir}\n")
@@ -61,6 +63,9 @@ def demo(args: argparse.Namespace) -> int:
         session.drop_stream_graph("indicators", include_tables=True)
         print("dropped the graph and its tables")
     session.close()
+    if scratch and not args.keep:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        print(f"removed {data_dir}")
     return 0
 
 
@@ -107,5 +112,5 @@ def add_demo_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", type=int, default=50_000, help="ticks per append call")
     p.add_argument("--data-dir", type=storage_argument, default=None, help="where the demo's data goes (default: a new temporary directory)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the graph to catch up")
-    p.add_argument("--keep", action="store_true", help="keep the graph and tables after the demo")
+    p.add_argument("--keep", action="store_true", help="keep the graph, its tables and the data directory after the demo")
     p.set_defaults(func=demo)
