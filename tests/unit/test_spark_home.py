@@ -63,3 +63,18 @@ def test_processes_making_the_home_at_once_all_get_the_same_complete_one(homes: 
         t.join()
     assert len(set(got)) == 1 and (got[0] / "jars").is_dir()
     assert [p.name for p in homes.iterdir()] == [got[0].name]  # no scratch directory left behind
+
+
+def test_the_jar_is_left_out_with_a_warning_where_it_cannot_be_compiled(tmp_path: Path, caplog,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from headwater.spark import class_archive
+
+    jars, target = wheel_home() / "jars", tmp_path / JAR
+    broken = tmp_path / "Broken.java"
+    broken.write_text("package headwater.spark; public class Broken { void f() { undefined(); } }")
+    monkeypatch.setattr(spark_home_module, "JAVA_SOURCES", (broken,))
+    assert not spark_home_module.build_jar(jars, target) and not target.exists()
+    assert "did not compile" in caplog.text and "Broken" in caplog.text  # the compiler's own message
+    monkeypatch.setattr(class_archive, "java_binary", lambda: None)
+    assert not spark_home_module.build_jar(jars, target) and not target.exists()
+    assert "no Java" in caplog.text

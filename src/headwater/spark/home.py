@@ -113,13 +113,16 @@ def build_jar(spark_jars: Path, target: Path) -> bool:
     jars = sorted(str(p) for p in spark_jars.glob("*.jar"))
     janino = [j for j in jars if Path(j).name.startswith(("janino-", "commons-compiler-"))]
     with tempfile.TemporaryDirectory() as out:
-        done = subprocess.run([str(java), "-cp", os.pathsep.join(janino), COMPILER, "-d", out,
-                               "-classpath", os.pathsep.join(jars), *map(str, JAVA_SOURCES)],
-                              capture_output=True, text=True, timeout=300)
+        try:
+            done = subprocess.run([str(java), "-cp", os.pathsep.join(janino), COMPILER, "-d", out,
+                                   "-classpath", os.pathsep.join(jars), *map(str, JAVA_SOURCES)],
+                                  capture_output=True, text=True, timeout=300)
+            said = done.stdout + done.stderr
+        except subprocess.TimeoutExpired:
+            done, said = None, "the compiler ran for more than 300 s"
         classes = sorted(Path(out).rglob("*.class"))
-        if done.returncode != 0 or not classes:
-            log.warning("Headwater's classes for Spark did not compile (Spark runs without them): %s",
-                        (done.stdout + done.stderr)[-2000:])
+        if done is None or done.returncode != 0 or not classes:
+            log.warning("Headwater's classes for Spark did not compile (Spark runs without them): %s", said[-2000:])
             return False
         with zipfile.ZipFile(target, "w") as jar:
             for path in classes:
