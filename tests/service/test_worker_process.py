@@ -18,11 +18,11 @@ from tests.support.service import (
     WORKER_SECRET,
     append_and_check,
     connect,
-    polls,
     rows,
     start,
     stop,
     submit_from_another_process,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -45,10 +45,8 @@ def test_a_master_without_spark_drives_a_worker_that_joined_it_and_survives_kill
     worker = start("worker", data, worker_port, "--group", "analytics",
                    "--master", f"http://127.0.0.1:{free_port()}", "--master", url)
     try:
-        for _ in polls(60):
-            if joined := joined_workers(data):
-                break
-        assert joined == [(worker_url, "analytics")]
+        wait_for(lambda: joined_workers(data), 60, "the worker joining")
+        assert joined_workers(data) == [(worker_url, "analytics")]
         # joining needs the worker secret and a plain host:port
         refused = httpx.post(f"{url}/v1/workers/join", json={"url": "http://127.0.0.1:1", "group": "default"},
                              auth=Signer("wrong-secret-0123456789"))

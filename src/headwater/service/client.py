@@ -166,10 +166,11 @@ class RemoteMaster(MasterApi):
 
     def _unreachable(self, path: str, exc: httpx.TransportError) -> ExecutionError:
         """The error of a call that got no answer: whether it may have taken effect depends on whether it left."""
+        what = str(exc) or type(exc).__name__  # a timeout's message can be empty
         if isinstance(exc, httpx.ConnectError):
-            return ExecutionError(f"cannot reach the Headwater master at {self.url}: {str(exc) or type(exc).__name__}")
-        return ExecutionError(f"the call {path} to the Headwater master at {self.url} got no answer "
-                              f"({str(exc) or type(exc).__name__}): it may or may not have taken effect")
+            return ExecutionError(f"cannot reach the Headwater master at {self.url}: {what}")
+        return ExecutionError(f"the call {path} to the Headwater master at {self.url} got no answer ({what}): "
+                              "it may or may not have taken effect")
 
     def _next_master(self, tried: int, deadline: float, exc: Exception | None) -> int:
         """Move on to the next master URL; after each full round, pause briefly (a standby takes over in seconds)."""
